@@ -1,0 +1,33 @@
+# copier: everything is installed into .venv/ at the repository root.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+EXTRAS ?= test,lint
+
+.PHONY: install test test-fast lint clean
+
+install: $(STAMP)
+
+# amazon-kclpy is an sdist whose build downloads the KCL MultiLangDaemon jars
+# from Maven Central (KCL_MVN_REPO_SEARCH_URL overrides the base URL); the
+# last line checks that they arrived.
+$(STAMP): setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
+	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'
+	$(BIN)/python -m copier.jars --check
+	touch $@
+
+test: install
+	$(BIN)/python -m pytest
+
+test-fast: install
+	$(BIN)/python -m pytest -m "not protocol"
+
+lint: install
+	$(BIN)/ruff check copier tests
+	$(BIN)/mypy copier
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""copier: exactly-once Kinesis-to-Kinesis forwarding."""

@@ -1,0 +1,32 @@
+"""Splitting records into PutRecords requests within the Kinesis limits."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
+
+from copier.limits import MAX_REQUEST_BYTES, MAX_REQUEST_RECORDS
+
+__all__ = ["split_requests"]
+
+T = TypeVar("T")
+
+
+def split_requests(items: Sequence[T], size_of: Callable[[T], int]) -> Iterator[list[T]]:
+    """Consecutive groups of at most 500 records and 5 MiB, order kept.
+
+    ``size_of`` gives an item's size counting its partition key. A single
+    record over 1 MiB still gets a request of its own: Kinesis rejects it
+    with a clear error rather than copier silently skipping it.
+    """
+    group: list[T] = []
+    total = 0
+    for item in items:
+        size = size_of(item)
+        if group and (len(group) >= MAX_REQUEST_RECORDS or total + size > MAX_REQUEST_BYTES):
+            yield group
+            group, total = [], 0
+        group.append(item)
+        total += size
+    if group:
+        yield group

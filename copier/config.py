@@ -1,0 +1,236 @@
+"""copier's configuration: the ``copier.*`` keys (and a few KCL keys) of one properties file.
+
+The file is parsed once, here, into a frozen :class:`Config` that is passed
+down; nothing reads settings at import time. Every problem is reported as a
+:class:`~copier.errors.ConfigError` naming the file, the key and what is wrong,
+before any AWS call is made. Unknown ``copier.*`` keys are errors (a typo in a
+key must not silently fall back to a default); other keys belong to the KCL
+daemon and are left to it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, TypeVar
+
+from copier.errors import ConfigError
+from copier.properties import parse_properties
+
+__all__ = ["COPIER_KEYS", "DEFAULTS", "Config", "DedupKey", "load_config", "parse_config"]
+
+UnkeyedPolicy = Literal["forward", "deadletter"]
+T = TypeVar("T")
+
+_STREAM_NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
+_TABLE_NAME = re.compile(r"^[a-zA-Z0-9_.-]{3,255}$")
+_JSON_PATH = re.compile(r"^[^.\s]+(\.[^.\s]+)*$")
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+@dataclass(frozen=True)
+class DedupKey:
+    """Where a record's event ID lives: a dotted path in a JSON payload, or the partition key."""
+
+    kind: Literal["json", "partitionKey"]
+    path: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return "partitionKey" if self.kind == "partitionKey" else "json:" + ".".join(self.path)
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything copier needs from the properties file, validated."""
+
+    path: str
+    application_name: str
+    stream_name: str
+    region: str
+    kinesis_endpoint: str | None
+    dynamodb_endpoint: str | None
+    failover_time_millis: int
+    target_stream_name: str
+    state_table_name: str
+    dedup_key: DedupKey
+    lease_millis: int
+    dedup_window_events: int
+    digest_ttl_hours: int
+    unkeyed_policy: UnkeyedPolicy
+    dead_letter_stream_name: str | None
+    checkpoint_interval_millis: int
+    put_timeout_millis: int
+    clock_skew_millis: int
+    max_backoff_millis: int
+    log_level: str
+
+
+def _dedup_key(value: str) -> DedupKey:
+    if value == "partitionKey":
+        return DedupKey("partitionKey")
+    if value.startswith("json:") and _JSON_PATH.match(value[5:]):
+        return DedupKey("json", tuple(value[5:].split(".")))
+    raise ValueError(f"expected json:<dotted.path> or partitionKey, got {value!r}")
+
+
+def _int_between(low: int, high: int) -> Callable[[str], int]:
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise ValueError(f"expected a whole number, got {value!r}") from None
+        if not low <= number <= high:
+            raise ValueError(f"expected a number from {low} to {high}, got {number}")
+        return number
+
+    return parse
+
+
+def _matching(pattern: re.Pattern[str], what: str) -> Callable[[str], str]:
+    def parse(value: str) -> str:
+        if not pattern.match(value):
+            raise ValueError(f"not a valid {what}: {value!r}")
+        return value
+
+    return parse
+
+
+def _one_of(*choices: str) -> Callable[[str], str]:
+    def parse(value: str) -> str:
+        if value not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    return parse
+
+
+def _endpoint(value: str) -> str:
+    if not re.match(r"^https?://[^\s/]+(:\d+)?/?$", value):
+        raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+    return value
+
+
+_MINUTE_MS = 60_000
+_DAY_MS = 24 * 60 * _MINUTE_MS
+
+# The documented defaults, each shown with its meaning in properties/copier.properties.
+# ``None``: required; ``""``: optional with no value.
+DEFAULTS: dict[str, str | None] = {
+    "copier.targetStreamName": None,
+    "copier.stateTableName": "",
+    "copier.dedupKey": None,
+    "copier.leaseMillis": "",
+    "copier.dedupWindowEvents": "100000",
+    "copier.digestTtlHours": "48",
+    "copier.unkeyedPolicy": "forward",
+    "copier.deadLetterStreamName": "",
+    "copier.checkpointIntervalMillis": "60000",
+    "copier.putTimeoutMillis": "5000",
+    "copier.clockSkewMillis": "1000",
+    "copier.maxBackoffMillis": "10000",
+    "copier.logLevel": "INFO",
+}
+COPIER_KEYS = tuple(DEFAULTS)
+
+
+class _Reader:
+    """Looks keys up in the parsed file and turns a bad value into a ConfigError."""
+
+    def __init__(self, raw: dict[str, str], path: str) -> None:
+        self.raw = raw
+        self.path = path
+
+    def fail(self, key: str, problem: str) -> ConfigError:
+        return ConfigError(self.path, key, problem)
+
+    def get(self, key: str, parse: Callable[[str], T], default: str | None) -> T | None:
+        value = self.raw.get(key, "").strip()
+        if not value:
+            if default is None:
+                raise self.fail(key, "required key is missing")
+            if default == "":
+                return None
+            value = default
+        try:
+            return parse(value)
+        except ValueError as exc:
+            raise self.fail(key, str(exc)) from None
+
+    def need(self, key: str, parse: Callable[[str], T], default: str | None = None) -> T:
+        value = self.get(key, parse, default)
+        assert value is not None, key
+        return value
+
+    def copier(self, key: str, parse: Callable[[str], T]) -> T | None:
+        return self.get(key, parse, DEFAULTS[key])
+
+    def copier_need(self, key: str, parse: Callable[[str], T]) -> T:
+        return self.need(key, parse, DEFAULTS[key])
+
+
+def parse_config(text: str, path: str = "<string>") -> Config:
+    """Validate properties text into a :class:`Config`, or raise ConfigError."""
+    raw = {key: value for key, (_, value) in parse_properties(text).items()}
+    r = _Reader(raw, path)
+    for key in raw:
+        if key.startswith("copier.") and key not in DEFAULTS:
+            raise r.fail(key, f"unknown copier key (known keys: {', '.join(sorted(DEFAULTS))})")
+
+    application_name = r.need("applicationName", str)
+    stream_name = r.need("streamName", _matching(_STREAM_NAME, "stream name"))
+    failover = r.need("failoverTimeMillis", _int_between(1000, _DAY_MS), "10000")
+    target = r.copier_need("copier.targetStreamName", _matching(_STREAM_NAME, "stream name"))
+    if target == stream_name:
+        raise r.fail("copier.targetStreamName", "must differ from streamName (copying a stream onto itself loops)")
+    policy = r.copier_need("copier.unkeyedPolicy", _one_of("forward", "deadletter"))
+    dlq = r.copier("copier.deadLetterStreamName", _matching(_STREAM_NAME, "stream name"))
+    if policy == "deadletter" and dlq is None:
+        raise r.fail("copier.deadLetterStreamName", "required when copier.unkeyedPolicy = deadletter")
+    if dlq is not None and dlq in (target, stream_name):
+        raise r.fail("copier.deadLetterStreamName", "must differ from streamName and copier.targetStreamName")
+    put_timeout = r.copier_need("copier.putTimeoutMillis", _int_between(100, 10 * _MINUTE_MS))
+    skew = r.copier_need("copier.clockSkewMillis", _int_between(0, 10 * _MINUTE_MS))
+    lease = r.copier("copier.leaseMillis", _int_between(1000, _DAY_MS)) or failover
+    if put_timeout + skew >= lease:
+        raise r.fail(
+            "copier.leaseMillis",
+            f"{lease} ms leaves no time to put: it must exceed copier.putTimeoutMillis "
+            f"+ copier.clockSkewMillis ({put_timeout} + {skew} ms)",
+        )
+    table = r.copier("copier.stateTableName", _matching(_TABLE_NAME, "table name"))
+    return Config(
+        path=path,
+        application_name=application_name,
+        stream_name=stream_name,
+        region=r.need("regionName", str),
+        kinesis_endpoint=r.get("kinesisEndpoint", _endpoint, ""),
+        dynamodb_endpoint=r.get("dynamoDBEndpoint", _endpoint, ""),
+        failover_time_millis=failover,
+        target_stream_name=target,
+        state_table_name=table or f"{application_name}-copier-state",
+        dedup_key=r.copier_need("copier.dedupKey", _dedup_key),
+        lease_millis=lease,
+        dedup_window_events=r.copier_need("copier.dedupWindowEvents", _int_between(0, 10_000_000)),
+        digest_ttl_hours=r.copier_need("copier.digestTtlHours", _int_between(1, 24 * 365)),
+        unkeyed_policy="deadletter" if policy == "deadletter" else "forward",
+        dead_letter_stream_name=dlq,
+        checkpoint_interval_millis=r.copier_need("copier.checkpointIntervalMillis", _int_between(0, _DAY_MS)),
+        put_timeout_millis=put_timeout,
+        clock_skew_millis=skew,
+        max_backoff_millis=r.copier_need("copier.maxBackoffMillis", _int_between(10, 10 * _MINUTE_MS)),
+        log_level=r.copier_need("copier.logLevel", _one_of(*_LOG_LEVELS)),
+    )
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate a properties file; a missing or unreadable file is a ConfigError too."""
+    name = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(name, "-", f"cannot read the file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(name, "-", "not UTF-8 text") from None
+    return parse_config(text, name)

@@ -1,0 +1,36 @@
+"""Logging: structlog JSON lines on stderr, never stdout.
+
+stdout of ``copier process`` is the MultiLang protocol channel; one stray
+byte there breaks the daemon's parser. The daemon logs every stderr line of
+a child at ERROR, so copier logs one line per event worth a human's time
+(takeovers, fencing, verification, bad input, retries) and keeps per-batch
+lines at DEBUG.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import structlog
+
+__all__ = ["configure_logging"]
+
+
+def configure_logging(level: str = "INFO", stream: object = None) -> None:
+    """Route structlog (and the stdlib loggers of boto and PynamoDB) to stderr as JSON."""
+    out = stream or sys.stderr
+    numeric = logging.getLevelName(level)
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(sort_keys=False),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory=structlog.PrintLoggerFactory(file=out),  # type: ignore[arg-type]
+        cache_logger_on_first_use=False,
+    )
+    logging.basicConfig(stream=out, level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", force=True)

@@ -1,0 +1,195 @@
+"""Planning a batch: which records to forward, which to drop, and why.
+
+Pure decision logic: records, committed position, window and redo set in;
+a :class:`BatchPlan` out. No I/O, no clock, no randomness, so the same input
+always gives the same plan; a successor that re-plans a replayed batch makes
+the same choices its predecessor made.
+
+Rules, per record, in shard order:
+
+1. at or below the committed position: a replay, dropped;
+2. inside the range of a verified in-flight batch (the *redo* range, see
+   ``copier.recovery``): forwarded only if its identity is among those that
+   did not land, once per recorded occurrence; otherwise it already landed or
+   was dropped the first time;
+3. keyed, and its event ID is in the window or earlier in this batch: a
+   duplicate, dropped;
+4. unkeyed: forwarded as is (``unkeyedPolicy = forward``) or wrapped into a
+   dead-letter envelope with the reason (``deadletter``);
+5. too large for the target: dead-lettered (a dead-letter stream must be
+   configured, else it is forwarded and the put fails loudly, never skipped).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from copier.config import DedupKey
+from copier.identity import EventId, Unkeyed, content_digest, extract_event_id, id_digest
+from copier.limits import MAX_RECORD_BYTES, record_size
+from copier.positions import Position
+from copier.window import DedupWindow
+
+__all__ = ["BatchPlan", "Outgoing", "PlanSettings", "Redo", "SourceRecord", "dead_letter_envelope", "plan_batch"]
+
+Destination = Literal["target", "deadletter"]
+
+
+@dataclass(frozen=True)
+class SourceRecord:
+    """One (de-aggregated) staging record as the daemon delivers it."""
+
+    position: Position
+    partition_key: str
+    data: bytes
+    arrival_ms: int = 0
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """One record to put, with the digest that recognises it in its stream."""
+
+    position: Position
+    destination: Destination
+    partition_key: str
+    data: bytes
+    identity: bytes
+    event_id: str | None
+
+
+@dataclass(frozen=True)
+class Redo:
+    """What is left to forward of a verified in-flight batch.
+
+    Records up to and including ``last`` were planned by a previous owner;
+    of those, only the ones whose identity is counted in ``digests`` (and as
+    many times as counted) did not land and must still be forwarded.
+    """
+
+    last: Position
+    digests: Counter[bytes] = field(default_factory=Counter)
+
+    @property
+    def empty(self) -> bool:
+        return not +self.digests
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    dedup_key: DedupKey
+    unkeyed_policy: Literal["forward", "deadletter"]
+    dead_letter: bool
+    stream_name: str
+    shard_id: str
+
+
+@dataclass
+class BatchPlan:
+    """The outcome of planning one batch; ``last`` is None when nothing moved the position."""
+
+    send: list[Outgoing] = field(default_factory=list)
+    last: Position | None = None
+    replays: int = 0
+    duplicates: int = 0
+    already_landed: int = 0
+    unkeyed: list[tuple[Position, str]] = field(default_factory=list)
+    dead_lettered: int = 0
+    redo: Redo | None = None
+    redo_missing: int = 0
+
+    @property
+    def window_digests(self) -> list[bytes]:
+        """Digests this batch adds to the dedup window once committed."""
+        return [o.identity for o in self.send if o.destination == "target" and o.event_id is not None]
+
+
+def dead_letter_envelope(settings: PlanSettings, record: SourceRecord, reason: str) -> bytes:
+    """The JSON a dead-letter record carries: why, where from, and the original bytes.
+
+    An envelope that would exceed the Kinesis record limit keeps the SHA-256
+    of the payload instead of the payload; the record stays readable in the
+    staging stream at the position given, within its retention.
+    """
+    body = {
+        "reason": reason,
+        "stream": settings.stream_name,
+        "shardId": settings.shard_id,
+        "sequenceNumber": record.position.seq_str,
+        "subSequenceNumber": record.position.subseq,
+        "partitionKey": record.partition_key,
+        "approximateArrivalTimestamp": record.arrival_ms,
+        "data": base64.b64encode(record.data).decode("ascii"),
+    }
+    encoded = json.dumps(body, separators=(",", ":")).encode()
+    if record_size(record.partition_key, encoded) > MAX_RECORD_BYTES:
+        body["data"] = None
+        body["dataTruncated"] = True
+        body["dataSha256"] = hashlib.sha256(record.data).hexdigest()
+        encoded = json.dumps(body, separators=(",", ":")).encode()
+    return encoded
+
+
+def plan_batch(
+    records: Sequence[SourceRecord],
+    committed: Position | None,
+    window: DedupWindow,
+    redo: Redo | None,
+    settings: PlanSettings,
+) -> BatchPlan:
+    """Decide every record of a batch; see the module docstring for the rules."""
+    plan = BatchPlan()
+    seen: set[bytes] = set()
+    left: Counter[bytes] = Counter(redo.digests) if redo else Counter()
+
+    def outgoing(record: SourceRecord, identity: bytes, event_id: str | None, reason: str | None) -> Outgoing:
+        """The record as it goes out: as is to the target, or in a dead-letter envelope."""
+        oversize = record_size(record.partition_key, record.data) > MAX_RECORD_BYTES
+        if settings.dead_letter and oversize:
+            reason = "record exceeds the target's size limit"
+        elif not (settings.dead_letter and reason is not None and settings.unkeyed_policy == "deadletter"):
+            return Outgoing(record.position, "target", record.partition_key, record.data, identity, event_id)
+        envelope = dead_letter_envelope(settings, record, reason)
+        return Outgoing(record.position, "deadletter", record.partition_key, envelope,
+                        content_digest(record.partition_key, envelope), None)
+
+    for record in records:
+        if (committed is not None and record.position <= committed) or (
+            plan.last is not None and record.position <= plan.last
+        ):
+            plan.replays += 1  # the daemon repeats nothing within a batch, but a repeat must not go twice
+            continue
+        plan.last = record.position
+        found = extract_event_id(settings.dedup_key, record.partition_key, record.data)
+        event_id = found.value if isinstance(found, EventId) else None
+        reason = found.reason if isinstance(found, Unkeyed) else None
+        identity = id_digest(event_id) if event_id is not None else content_digest(record.partition_key, record.data)
+        in_redo = redo is not None and record.position <= redo.last
+        if event_id is not None:
+            if identity in seen or (not in_redo and identity in window):
+                plan.duplicates += 1
+                continue
+            seen.add(identity)
+        out = outgoing(record, identity, event_id, reason)
+        if in_redo:
+            # Planned before by an owner whose in-flight batch was verified.
+            if left[out.identity] <= 0:
+                plan.already_landed += 1
+                continue
+            left[out.identity] -= 1
+        elif reason is not None:
+            plan.unkeyed.append((record.position, reason))
+        if out.destination == "deadletter":
+            plan.dead_lettered += 1
+        plan.send.append(out)
+
+    if redo is not None:
+        reached = plan.last is not None and plan.last >= redo.last
+        plan.redo = None if reached else Redo(redo.last, +left)
+        plan.redo_missing = sum((+left).values()) if reached else 0
+    return plan

@@ -1,0 +1,127 @@
+"""The amazon-kclpy v3 record processor: thin glue between the daemon and a ShardWorker.
+
+amazon-kclpy catches every exception a handler raises (all but SystemExit),
+prints it and acknowledges the action anyway: a batch that raised would be
+treated as done. So no handler here lets an exception out. Transient faults
+are retried inside the worker until the batch is finished; a fenced worker
+acknowledges without forwarding or checkpointing; anything else (a missing
+table, a bad record from the daemon, a bug) ends the process with a logged
+reason, which stops the daemon so that its supervisor restarts it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+from amazon_kclpy import kcl
+from amazon_kclpy.v3 import processor
+
+from copier.errors import CopierError, ProtocolError
+from copier.plan import SourceRecord
+from copier.positions import Position
+from copier.shard import ShardWorker
+
+__all__ = ["CopierRecordProcessor", "EXIT_FATAL"]
+
+EXIT_FATAL = 3
+_CHECKPOINT_RETRIES = 5
+
+
+def _records(raw: list[Any]) -> list[SourceRecord]:
+    out = []
+    for r in raw:
+        try:
+            position = Position.parse(r.sequence_number, r.sub_sequence_number)
+            data = base64.b64decode(r.data, validate=True)
+        except (ValueError, binascii.Error, TypeError) as exc:
+            raise ProtocolError(f"record from the daemon is malformed: {exc}") from exc
+        out.append(SourceRecord(position, r.partition_key, data, r.timestamp_millis))
+    return out
+
+
+class CopierRecordProcessor(processor.RecordProcessorBase):  # type: ignore[misc]
+    """One per staging shard, spawned by the MultiLangDaemon as ``copier process``."""
+
+    def __init__(self, make_worker: Callable[[], ShardWorker], checkpoint_interval_ms: int) -> None:
+        self.make_worker = make_worker
+        self.worker: ShardWorker | None = None
+        self.checkpoint_interval_ms = checkpoint_interval_ms
+        self.last_checkpoint_ms = 0
+        self.log = structlog.get_logger("copier")
+
+    def _guard(self, action: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except CopierError as exc:
+            self.log.error("fatal", action=action, error=str(exc), error_type=type(exc).__name__)
+            raise SystemExit(EXIT_FATAL) from exc
+        except Exception as exc:  # a bug: never let amazon-kclpy acknowledge past it
+            self.log.exception("unexpected_error", action=action, error=str(exc))
+            raise SystemExit(EXIT_FATAL) from exc
+
+    def _checkpoint(self, checkpointer: Any, position: Position | None) -> None:
+        """Checkpoint to the KCL; failures are logged, never fatal: the state table is the truth."""
+        for attempt in range(_CHECKPOINT_RETRIES):
+            try:
+                if position is None:
+                    checkpointer.checkpoint()
+                else:
+                    checkpointer.checkpoint(position.seq_str, position.subseq)
+                assert self.worker is not None
+                self.last_checkpoint_ms = self.worker.clock.now_ms()
+                return
+            except kcl.CheckpointError as exc:
+                error = str(exc.value) if hasattr(exc, "value") else str(exc)
+                self.log.warning("checkpoint_failed", error=error, attempt=attempt)
+                if "Throttling" not in error or self.worker is None:
+                    return
+                self.worker.clock.sleep_ms(200 * (attempt + 1))
+
+    def initialize(self, initialize_input: Any) -> None:
+        def run() -> None:
+            self.worker = self.make_worker()
+            self.worker.initialize(initialize_input.shard_id)
+            self.last_checkpoint_ms = self.worker.clock.now_ms()
+
+        self._guard("initialize", run)
+
+    def process_records(self, process_records_input: Any) -> None:
+        def run() -> None:
+            assert self.worker is not None, "processRecords before initialize"
+            position = self.worker.process(_records(process_records_input.records))
+            if position is None:
+                return
+            due = self.worker.clock.now_ms() - self.last_checkpoint_ms >= self.checkpoint_interval_ms
+            if due:
+                self._checkpoint(process_records_input.checkpointer, position)
+
+        self._guard("processRecords", run)
+
+    def lease_lost(self, lease_lost_input: Any) -> None:
+        self.log.info("lease_lost")
+        if self.worker is not None:
+            self.worker.fenced = True
+
+    def shard_ended(self, shard_ended_input: Any) -> None:
+        def run() -> None:
+            assert self.worker is not None
+            if self.worker.end_shard():
+                self._checkpoint(shard_ended_input.checkpointer, None)  # no arguments: KCL #211
+
+        self._guard("shardEnded", run)
+
+    def shutdown_requested(self, shutdown_requested_input: Any) -> None:
+        def run() -> None:
+            worker = self.worker
+            assert worker is not None
+            if worker.fenced or worker.state is None:
+                return
+            if worker.state.position is not None:
+                self._checkpoint(shutdown_requested_input.checkpointer, worker.state.position)
+            worker.release()
+
+        self._guard("shutdownRequested", run)

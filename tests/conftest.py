@@ -1,0 +1,76 @@
+"""Shared fixtures: one local backend per test session, fresh streams and table per test."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.backend import DUMMY_ENV, ROOT, client, create_stream, moto_server
+from tests.support.props import write_properties
+
+for _k, _v in DUMMY_ENV.items():
+    os.environ.setdefault(_k, _v)
+
+_names = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def endpoint() -> Iterator[str]:
+    """The single-threaded moto server, started for this test run on 127.0.0.1."""
+    with moto_server() as url:
+        yield url
+
+
+@dataclass
+class Pipeline:
+    """A staging stream, a target stream, a state table and a properties file for them."""
+
+    endpoint: str
+    staging: str
+    target: str
+    table: str
+    properties: Path
+    kinesis: Any
+    dynamodb: Any
+    tmp: Path
+
+    def write_properties(self, **copier: object) -> Path:
+        return write_properties(self.properties, self.endpoint, self.staging, self.target, self.table, **copier)
+
+    def init(self) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(ROOT / ".venv/bin/copier"), "init", "--properties", str(self.properties)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **DUMMY_ENV},
+            check=True,
+        )
+
+
+@pytest.fixture
+def pipeline(endpoint: str, tmp_path: Path) -> Pipeline:
+    """Fresh streams (staging: 1 shard, target: 2 shards) and state table, created through the backend."""
+    n = next(_names)
+    kinesis = client("kinesis", endpoint)
+    p = Pipeline(
+        endpoint=endpoint,
+        staging=f"staging-{n}",
+        target=f"target-{n}",
+        table=f"state-{n}",
+        properties=tmp_path / "copier.properties",
+        kinesis=kinesis,
+        dynamodb=client("dynamodb", endpoint),
+        tmp=tmp_path,
+    )
+    create_stream(kinesis, p.staging, 1)
+    create_stream(kinesis, p.target, 2)
+    p.write_properties()
+    p.init()
+    return p

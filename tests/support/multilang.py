@@ -1,0 +1,196 @@
+"""Speaking the MultiLang protocol to ``copier process`` over pipes, as the daemon does.
+
+The daemon writes one JSON action per line to the child's stdin and reads
+JSON lines from its stdout: a ``status`` line acknowledges each action, and
+``checkpoint`` lines are requests it answers with a ``checkpoint`` line
+(``error`` set when the checkpoint failed). Anything else on stdout would
+break the real daemon, so this speaker fails the test on it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.support.backend import DUMMY_ENV, ROOT
+
+COPIER = str(ROOT / ".venv" / "bin" / "copier")
+
+
+@dataclass(frozen=True)
+class Rec:
+    """A staging record as the daemon delivers it (already de-aggregated)."""
+
+    seq: int
+    data: bytes
+    partition_key: str = "pk"
+    subseq: int = 0
+    arrival_ms: int = 1_700_000_000_000
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "action": "record",
+            "data": base64.b64encode(self.data).decode(),
+            "partitionKey": self.partition_key,
+            "sequenceNumber": str(self.seq),
+            "subSequenceNumber": self.subseq,
+            "approximateArrivalTimestamp": self.arrival_ms,
+        }
+
+
+def event(seq: int, event_id: str | None, body: str = "x", subseq: int = 0, pk: str | None = None) -> Rec:
+    payload: dict[str, Any] = {"body": body}
+    if event_id is not None:
+        payload["eventId"] = event_id
+    return Rec(seq, json.dumps(payload).encode(), pk or (event_id or "none"), subseq)
+
+
+class ProtocolViolation(AssertionError):
+    pass
+
+
+@dataclass
+class Processor:
+    """One ``copier process`` child and the daemon's side of its pipes."""
+
+    properties: Path
+    name: str = "processor"
+    proc: subprocess.Popen[str] = field(init=False)
+    checkpoints: list[tuple[str | None, int | None]] = field(default_factory=list)
+    stderr_lines: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        env = {**os.environ, **DUMMY_ENV}
+        self.proc = subprocess.Popen(
+            [COPIER, "process", "--properties", str(self.properties)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+            env=env,
+        )
+        self._out: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump_out, daemon=True).start()
+        threading.Thread(target=self._pump_err, daemon=True).start()
+
+    def _pump_out(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._out.put(line)
+        self._out.put(None)
+
+    def _pump_err(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.stderr_lines.append(line.rstrip("\n"))
+
+    def logs(self) -> list[dict[str, Any]]:
+        out = []
+        for line in list(self.stderr_lines):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                out.append({"event": "raw", "line": line})
+        return out
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        return [e for e in self.logs() if e.get("event") == name]
+
+    def _send(self, message: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(message) + "\n")
+        self.proc.stdin.flush()
+
+    def call(self, message: dict[str, Any], timeout: float = 60, checkpoint_error: str | None = None) -> None:
+        """Send an action and serve checkpoint requests until the child acknowledges it."""
+        self._send(message)
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"{self.name}: no status for {message['action']} in {timeout}s")
+            try:
+                line = self._out.get(timeout=remaining)
+            except queue.Empty:
+                continue
+            if line is None:
+                raise ProtocolViolation(
+                    f"{self.name} exited ({self.proc.wait()}) during {message['action']}; stderr tail: "
+                    + "\n".join(self.stderr_lines[-10:])
+                )
+            if not line.strip():
+                continue  # amazon-kclpy surrounds each line with newlines
+            try:
+                reply = json.loads(line)
+            except ValueError:
+                raise ProtocolViolation(f"{self.name} wrote a non-protocol line to stdout: {line!r}") from None
+            if reply.get("action") == "checkpoint":
+                self.checkpoints.append((reply.get("sequenceNumber"), reply.get("subSequenceNumber")))
+                self._send(
+                    {
+                        "action": "checkpoint",
+                        "sequenceNumber": reply.get("sequenceNumber"),
+                        "subSequenceNumber": reply.get("subSequenceNumber"),
+                        "error": checkpoint_error,
+                    }
+                )
+                continue
+            if reply.get("action") == "status" and reply.get("responseFor") == message["action"]:
+                return
+            raise ProtocolViolation(f"{self.name}: unexpected message {reply!r} during {message['action']}")
+
+    # -- the daemon's actions -----------------------------------------------------
+
+    def initialize(self, shard_id: str, seq: str = "TRIM_HORIZON", subseq: int = 0, timeout: float = 60) -> None:
+        self.call({"action": "initialize", "shardId": shard_id, "sequenceNumber": seq, "subSequenceNumber": subseq}, timeout)
+
+    def process(self, records: list[Rec], timeout: float = 120) -> None:
+        self.call(
+            {"action": "processRecords", "records": [r.to_json() for r in records], "millisBehindLatest": 0},
+            timeout,
+        )
+
+    def send_process(self, records: list[Rec]) -> None:
+        """Send a batch without waiting (to kill the child while it works on it)."""
+        self._send({"action": "processRecords", "records": [r.to_json() for r in records], "millisBehindLatest": 0})
+
+    def shard_ended(self) -> None:
+        self.call({"action": "shardEnded"})
+
+    def shutdown_requested(self) -> None:
+        self.call({"action": "shutdownRequested"})
+
+    def lease_lost(self) -> None:
+        self.call({"action": "leaseLost"})
+
+    def last_checkpoint(self) -> tuple[str | None, int | None] | None:
+        return self.checkpoints[-1] if self.checkpoints else None
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def close(self) -> int:
+        """End of input, as when the daemon goes away; returns the exit status."""
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            try:
+                self.proc.stdin.close()
+            except BrokenPipeError:
+                pass
+            try:
+                return self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        return self.proc.wait()

@@ -1,0 +1,34 @@
+"""Properties files for tests, pointing at the test backend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def write_properties(
+    path: Path, endpoint: str, staging: str, target: str, table: str, failover_ms: int = 3000, **copier: object
+) -> Path:
+    """A complete properties file; ``copier`` overrides copier.* keys (camelCase names, None drops a key)."""
+    keys: dict[str, object] = {
+        "targetStreamName": target,
+        "dedupKey": "json:eventId",
+        "stateTableName": table,
+        "checkpointIntervalMillis": 0,
+        "putTimeoutMillis": 1000,
+        "clockSkewMillis": 200,
+        "maxBackoffMillis": 200,
+        "logLevel": "DEBUG",
+    }
+    keys.update(copier)
+    lines = [
+        "executableName = copier process --properties " + str(path),
+        "applicationName = copier-test",
+        f"streamName = {staging}",
+        "regionName = us-east-1",
+        f"kinesisEndpoint = {endpoint}",
+        f"dynamoDBEndpoint = {endpoint}",
+        f"failoverTimeMillis = {failover_ms}",
+    ]
+    lines += [f"copier.{k} = {v}" for k, v in keys.items() if v is not None]
+    path.write_text("\n".join(lines) + "\n")
+    return path
