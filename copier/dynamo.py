@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timedelta, timezone
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import botocore.exceptions
@@ -87,7 +87,7 @@ def _unpack(blob: bytes | None, size: int = 12) -> tuple[bytes, ...]:
     return tuple(blob[i : i + size] for i in range(0, len(blob), size))
 
 
-def make_model(config: Config) -> type[Model]:
+def make_model(config: Config) -> Any:
     """A PynamoDB model bound to the configured table, region and endpoint."""
 
     class CopierItem(Model):
@@ -114,7 +114,7 @@ def make_model(config: Config) -> type[Model]:
         successor = UnicodeAttribute(null=True)
         closed = BooleanAttribute(null=True)
         batches = NumberAttribute(null=True)
-        counters = MapAttribute(null=True)  # type: ignore[var-annotated]
+        counters: MapAttribute[str, Any] = MapAttribute(null=True)  # type: ignore[no-untyped-call]
         updated_ms = NumberAttribute(null=True)
         # digest item
         target = BinaryAttribute(null=True, legacy_encoding=False)
@@ -147,7 +147,7 @@ class DynamoStateStore(StateStore):
 
     # -- conversions -------------------------------------------------------
 
-    def _to_item(self, key: str, s: ShardState) -> Model:
+    def _to_item(self, key: str, s: ShardState) -> Any:
         pending = None
         if s.pending is not None:
             pending = json.dumps(
@@ -200,7 +200,7 @@ class DynamoStateStore(StateStore):
             updated_ms=int(item.updated_ms or 0),
         )
 
-    def _batch_item(self, key: str, b: DigestBatch) -> Model:
+    def _batch_item(self, key: str, b: DigestBatch) -> Any:
         return self.model(
             key,
             b.batch_key,
@@ -208,7 +208,7 @@ class DynamoStateStore(StateStore):
             deadletter=_pack(b.deadletter) or None,
             window=_pack(b.window) or None,
             created_ms=b.created_ms,
-            expires_at=datetime.fromtimestamp(b.created_ms / 1000, timezone.utc) + timedelta(hours=self.config.digest_ttl_hours),
+            expires_at=datetime.fromtimestamp(b.created_ms / 1000, UTC) + timedelta(hours=self.config.digest_ttl_hours),
         )
 
     def _batch_from(self, item: Any) -> DigestBatch:

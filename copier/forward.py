@@ -36,7 +36,9 @@ class Clock(Protocol):
 
 class Streams(Protocol):
     def put_records(self, stream: str, entries: Sequence[tuple[str, bytes]]) -> list[str | None]: ...
-    def identities_since(self, stream: str, since_ms: int, identity: Callable[[str, bytes], bytes]) -> Counter[bytes]: ...
+    def identities_since(
+        self, stream: str, since_ms: int, identity: Callable[[str, bytes], bytes]
+    ) -> Counter[bytes]: ...
 
 
 @dataclass
@@ -108,7 +110,7 @@ class Forwarder:
                     self.on_request(stream, len(request), len(request))
                     continue
                 before = len(failed)
-                for entry, code in zip(request, results):
+                for entry, code in zip(request, results, strict=True):
                     if code is None:
                         landed[entry.identity] += 1
                     else:

@@ -23,8 +23,8 @@ import botocore.config
 import botocore.exceptions
 
 from copier.config import Config
-from copier.errors import AmbiguousPutError, AwsError, FatalAwsError, TransientAwsError
 from copier.dynamo import convert_aws_error
+from copier.errors import AmbiguousPutError, AwsError, FatalAwsError, TransientAwsError
 
 __all__ = ["KinesisStreams", "PutEntry"]
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TextIO
 
 import structlog
 
 __all__ = ["configure_logging"]
 
 
-def configure_logging(level: str = "INFO", stream: object = None) -> None:
+def configure_logging(level: str = "INFO", stream: TextIO | None = None) -> None:
     """Route structlog (and the stdlib loggers of boto and PynamoDB) to stderr as JSON."""
     out = stream or sys.stderr
     numeric = logging.getLevelName(level)
@@ -30,7 +31,7 @@ def configure_logging(level: str = "INFO", stream: object = None) -> None:
             structlog.processors.JSONRenderer(sort_keys=False),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=out),  # type: ignore[arg-type]
+        logger_factory=structlog.PrintLoggerFactory(file=out),
         cache_logger_on_first_use=False,
     )
     logging.basicConfig(stream=out, level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", force=True)

@@ -151,12 +151,20 @@ def plan_batch(
         """The record as it goes out: as is to the target, or in a dead-letter envelope."""
         oversize = record_size(record.partition_key, record.data) > MAX_RECORD_BYTES
         if settings.dead_letter and oversize:
-            reason = "record exceeds the target's size limit"
-        elif not (settings.dead_letter and reason is not None and settings.unkeyed_policy == "deadletter"):
+            why = "record exceeds the target's size limit"
+        elif settings.dead_letter and reason is not None and settings.unkeyed_policy == "deadletter":
+            why = f"no event ID: {reason}"
+        else:
             return Outgoing(record.position, "target", record.partition_key, record.data, identity, event_id)
-        envelope = dead_letter_envelope(settings, record, reason)
-        return Outgoing(record.position, "deadletter", record.partition_key, envelope,
-                        content_digest(record.partition_key, envelope), None)
+        envelope = dead_letter_envelope(settings, record, why)
+        return Outgoing(
+            record.position,
+            "deadletter",
+            record.partition_key,
+            envelope,
+            content_digest(record.partition_key, envelope),
+            None,
+        )
 
     for record in records:
         if (committed is not None and record.position <= committed) or (

@@ -182,6 +182,7 @@ class ShardWorker:
             previous_owner=seen.owner if seen else None,
             previous_epoch=seen.epoch if seen else None,
             position=str(self.state.position) if self.state.position else None,
+            pending=self.state.pending.batch_key if self.state.pending else None,
         )
         self._load_window()
         if self.state.pending is not None:
@@ -235,16 +236,24 @@ class ShardWorker:
         own = self._retrying("load_window", lambda: self.store.window_batches(self.key, capacity))
         window = DedupWindow.from_newest_first(capacity, own)
         if len(window) < capacity and self.state.batches < 1 + len(own):
-            parents = self._retrying("list_parents", lambda: self.streams.parents(self.config.stream_name, self.shard_id))
+            parents = self._retrying(
+                "list_parents", lambda: self.streams.parents(self.config.stream_name, self.shard_id)
+            )
             if parents:
                 window = DedupWindow(capacity * (1 + len(parents)))
                 for parent in parents:
-                    key = shard_key(self.config.stream_name, parent)
-                    batches = self._retrying("load_window", lambda k=key: self.store.window_batches(k, capacity))
+                    batches = self._parent_window(parent, capacity)
                     window.merge(DedupWindow.from_newest_first(capacity, batches))
                 window.merge(DedupWindow.from_newest_first(capacity, own))
                 self.log.info("inherited_window", parents=parents, digests=len(window))
         self.window = window
+
+    def _parent_window(self, parent: str, capacity: int) -> list[tuple[str, Sequence[bytes]]]:
+        key = shard_key(self.config.stream_name, parent)
+        batches: list[tuple[str, Sequence[bytes]]] = self._retrying(
+            "load_window", lambda: self.store.window_batches(key, capacity)
+        )
+        return batches
 
     def _verify_pending(self) -> None:
         """Find out which records of the dead owner's in-flight batch landed (see copier.recovery)."""

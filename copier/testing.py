@@ -8,13 +8,14 @@ exercises the behaviour the real store has.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 from copier.errors import FencedError
 from copier.state import DigestBatch, ShardState, StateConflict, StateStore
 
-__all__ = ["FakeClock", "InMemoryStateStore"]
+__all__ = ["FakeClock", "InMemoryStateStore", "InMemoryStreams"]
 
 
 class InMemoryStateStore(StateStore):
@@ -79,3 +80,48 @@ class FakeClock:
 
     def advance(self, ms: int) -> None:
         self.now += ms
+
+
+PutFault = Callable[[str, list[tuple[str, bytes]]], tuple[list[bool], BaseException | None]]
+
+
+def _all_land(stream: str, entries: list[tuple[str, bytes]]) -> tuple[list[bool], BaseException | None]:
+    return [True] * len(entries), None
+
+
+class InMemoryStreams:
+    """Kinesis streams in lists, with a fault hook for what a local backend cannot do.
+
+    ``fault(stream, entries)`` returns which entries land and an optional
+    exception to raise after landing them: per-entry throttling (entries that
+    do not land get ``ProvisionedThroughputExceededException``), an ambiguous
+    put (``AmbiguousPutError`` after a subset landed), a crash mid-put.
+    """
+
+    def __init__(self, clock: FakeClock | None = None) -> None:
+        self.records: dict[str, list[tuple[str, bytes, int]]] = {}
+        self.shard_parents: dict[str, list[str]] = {}
+        self.fault: PutFault = _all_land
+        self.clock = clock or FakeClock()
+        self.put_calls = 0
+
+    def put_records(self, stream: str, entries: Sequence[tuple[str, bytes]]) -> list[str | None]:
+        self.put_calls += 1
+        land, error = self.fault(stream, list(entries))
+        out: list[str | None] = []
+        for (pk, data), ok in zip(entries, land, strict=True):
+            if ok:
+                self.records.setdefault(stream, []).append((pk, data, self.clock.now_ms()))
+            out.append(None if ok else "ProvisionedThroughputExceededException")
+        if error is not None:
+            raise error
+        return out
+
+    def identities_since(self, stream: str, since_ms: int, identity: Callable[[str, bytes], bytes]) -> Counter[bytes]:
+        return Counter(identity(pk, data) for pk, data, at in self.records.get(stream, []) if at >= since_ms)
+
+    def parents(self, stream: str, shard_id: str) -> list[str]:
+        return list(self.shard_parents.get(shard_id, []))
+
+    def data(self, stream: str) -> list[bytes]:
+        return [data for _, data, _ in self.records.get(stream, [])]

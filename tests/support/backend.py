@@ -31,10 +31,10 @@ def free_port() -> int:
 
 
 @contextmanager
-def moto_server() -> Iterator[str]:
+def moto_server(**extra_env: str) -> Iterator[str]:
     """Run the single-threaded moto server; yields its endpoint URL; always stops it."""
     port = free_port()
-    env = {**os.environ, **DUMMY_ENV}
+    env = {**os.environ, **DUMMY_ENV, **extra_env}
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.support.motoserver", str(port)],
         cwd=ROOT,

@@ -106,27 +106,34 @@ class Processor:
     def events(self, name: str) -> list[dict[str, Any]]:
         return [e for e in self.logs() if e.get("event") == name]
 
+    def wait_for(self, name: str, count: int = 1, timeout: float = 10) -> list[dict[str, Any]]:
+        """The log events called ``name`` once there are ``count`` (stderr is read by another thread)."""
+        deadline = time.monotonic() + timeout
+        while len(found := self.events(name)) < count:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.name}: no {count} x {name!r} in its log; tail: {self.stderr_lines[-5:]}")
+            time.sleep(0.01)
+        return found
+
     def _send(self, message: dict[str, Any]) -> None:
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(message) + "\n")
         self.proc.stdin.flush()
 
-    def call(self, message: dict[str, Any], timeout: float = 60, checkpoint_error: str | None = None) -> None:
-        """Send an action and serve checkpoint requests until the child acknowledges it."""
-        self._send(message)
+    def next_status(self, timeout: float, checkpoint_error: str | None = None) -> str | None:
+        """Serve checkpoint requests until a status arrives (its ``responseFor``) or ``timeout`` passes (None)."""
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise TimeoutError(f"{self.name}: no status for {message['action']} in {timeout}s")
+                return None
             try:
                 line = self._out.get(timeout=remaining)
             except queue.Empty:
-                continue
+                return None
             if line is None:
                 raise ProtocolViolation(
-                    f"{self.name} exited ({self.proc.wait()}) during {message['action']}; stderr tail: "
-                    + "\n".join(self.stderr_lines[-10:])
+                    f"{self.name} exited ({self.proc.wait()}); stderr tail: " + "\n".join(self.stderr_lines[-10:])
                 )
             if not line.strip():
                 continue  # amazon-kclpy surrounds each line with newlines
@@ -145,14 +152,25 @@ class Processor:
                     }
                 )
                 continue
-            if reply.get("action") == "status" and reply.get("responseFor") == message["action"]:
-                return
-            raise ProtocolViolation(f"{self.name}: unexpected message {reply!r} during {message['action']}")
+            if reply.get("action") == "status":
+                return str(reply.get("responseFor"))
+            raise ProtocolViolation(f"{self.name}: unexpected message {reply!r}")
+
+    def call(self, message: dict[str, Any], timeout: float = 60, checkpoint_error: str | None = None) -> None:
+        """Send an action and serve checkpoint requests until the child acknowledges it."""
+        self._send(message)
+        status = self.next_status(timeout, checkpoint_error)
+        if status is None:
+            raise TimeoutError(f"{self.name}: no status for {message['action']} in {timeout}s")
+        if status != message["action"]:
+            raise ProtocolViolation(f"{self.name}: status for {status} while waiting for {message['action']}")
 
     # -- the daemon's actions -----------------------------------------------------
 
     def initialize(self, shard_id: str, seq: str = "TRIM_HORIZON", subseq: int = 0, timeout: float = 60) -> None:
-        self.call({"action": "initialize", "shardId": shard_id, "sequenceNumber": seq, "subSequenceNumber": subseq}, timeout)
+        self.call(
+            {"action": "initialize", "shardId": shard_id, "sequenceNumber": seq, "subSequenceNumber": subseq}, timeout
+        )
 
     def process(self, records: list[Rec], timeout: float = 120) -> None:
         self.call(

@@ -1,0 +1,72 @@
+"""The command line: clear one-line errors with status 2 before any AWS call, and init."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Pipeline
+from tests.support.backend import DUMMY_ENV, ROOT, free_port
+
+COPIER = str(ROOT / ".venv" / "bin" / "copier")
+
+
+def run(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [COPIER, *args], capture_output=True, text=True, input=stdin, env={**os.environ, **DUMMY_ENV}, timeout=60
+    )
+
+
+def bad_file(tmp_path: Path) -> Path:
+    """A file with a malformed value, whose endpoints point at a port nobody listens on."""
+    port = free_port()
+    path = tmp_path / "bad.properties"
+    path.write_text(
+        "applicationName = app\nstreamName = s\nregionName = us-east-1\n"
+        f"kinesisEndpoint = http://127.0.0.1:{port}\ndynamoDBEndpoint = http://127.0.0.1:{port}\n"
+        "copier.targetStreamName = t\ncopier.dedupKey = json:id\ncopier.putTimeoutMillis = fast\n"
+    )
+    return path
+
+
+@pytest.mark.parametrize("command", ["process", "init"])
+def test_a_malformed_file_stops_the_command_with_one_line_and_status_2(tmp_path: Path, command: str) -> None:
+    """The file, the key and the problem on one stderr line; nothing on stdout (the protocol channel)."""
+    path = bad_file(tmp_path)
+    started = time.monotonic()
+    result = run(command, "--properties", str(path), stdin='{"action": "initialize", "shardId": "s-1"}\n')
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr == f"copier: {path}: copier.putTimeoutMillis: expected a whole number, got 'fast'\n"
+    assert time.monotonic() - started < 20, "no AWS call (which would wait for a connection) was attempted"
+
+
+def test_check_config_accepts_a_good_file_and_rejects_a_bad_one(tmp_path: Path) -> None:
+    """check-config prints a summary for a good file and the problem for a bad one."""
+    good = run("check-config", str(ROOT / "properties" / "copier.properties"))
+    assert good.returncode == 0 and "ok: events-staging -> events" in good.stdout
+    bad = run("check-config", str(bad_file(tmp_path)))
+    assert bad.returncode == 2 and "copier.putTimeoutMillis" in bad.stderr
+
+
+def test_init_is_idempotent(pipeline: Pipeline) -> None:
+    """init creates the table once and then reports that it exists."""
+    again = pipeline.init()
+    assert again.stdout.strip() == f"state table {pipeline.table}: already exists"
+
+
+@pytest.mark.protocol
+def test_a_missing_state_table_ends_the_processor_with_a_logged_reason(pipeline: Pipeline, tmp_path: Path) -> None:
+    """An unrecoverable fault exits (status 3) instead of acknowledging a batch it did not forward."""
+    pipeline.table = "never-created"
+    pipeline.write_properties()
+    initialize = {"action": "initialize", "shardId": "s-0", "sequenceNumber": "TRIM_HORIZON", "subSequenceNumber": 0}
+    result = run("process", "--properties", str(pipeline.properties), stdin=json.dumps(initialize) + "\n")
+    assert result.returncode == 3
+    assert result.stdout.strip() == "", "no status: the action was not acknowledged"
+    assert "ResourceNotFoundException" in result.stderr

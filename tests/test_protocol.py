@@ -1,0 +1,297 @@
+"""``copier process`` driven over its pipes as the MultiLangDaemon drives it, against the local backend.
+
+Every scenario ends by reading the whole target stream and asserting that
+it holds every expected event exactly once and nothing else.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from tests.conftest import Pipeline
+from tests.support.backend import read_stream
+from tests.support.multilang import Processor, Rec, event
+
+pytestmark = pytest.mark.protocol
+
+SHARD = "shardId-000000000000"
+
+
+def target_ids(p: Pipeline, stream: str | None = None) -> Counter[str]:
+    """Event IDs in the target (``body:<body>`` for records without one, ``raw:<bytes>`` for non-JSON)."""
+    out: Counter[str] = Counter()
+    for record in read_stream(p.kinesis, stream or p.target):
+        data = bytes(record["Data"])
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            out[f"raw:{data.decode(errors='replace')}"] += 1
+            continue
+        key = doc.get("eventId") if isinstance(doc, dict) else None
+        out[key if isinstance(key, str) else f"body:{json.dumps(doc, sort_keys=True)}"] += 1
+    return out
+
+
+def exactly_once(ids: list[str]) -> Counter[str]:
+    return Counter({i: 1 for i in ids})
+
+
+@pytest.fixture
+def processors() -> Any:
+    started: list[Processor] = []
+
+    def start(p: Pipeline, name: str = "processor") -> Processor:
+        proc = Processor(p.properties, name)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.kill()
+
+
+def test_duplicates_inside_one_batch_are_forwarded_once(pipeline: Pipeline, processors: Any) -> None:
+    """The same event ID three times in one batch reaches the target once."""
+    proc = processors(pipeline)
+    proc.initialize(SHARD)
+    proc.process([event(1, "a"), event(2, "b"), event(3, "a"), event(4, "c"), event(5, "a")])
+    assert target_ids(pipeline) == exactly_once(["a", "b", "c"])
+    assert proc.last_checkpoint() == ("5", 0)
+    assert proc.close() == 0
+
+
+def test_same_event_id_under_a_new_sequence_number_in_a_later_batch_is_dropped(
+    pipeline: Pipeline, processors: Any
+) -> None:
+    """A producer retry (same ID, new sequence number, later batch) is recognised by the window."""
+    proc = processors(pipeline)
+    proc.initialize(SHARD)
+    proc.process([event(10, "a"), event(11, "b")])
+    proc.process([event(12, "b", body="retried"), event(13, "c"), event(14, "a", body="retried")])
+    assert target_ids(pipeline) == exactly_once(["a", "b", "c"])
+    committed = proc.wait_for("committed", 2)[-1]
+    assert committed["duplicates"] == 2
+
+
+def test_sequence_numbers_compare_as_numbers(pipeline: Pipeline, processors: Any) -> None:
+    """Sequence number 10 comes after 9 although "10" < "9" as text."""
+    proc = processors(pipeline)
+    proc.initialize(SHARD)
+    proc.process([event(8, "a"), event(9, "b")])
+    proc.process([event(10, "c"), event(11, "d")])
+    assert target_ids(pipeline) == exactly_once(["a", "b", "c", "d"])
+    assert proc.last_checkpoint() == ("11", 0)
+
+
+def test_replay_of_a_committed_range_after_a_restart_forwards_nothing_again(
+    pipeline: Pipeline, processors: Any
+) -> None:
+    """After a restart the daemon replays from an old checkpoint; committed records are skipped."""
+    first = processors(pipeline, "first")
+    first.initialize(SHARD)
+    batch1 = [event(100 + i, f"e{i}") for i in range(5)]
+    batch2 = [event(200 + i, f"f{i}") for i in range(5)]
+    first.process(batch1)
+    first.process(batch2)
+    first.shutdown_requested()
+    assert first.close() == 0
+    second = processors(pipeline, "second")
+    second.initialize(SHARD, seq="104")  # an older checkpoint than the committed position
+    second.process(batch2 + [event(300, "g")])
+    ids = [f"e{i}" for i in range(5)] + [f"f{i}" for i in range(5)] + ["g"]
+    assert target_ids(pipeline) == exactly_once(ids)
+    assert second.wait_for("committed")[-1]["replays"] == 5
+    # the first processor released its lease on shutdown: no grace sleep for the second
+    assert not second.events("waiting_for_lease")
+
+
+def big_batch(start_seq: int, prefix: str, count: int) -> tuple[list[Rec], list[str]]:
+    """``count`` events, every tenth repeating an earlier ID (a producer retry)."""
+    records, ids = [], []
+    for i in range(count):
+        if i % 10 == 9:
+            records.append(event(start_seq + i, f"{prefix}-{i - 5}", body="retry"))
+        else:
+            records.append(event(start_seq + i, f"{prefix}-{i}"))
+            ids.append(f"{prefix}-{i}")
+    return records, ids
+
+
+def resume_after(records: list[Rec], checkpoint: tuple[str | None, int | None] | None) -> list[Rec]:
+    if checkpoint is None:
+        return records
+    seq, sub = int(checkpoint[0] or 0), int(checkpoint[1] or 0)
+    return [r for r in records if (r.seq, r.subseq) > (seq, sub)]
+
+
+KILL_POINTS = [
+    ("intent_recorded", 1),
+    ("put_request", 1),
+    ("put_request", 2),
+    ("put_request", 4),
+    ("put_done", 1),
+    ("committed", 1),
+    ("intent_recorded", 2),
+    ("put_request", 6),
+]
+
+
+@pytest.mark.parametrize("point,count", KILL_POINTS, ids=[f"{p}-{c}" for p, c in KILL_POINTS])
+def test_sigkill_during_a_large_batch_then_a_new_processor_from_the_last_checkpoint(
+    pipeline: Pipeline, processors: Any, point: str, count: int
+) -> None:
+    """SIGKILL at a point of the intent/put/commit sequence; the successor verifies and completes."""
+    pipeline.write_properties(putTimeoutMillis=500, clockSkewMillis=100)
+    first_half, ids1 = big_batch(1000, "a", 1600)
+    second_half, ids2 = big_batch(5000, "b", 1600)
+    victim = processors(pipeline, "victim")
+    victim.initialize(SHARD)
+    victim.send_process(first_half)
+    sent_second = False
+    deadline = time.monotonic() + 60
+    while len(victim.events(point)) < count:
+        assert time.monotonic() < deadline, f"never reached {point} #{count}"
+        if victim.next_status(0.001) == "processRecords" and not sent_second:
+            victim.send_process(second_half)  # the daemon sends the next batch once one is acknowledged
+            sent_second = True
+    victim.kill()
+
+    successor = processors(pipeline, "successor")
+    checkpoint = victim.last_checkpoint()
+    successor.initialize(SHARD, seq=checkpoint[0] if checkpoint else "TRIM_HORIZON")
+    successor.process(resume_after(first_half + second_half, checkpoint)[:2500])
+    successor.process(resume_after(first_half + second_half, checkpoint)[2500:])
+    assert target_ids(pipeline) == exactly_once(ids1 + ids2)
+    if successor.wait_for("took_over")[0]["pending"] is not None:  # killed between intent and commit
+        verified = successor.wait_for("verified_pending")[0]
+        assert verified["landed"] + verified["to_redo"] > 0
+    assert successor.close() == 0
+
+
+def test_takeover_while_the_first_processor_still_gets_records(pipeline: Pipeline, processors: Any) -> None:
+    """The first processor forwards nothing after a successor announces itself, and keeps answering."""
+    first = processors(pipeline, "first")
+    first.initialize(SHARD)
+    first.process([event(1, "a"), event(2, "b")])
+    checkpoint = first.last_checkpoint()
+    assert checkpoint == ("2", 0)
+
+    second = processors(pipeline, "second")
+    done = threading.Event()
+
+    def take_over() -> None:
+        second.initialize(SHARD, seq=checkpoint[0] or "")
+        done.set()
+
+    thread = threading.Thread(target=take_over)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not second.events("waiting_for_lease"):
+        assert time.monotonic() < deadline, "successor never started waiting"
+        time.sleep(0.02)
+
+    late = [event(3, "c"), event(4, "d")]
+    first.process(late)  # still answered, but fenced: nothing forwarded
+    first.wait_for("fenced")
+    thread.join(timeout=30)
+    assert done.is_set()
+    first.process([event(5, "e")])
+    checkpoints_before = list(first.checkpoints)
+    first.shutdown_requested()
+    assert first.checkpoints == checkpoints_before, "a fenced processor must not checkpoint"
+    assert first.proc.poll() is None, "a fenced processor keeps running until the daemon ends it"
+    assert target_ids(pipeline) == exactly_once(["a", "b"])
+
+    second.process(late + [event(5, "e")])
+    assert target_ids(pipeline) == exactly_once(["a", "b", "c", "d", "e"])
+    first.lease_lost()
+    assert first.close() == 0
+
+
+def test_kpl_aggregated_records_and_a_replay_from_the_middle_of_one(pipeline: Pipeline, processors: Any) -> None:
+    """Sub-records of one aggregated record are separate events; a replay may start inside one."""
+    aggregated = [event(500, f"k{i}", subseq=i) for i in range(8)] + [event(500, "k2", body="dup", subseq=8)]
+    first = processors(pipeline, "first")
+    first.initialize(SHARD)
+    first.process([event(499, "before")] + aggregated[:5])
+    assert first.last_checkpoint() == ("500", 4)
+    first.kill()
+
+    second = processors(pipeline, "second")
+    second.initialize(SHARD, seq="500", subseq=2)  # an older checkpoint, inside the aggregated record
+    second.process(aggregated[3:] + [event(501, "after")])
+    ids = ["before"] + [f"k{i}" for i in range(8)] + ["after"]
+    assert target_ids(pipeline) == exactly_once(ids)
+    assert second.last_checkpoint() == ("501", 0)
+
+
+def test_events_without_an_id_and_non_json_payloads_are_forwarded_and_logged(
+    pipeline: Pipeline, processors: Any
+) -> None:
+    """Under unkeyedPolicy=forward, unkeyed records go through as is, each logged with its position."""
+    proc = processors(pipeline)
+    proc.initialize(SHARD)
+    records = [
+        event(1, "a"),
+        event(2, None, body="no-id"),
+        Rec(3, b"\xff\xfenot json", "raw"),
+        Rec(4, b'{"eventId": {"nested": 1}}', "obj"),
+        event(5, "b"),
+    ]
+    proc.process(records)
+    ids = target_ids(pipeline)
+    assert ids == exactly_once(
+        ["a", "b", 'body:{"body": "no-id"}', "raw:\ufffd\ufffdnot json", 'body:{"eventId": {"nested": 1}}']
+    )
+    logged = {(e["sequence_number"], e["reason"]) for e in proc.wait_for("unkeyed_event", 3)}
+    assert logged == {
+        ("2", "field eventId is missing"),
+        ("3", "payload is not JSON"),
+        ("4", "field eventId is dict, not a string or integer"),
+    }
+
+
+def test_unkeyed_events_go_to_the_dead_letter_stream_with_the_reason(pipeline: Pipeline, processors: Any) -> None:
+    """Under unkeyedPolicy=deadletter, an unkeyed record lands in the DLQ, wrapped with why and where from."""
+    dlq = pipeline.target + "-dlq"
+    pipeline.kinesis.create_stream(StreamName=dlq, ShardCount=1)
+    pipeline.write_properties(unkeyedPolicy="deadletter", deadLetterStreamName=dlq)
+    proc = processors(pipeline)
+    proc.initialize(SHARD)
+    proc.process([event(1, "a"), Rec(2, b"garbage", "g"), event(3, "b")])
+    assert target_ids(pipeline) == exactly_once(["a", "b"])
+    letters = [json.loads(r["Data"]) for r in read_stream(pipeline.kinesis, dlq)]
+    assert len(letters) == 1
+    assert letters[0]["reason"] == "no event ID: payload is not JSON"
+    assert letters[0]["sequenceNumber"] == "2" and letters[0]["shardId"] == SHARD
+    assert base64.b64decode(letters[0]["data"]) == b"garbage"
+
+
+def test_a_child_shard_after_a_split_drops_a_duplicate_of_a_parent_event(pipeline: Pipeline, processors: Any) -> None:
+    """The child inherits its parent's window: a retry of a parent's event landing on the child is dropped."""
+    k = pipeline.kinesis
+    shard = k.list_shards(StreamName=pipeline.staging)["Shards"][0]
+    middle = (int(shard["HashKeyRange"]["StartingHashKey"]) + int(shard["HashKeyRange"]["EndingHashKey"])) // 2
+    k.split_shard(StreamName=pipeline.staging, ShardToSplit=shard["ShardId"], NewStartingHashKey=str(middle))
+    children = [s["ShardId"] for s in k.list_shards(StreamName=pipeline.staging)["Shards"] if s.get("ParentShardId")]
+    assert children
+
+    parent = processors(pipeline, "parent")
+    parent.initialize(shard["ShardId"])
+    parent.process([event(1, "a"), event(2, "b")])
+    parent.shard_ended()
+    assert parent.last_checkpoint() == (None, None), "shard_ended checkpoints with no arguments"
+    assert parent.close() == 0
+
+    child = processors(pipeline, "child")
+    child.initialize(children[0])
+    child.process([event(10, "a", body="retried on the child"), event(11, "c")])
+    assert target_ids(pipeline) == exactly_once(["a", "b", "c"])
+    child.wait_for("inherited_window")
