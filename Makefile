@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 EXTRAS ?= test,lint
 
-.PHONY: install test test-fast lint clean
+.PHONY: install test test-fast demo lint clean
 
 install: $(STAMP)
 
@@ -21,6 +21,9 @@ $(STAMP): setup.cfg pyproject.toml
 
 test: install
 	$(BIN)/python -m pytest
+
+demo: install
+	$(BIN)/copier demo
 
 test-fast: install
 	$(BIN)/python -m pytest -m "not protocol"

@@ -11,6 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from copier import demo, verify
 from copier.config import Config, load_config
 from copier.errors import ConfigError, CopierError
 
@@ -46,6 +47,29 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from copier.daemon import run_daemon
+
+    return run_daemon(_config(args.properties), args.properties)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import time
+
+    from copier.dynamo import DynamoStateStore
+    from copier.kinesis import KinesisStreams
+    from copier.status import render, rows
+
+    config = _config(args.properties)
+    prefix = f"{config.stream_name}/"
+    states = {
+        key[len(prefix) :]: state for key, state in DynamoStateStore(config).shard_states() if key.startswith(prefix)
+    }
+    shards = KinesisStreams(config).shards(config.stream_name)
+    print(render(rows(shards, states, time.time_ns() // 1_000_000), as_json=args.json))
+    return 0
+
+
 def cmd_process(args: argparse.Namespace) -> int:
     """The record processor. stdout carries the protocol only: stray prints go to stderr."""
     protocol_out = sys.stdout
@@ -72,9 +96,24 @@ def cmd_process(args: argparse.Namespace) -> int:
     return 0
 
 
+def _local_backend(argv: list[str]) -> int:
+    from copier.local.backend import main as backend_main
+
+    return backend_main(argv)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="copier", description="Exactly-once Kinesis-to-Kinesis copier.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("run", help="run the KCL MultiLangDaemon with FILE (the service's ExecStart)")
+    p.add_argument("--properties", required=True, metavar="FILE")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("status", help="per-shard owner, epoch, position, lag and counters")
+    p.add_argument("--properties", required=True, metavar="FILE")
+    p.add_argument("--json", action="store_true", help="one JSON object per shard")
+    p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("process", help="the record processor the MultiLangDaemon spawns (executableName)")
     p.add_argument("--properties", required=True, metavar="FILE")
@@ -83,6 +122,18 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("init", help="create the state table if absent (idempotent)")
     p.add_argument("--properties", required=True, metavar="FILE")
     p.set_defaults(func=cmd_init)
+
+    p = sub.add_parser("verify", help="audit the target (and dead-letter) stream against what was produced")
+    verify.add_arguments(p)
+    p.set_defaults(func=verify.main)
+
+    p = sub.add_parser("demo", help="the whole pipeline on the embedded local backend, with a summary")
+    demo.add_arguments(p)
+    p.set_defaults(func=demo.main)
+
+    p = sub.add_parser("local-backend", help="serve local Kinesis and DynamoDB on 127.0.0.1 (for tests and demos)")
+    p.add_argument("--port", type=int, default=4566)
+    p.set_defaults(func=lambda a: _local_backend(["--port", str(a.port)]))
 
     p = sub.add_parser("check-config", help="validate a properties file")
     p.add_argument("file", metavar="FILE")

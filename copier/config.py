@@ -65,6 +65,9 @@ class Config:
     clock_skew_millis: int
     max_backoff_millis: int
     log_level: str
+    jvm_args: tuple[str, ...]
+    executable_name: str | None
+    shutdown_grace_millis: int
 
 
 def _dedup_key(value: str) -> DedupKey:
@@ -131,6 +134,7 @@ DEFAULTS: dict[str, str | None] = {
     "copier.clockSkewMillis": "1000",
     "copier.maxBackoffMillis": "10000",
     "copier.logLevel": "INFO",
+    "copier.jvmArgs": "",
 }
 COPIER_KEYS = tuple(DEFAULTS)
 
@@ -221,6 +225,9 @@ def parse_config(text: str, path: str = "<string>") -> Config:
         clock_skew_millis=skew,
         max_backoff_millis=r.copier_need("copier.maxBackoffMillis", _int_between(10, 10 * _MINUTE_MS)),
         log_level=r.copier_need("copier.logLevel", _one_of(*_LOG_LEVELS)),
+        jvm_args=tuple((r.copier("copier.jvmArgs", str) or "").split()),
+        executable_name=r.get("executableName", str, ""),
+        shutdown_grace_millis=r.need("shutdownGraceMillis", _int_between(0, _DAY_MS), "0"),
     )
 
 

@@ -116,6 +116,7 @@ def make_model(config: Config) -> Any:
         batches = NumberAttribute(null=True)
         counters: MapAttribute[str, Any] = MapAttribute(null=True)  # type: ignore[no-untyped-call]
         updated_ms = NumberAttribute(null=True)
+        behind_ms = NumberAttribute(null=True)
         # digest item
         target = BinaryAttribute(null=True, legacy_encoding=False)
         deadletter = BinaryAttribute(null=True, legacy_encoding=False)
@@ -170,6 +171,7 @@ class DynamoStateStore(StateStore):
             batches=s.batches,
             counters=dict(s.counters) or None,
             updated_ms=s.updated_ms,
+            behind_ms=s.behind_ms,
         )
 
     @staticmethod
@@ -198,6 +200,7 @@ class DynamoStateStore(StateStore):
             batches=int(item.batches or 0),
             counters=counters,
             updated_ms=int(item.updated_ms or 0),
+            behind_ms=None if item.behind_ms is None else int(item.behind_ms),
         )
 
     def _batch_item(self, key: str, b: DigestBatch) -> Any:

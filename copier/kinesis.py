@@ -26,7 +26,7 @@ from copier.config import Config
 from copier.dynamo import convert_aws_error
 from copier.errors import AmbiguousPutError, AwsError, FatalAwsError, TransientAwsError
 
-__all__ = ["KinesisStreams", "PutEntry"]
+__all__ = ["KinesisStreams", "PutEntry", "paged_shards"]
 
 PutEntry = tuple[str, bytes]  # (partition key, data)
 
@@ -48,6 +48,23 @@ def _client(config: Config, *, attempts: int | None, read_timeout: float) -> Any
         endpoint_url=config.kinesis_endpoint,
         config=botocore.config.Config(retries=retries, connect_timeout=5, read_timeout=read_timeout),  # type: ignore[arg-type]
     )
+
+
+def paged_shards(list_shards: Callable[..., Any], stream: str) -> list[dict[str, Any]]:
+    """Every shard of a stream, following ListShards' NextToken to the last page.
+
+    ``list_shards`` is the ListShards call, already wrapped in whatever error
+    handling the caller wants.
+    """
+    shards: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {"StreamName": stream}
+    while True:
+        page = list_shards(**kwargs)
+        shards.extend(page.get("Shards", []))
+        token = page.get("NextToken")
+        if not token:
+            return shards
+        kwargs = {"NextToken": token}  # ListShards rejects StreamName together with NextToken
 
 
 class KinesisStreams:
@@ -86,15 +103,7 @@ class KinesisStreams:
 
     def shards(self, stream: str) -> list[dict[str, Any]]:
         """All shards of a stream (open and closed within retention)."""
-        shards: list[dict[str, Any]] = []
-        kwargs: dict[str, Any] = {"StreamName": stream}
-        while True:
-            page = self._call("ListShards", self._read.list_shards, **kwargs)
-            shards.extend(page.get("Shards", []))
-            token = page.get("NextToken")
-            if not token:
-                return shards
-            kwargs = {"NextToken": token}
+        return paged_shards(lambda **kw: self._call("ListShards", self._read.list_shards, **kw), stream)
 
     def parents(self, stream: str, shard_id: str) -> list[str]:
         """The parent shard IDs of a shard (one after a split, two after a merge)."""

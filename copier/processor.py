@@ -92,7 +92,9 @@ class CopierRecordProcessor(processor.RecordProcessorBase):  # type: ignore[misc
     def process_records(self, process_records_input: Any) -> None:
         def run() -> None:
             assert self.worker is not None, "processRecords before initialize"
-            position = self.worker.process(_records(process_records_input.records))
+            behind = process_records_input.millis_behind_latest
+            records = _records(process_records_input.records)
+            position = self.worker.process(records, int(behind) if behind is not None else None)
             if position is None:
                 return
             due = self.worker.clock.now_ms() - self.last_checkpoint_ms >= self.checkpoint_interval_ms
@@ -102,9 +104,11 @@ class CopierRecordProcessor(processor.RecordProcessorBase):  # type: ignore[misc
         self._guard("processRecords", run)
 
     def lease_lost(self, lease_lost_input: Any) -> None:
-        self.log.info("lease_lost")
         if self.worker is not None:
             self.worker.fenced = True
+            self.worker.log.info("lease_lost")
+        else:
+            self.log.info("lease_lost")
 
     def shard_ended(self, shard_ended_input: Any) -> None:
         def run() -> None:

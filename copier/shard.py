@@ -292,8 +292,12 @@ class ShardWorker:
 
     # -- records -----------------------------------------------------------------
 
-    def process(self, records: Sequence[SourceRecord]) -> Position | None:
-        """Forward a batch; return the committed position, or None if fenced or nothing moved."""
+    def process(self, records: Sequence[SourceRecord], behind_ms: int | None = None) -> Position | None:
+        """Forward a batch; return the committed position, or None if fenced or nothing moved.
+
+        ``behind_ms`` is the daemon's millisBehindLatest for the batch, kept
+        in the state item for ``copier status``.
+        """
         if self.fenced or self.state is None:
             return None
         state = self.state
@@ -303,7 +307,7 @@ class ShardWorker:
             return None
         self._report(plan)
         try:
-            return self._forward_and_commit(plan)
+            return self._forward_and_commit(plan, behind_ms)
         except FencedError:
             self._fence("process_records")
             return None
@@ -320,7 +324,7 @@ class ShardWorker:
         if plan.redo_missing:
             self.log.error("redo_records_not_replayed", count=plan.redo_missing)
 
-    def _forward_and_commit(self, plan: BatchPlan) -> Position:
+    def _forward_and_commit(self, plan: BatchPlan, behind_ms: int | None) -> Position:
         state = self.state
         assert state is not None and plan.last is not None
         redo_last = plan.redo.last if plan.redo else None
@@ -349,7 +353,7 @@ class ShardWorker:
             stats = self.forwarder.forward(plan.send, now)
             self.log.debug("put_done", batch=batch_key, entries=len(plan.send), requests=stats.requests)
         commit = replace(
-            state, position=plan.last, pending=None, redo_last=redo_last, redo_digests=redo_digests
+            state, position=plan.last, pending=None, redo_last=redo_last, redo_digests=redo_digests, behind_ms=behind_ms
         ).with_counts(
             forwarded=sum(1 for o in plan.send if o.destination == "target"),
             dead_lettered=plan.dead_lettered,

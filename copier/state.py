@@ -61,6 +61,7 @@ class ShardState:
     batches: int = 0
     counters: dict[str, int] = field(default_factory=dict)
     updated_ms: int = 0
+    behind_ms: int | None = None
 
     def with_counts(self, **delta: int) -> ShardState:
         counters = dict(self.counters)

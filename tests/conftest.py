@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.backend import DUMMY_ENV, ROOT, client, create_stream, moto_server
+from tests.support.backend import DUMMY_ENV, ROOT, client, create_stream, local_backend
 from tests.support.props import write_properties
 
 for _k, _v in DUMMY_ENV.items():
@@ -23,8 +23,8 @@ _names = itertools.count(1)
 
 @pytest.fixture(scope="session")
 def endpoint() -> Iterator[str]:
-    """The single-threaded moto server, started for this test run on 127.0.0.1."""
-    with moto_server() as url:
+    """The project's local backend (copier local-backend), started for this test run on 127.0.0.1."""
+    with local_backend() as url:
         yield url
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.backend import DUMMY_ENV, client, create_stream, moto_server
+from tests.support.backend import DUMMY_ENV, client, create_stream, local_backend
 from tests.support.multilang import COPIER, Processor, event
 from tests.support.props import write_properties
 
@@ -43,7 +43,7 @@ def state_table_writes(recording: Path, table: str) -> Counter[str]:
 def test_at_most_two_state_writes_per_forwarded_batch(tmp_path: Path) -> None:
     """Batches of 1, 100, 500, 501 and 3,000 events cost 2 state-table writes each."""
     recording = tmp_path / "recording.jsonl"
-    with moto_server(MOTO_ENABLE_RECORDING="True", MOTO_RECORDER_FILEPATH=str(recording)) as endpoint:
+    with local_backend(MOTO_ENABLE_RECORDING="True", MOTO_RECORDER_FILEPATH=str(recording)) as endpoint:
         kinesis = client("kinesis", endpoint)
         create_stream(kinesis, "staging", 1)
         create_stream(kinesis, "target", 2)

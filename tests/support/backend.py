@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,32 +29,31 @@ def free_port() -> int:
 
 
 @contextmanager
-def moto_server(**extra_env: str) -> Iterator[str]:
-    """Run the single-threaded moto server; yields its endpoint URL; always stops it."""
-    port = free_port()
+def local_backend(**extra_env: str) -> Iterator[str]:
+    """Run the project's local backend (``copier local-backend``) on 127.0.0.1; yield its URL; always stop it.
+
+    It runs in a process of its own so that moto's settings can come from
+    ``extra_env`` (the cost test turns moto's request recorder on).
+    """
     env = {**os.environ, **DUMMY_ENV, **extra_env}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.motoserver", str(port)],
+        [str(ROOT / ".venv" / "bin" / "copier"), "local-backend", "--port", str(free_port())],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
+        text=True,
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto server did not start on port {port}") from None
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
+        assert proc.stdout is not None
+        ready = proc.stdout.readline().split()
+        if len(ready) != 2 or ready[0] != "READY":
+            raise RuntimeError(f"the local backend did not start (status {proc.poll()}): {ready}")
+        yield ready[1]
     finally:
         proc.terminate()
         try:
-            proc.wait(timeout=10)
+            proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()

@@ -1,0 +1,314 @@
+"""The local AWS backend: moto's server app behind hypercorn, on a loopback address only.
+
+Why it is built this way:
+
+* The KCL's Kinesis client speaks HTTP/2 only (cleartext h2c, prior
+  knowledge), while boto3 and the KCL's DynamoDB client speak HTTP/1.1, and
+  moto's own server speaks HTTP/1.1 only. hypercorn serves moto's WSGI app on
+  one port and answers both, so one endpoint serves every client.
+* moto's models are not thread-safe: under concurrent writers its Kinesis
+  loses acknowledged records. Every request therefore runs under one
+  process-wide lock (:data:`MOTO_LOCK`): process-wide, because moto's state
+  is, so two backends in one process must not interleave either.
+* moto gets Kinesis resharding and a DynamoDB index race wrong in ways the
+  copier and the KCL depend on; :mod:`copier.local.moto_patches` corrects
+  them before the first request.
+* moto checks no credentials: anyone who reaches the port can read and write
+  everything. The backend refuses to bind anything but a loopback address.
+
+moto's state is process-wide: two ``LocalBackend`` instances in one process
+serve the same streams and tables. moto and hypercorn are imported lazily,
+so importing this module needs neither (they are the ``test`` extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import ipaddress
+import logging
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hypercorn.config import Config
+
+__all__ = ["DEFAULT_PORT", "MOTO_LOCK", "LocalBackend", "SerializedApp", "main", "make_app"]
+
+DEFAULT_PORT = 4566
+STARTUP_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 15.0
+EXIT_START_FAILED = 1
+
+#: Serialises every request to moto in this process (see the module docstring).
+MOTO_LOCK = threading.Lock()
+
+_log = logging.getLogger(__name__)
+
+StartResponse = Callable[..., Any]
+WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+
+class SerializedApp:
+    """A WSGI app that lets one request at a time into the app it wraps.
+
+    The whole response body is built inside the lock: moto returns it ready
+    made, and iterating it outside the lock could race the next request.
+    hypercorn has read the whole request body before calling the app, so a
+    slow client never holds the lock.
+    """
+
+    def __init__(self, app: WSGIApp, lock: threading.Lock = MOTO_LOCK) -> None:
+        self._app = app
+        self._lock = lock
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
+        with self._lock:
+            result = self._app(environ, start_response)
+            try:
+                return list(result)
+            finally:
+                close = getattr(result, "close", None)
+                if close is not None:
+                    close()
+
+
+def make_app() -> SerializedApp:
+    """moto's server app (every service, dispatched on each request), patched and serialised."""
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+
+    from copier.local import moto_patches
+
+    moto_patches.apply()
+    return SerializedApp(DomainDispatcherApplication(create_backend_app))
+
+
+def _loopback(host: str) -> tuple[str, socket.AddressFamily]:
+    """The address to bind and its family; ValueError unless ``host`` is a loopback address."""
+    literal = "127.0.0.1" if host == "localhost" else host
+    try:
+        address = ipaddress.ip_address(literal)
+    except ValueError:
+        raise ValueError(f"LocalBackend binds a loopback address only, got {host!r}") from None
+    if not address.is_loopback:
+        raise ValueError(f"LocalBackend binds a loopback address only, got {host!r}")
+    return str(address), socket.AF_INET6 if address.version == 6 else socket.AF_INET
+
+
+def _hypercorn_config() -> Config:
+    from hypercorn.config import Config
+
+    config = Config()
+    # A Logger (not "-") so hypercorn leaves its handlers alone: its messages go
+    # wherever the process's logging sends them (stderr by default), never stdout.
+    config.errorlog = logging.getLogger("hypercorn.error")
+    config.accesslog = None
+    # Longer than the AWS SDK's idle-connection timeout (60 s), so the client,
+    # not the server, closes idle pooled connections: no request races a close.
+    config.keep_alive_timeout = 75
+    # hypercorn closes a connection (GOAWAY on HTTP/2) after this many requests;
+    # a KCL worker polls for hours on one connection.
+    config.keep_alive_max_requests = 2**31
+    config.graceful_timeout = 2
+    return config
+
+
+class LocalBackend:
+    """moto on ``host:port`` (HTTP/1.1 and h2c), served from a background thread.
+
+    ``port=0`` picks a free port; the socket is bound before the server
+    starts, so there is no window in which another process can take it.
+    Use as a context manager, or call :meth:`start` and :meth:`stop`.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._host, self._family = _loopback(host)
+        if not 0 <= port <= 65535:
+            raise ValueError(f"port must be in 0..65535, got {port}")
+        self._requested_port = port
+        self._port: int | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._shutdown: asyncio.Event | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound port (the real one when constructed with ``port=0``)."""
+        if self._port is None:
+            raise RuntimeError("LocalBackend is not started")
+        return self._port
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint URL for every service, e.g. ``http://127.0.0.1:4566``."""
+        host = f"[{self._host}]" if self._family == socket.AF_INET6 else self._host
+        return f"http://{host}:{self.port}"
+
+    def start(self) -> LocalBackend:
+        """Bind, start serving, and return once the server answers HTTP requests."""
+        if self._thread is not None:
+            raise RuntimeError("LocalBackend already started")
+        app = make_app()  # imports moto and patches it before any request can arrive
+        sock = socket.socket(self._family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self._host, self._requested_port))
+            sock.listen(128)
+        except BaseException:
+            sock.close()
+            raise
+        self._port = int(sock.getsockname()[1])
+        # Created here, run in the thread: stop() can always reach them.
+        self._loop = asyncio.new_event_loop()
+        self._shutdown = asyncio.Event()
+        self._thread = threading.Thread(
+            target=self._run,
+            args=(app, sock, self._loop, self._shutdown),
+            name=f"copier-local-backend-{self._port}",
+            daemon=True,
+        )
+        self._thread.start()
+        try:
+            self._wait_until_serving()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        """Stop serving, close the port and join the server's threads; safe to call twice."""
+        thread, loop, shutdown = self._thread, self._loop, self._shutdown
+        if thread is None:
+            return
+        if loop is not None and shutdown is not None:
+            try:
+                loop.call_soon_threadsafe(shutdown.set)
+            except RuntimeError:
+                pass  # the loop has already finished
+        thread.join(timeout)
+        if thread.is_alive():
+            raise RuntimeError(f"local backend on port {self._port} did not stop within {timeout} s")
+        self._thread = self._loop = self._shutdown = None
+
+    def __enter__(self) -> LocalBackend:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def _run(
+        self, app: SerializedApp, sock: socket.socket, loop: asyncio.AbstractEventLoop, shutdown: asyncio.Event
+    ) -> None:
+        """The server thread: runs ``loop`` until ``shutdown``; closes the socket, loop and executor."""
+        from hypercorn.asyncio.run import worker_serve
+        from hypercorn.config import Sockets
+        from hypercorn.utils import wrap_app
+
+        config = _hypercorn_config()
+        # hypercorn runs each WSGI request in the loop's default executor; named
+        # threads, joined when the loop is done.
+        executor = ThreadPoolExecutor(max_workers=16, thread_name_prefix=f"copier-local-backend-{self._port}")
+        loop.set_default_executor(executor)
+
+        async def serve() -> None:
+            # hypercorn's public serve() cannot take an already bound socket object;
+            # worker_serve is what it calls (hypercorn is pinned in setup.cfg).
+            await worker_serve(
+                wrap_app(app, config.wsgi_max_body_size, "wsgi"),
+                config,
+                sockets=Sockets(secure_sockets=[], insecure_sockets=[sock], quic_sockets=[]),
+                shutdown_trigger=shutdown.wait,
+            )
+
+        try:
+            asyncio.set_event_loop(loop)
+            loop.run_until_complete(serve())
+        except BaseException as error:  # reported by start(), or logged if it happens later
+            self._error = error
+            _log.error("local backend on port %s failed", self._port, exc_info=True)
+        finally:
+            sock.close()
+            try:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
+                asyncio.set_event_loop(None)
+                loop.close()
+                executor.shutdown(wait=True, cancel_futures=True)
+
+    def _wait_until_serving(self) -> None:
+        """Poll with a real HTTP request: the socket listens before hypercorn serves it."""
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            if self._thread is None or not self._thread.is_alive():
+                raise RuntimeError(f"local backend on port {self._port} failed to start") from self._error
+            connection = http.client.HTTPConnection(self._host, self.port, timeout=1)
+            try:
+                connection.request("GET", "/moto-api/", headers={"Connection": "close"})
+                connection.getresponse().read()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"local backend on port {self._port} did not answer within {STARTUP_TIMEOUT_S} s"
+                    ) from None
+                time.sleep(0.05)
+            finally:
+                connection.close()
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be in 0..65535, got {value}")
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``copier local-backend [--port N]``: serve on 127.0.0.1 until SIGTERM or SIGINT.
+
+    Prints exactly one line to stdout, ``READY http://127.0.0.1:N``, once the
+    server answers, so a parent process can wait for it; everything else goes
+    to stderr. Returns 0 after a clean stop, 1 if the server cannot start.
+    """
+    parser = argparse.ArgumentParser(
+        prog="copier local-backend",
+        description="Serve a local AWS backend (moto: Kinesis, DynamoDB, ...) on 127.0.0.1 over HTTP/1.1 and h2c.",
+    )
+    parser.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"port to bind (default {DEFAULT_PORT})")
+    args = parser.parse_args(argv)
+
+    # Block the stop signals in this thread before any other thread exists (threads
+    # inherit the mask), then wait for them synchronously: no handler can run in the
+    # middle of start() or stop(), and a signal that arrives during start() is kept.
+    stop_signals = {signal.SIGTERM, signal.SIGINT}
+    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
+    protocol_out = sys.stdout
+    sys.stdout = sys.stderr  # anything that prints while serving goes to stderr
+    try:
+        backend = LocalBackend("127.0.0.1", args.port)
+        try:
+            backend.start()
+        except (OSError, RuntimeError) as error:
+            sys.stderr.write(f"copier local-backend: cannot serve on 127.0.0.1:{args.port}: {error}\n")
+            return EXIT_START_FAILED
+        try:
+            print(f"READY {backend.endpoint}", file=protocol_out, flush=True)
+            received = signal.sigwait(stop_signals)
+            _log.info("local backend: %s received, stopping", signal.Signals(received).name)
+        finally:
+            backend.stop()
+        return 0
+    finally:
+        sys.stdout = protocol_out
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)

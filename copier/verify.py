@@ -1,0 +1,456 @@
+"""``copier verify``: read what was produced and what the target holds, and audit exactly-once.
+
+Read-only and safe against production: it lists shards and reads them from
+TRIM_HORIZON with GetRecords, within the Kinesis read limits, and writes
+nothing anywhere. The verdict itself is ``copier.audit``; this module reads
+the streams, shows progress on stderr (a full read of a large stream takes
+a while) and prints the one final report on stdout.
+
+Produced IDs come from a manifest (one event ID per line, production order)
+or, without one, from the staging stream itself: the staging stream holds
+every event the producer wrote, duplicates included, so its distinct IDs are
+exactly what the target must hold. Run it once the copier has caught up:
+the target is read up to its tip, and anything still in flight is "lost".
+
+Memory grows with the number of records read (every event ID is held), which
+is fine for an audit of millions of events; audit billions by manifest slices.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TextIO, TypeVar
+
+import boto3
+import botocore.config
+import botocore.exceptions
+
+from copier.audit import DEFAULT_EXAMPLES, AuditReport, TargetRecord, audit
+from copier.config import Config, DedupKey, load_config
+from copier.dynamo import convert_aws_error
+from copier.errors import AwsError, ConfigError
+from copier.identity import EventId, extract_event_id
+from copier.kinesis import paged_shards
+from copier.retry import backoff_ms
+
+__all__ = [
+    "Progress",
+    "StreamReader",
+    "VerifyResult",
+    "add_arguments",
+    "dead_letter_event_id",
+    "lineage_order",
+    "main",
+    "read_manifest",
+    "render_json",
+    "render_text",
+    "run_verify",
+]
+
+T = TypeVar("T")
+KinesisRecord = dict[str, Any]
+
+PROGRESS_INTERVAL_S = 2.0
+GET_RECORDS_INTERVAL_S = 0.2  # Kinesis allows 5 GetRecords per second per shard
+GET_RECORDS_LIMIT = 10_000
+MAX_ATTEMPTS = 10
+MAX_BACKOFF_MS = 10_000
+READ_WORKERS = 8
+_EXPIRED = "ExpiredIteratorException"
+
+
+class Progress:
+    """Progress lines on stderr, at most one per interval: alive on long reads, quiet in logs."""
+
+    def __init__(
+        self,
+        out: TextIO | None = None,
+        interval: float = PROGRESS_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._out = out if out is not None else sys.stderr
+        self._interval = interval
+        self._clock = clock
+        self._last = clock()
+        self._lock = threading.Lock()
+        self._streams: dict[str, list[int]] = {}  # label -> [records, shards done, shards total]
+
+    def start(self, label: str, shards: int) -> None:
+        """A stream's read begins: its shard count is known."""
+        with self._lock:
+            self._streams[label] = [0, 0, shards]
+            self._maybe_print()
+
+    def records(self, label: str, count: int) -> None:
+        """``count`` more records were read from the stream."""
+        with self._lock:
+            self._streams[label][0] += count
+            self._maybe_print()
+
+    def shard_done(self, label: str) -> None:
+        """One more shard of the stream was read to its end."""
+        with self._lock:
+            self._streams[label][1] += 1
+            self._maybe_print()
+
+    def line(self) -> str:
+        """The current state of every stream read so far, on one line."""
+        parts = [
+            f"{label} {n} records, {done}/{total} shards done" for label, (n, done, total) in self._streams.items()
+        ]
+        return "verify: reading: " + "; ".join(parts)
+
+    def _maybe_print(self) -> None:
+        now = self._clock()
+        if now - self._last >= self._interval:
+            self._last = now
+            print(self.line(), file=self._out, flush=True)
+
+
+def lineage_order(shards: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Shards with every parent before its children, otherwise in ListShards order.
+
+    Records of one partition key move from a parent to a child at a split or
+    merge; reading parents first keeps their production order intact.
+    """
+    by_id = {s["ShardId"]: s for s in shards}
+    ordered: list[dict[str, Any]] = []
+    placed: set[str] = set()
+
+    def place(shard: dict[str, Any]) -> None:
+        if shard["ShardId"] in placed:
+            return
+        placed.add(shard["ShardId"])
+        for parent in (shard.get("ParentShardId"), shard.get("AdjacentParentShardId")):
+            if parent in by_id:
+                place(by_id[parent])
+        ordered.append(shard)
+
+    for shard in shards:
+        place(shard)
+    return ordered
+
+
+def make_client(config: Config) -> Any:
+    """A Kinesis client for reads: botocore may retry these itself, since a read cannot duplicate."""
+    return boto3.session.Session().client(
+        "kinesis",
+        region_name=config.region,
+        endpoint_url=config.kinesis_endpoint,
+        config=botocore.config.Config(retries={"mode": "standard"}, connect_timeout=5, read_timeout=30),
+    )
+
+
+class StreamReader:
+    """Reads whole streams within the Kinesis read limits, shards in parallel, each in order.
+
+    Every botocore error leaves as a CopierError: transient ones (throttling,
+    5xx) are retried with jittered backoff up to ``max_attempts`` times, fatal
+    ones (missing stream, denied access) at once.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        progress: Progress,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        workers: int = READ_WORKERS,
+        max_attempts: int = MAX_ATTEMPTS,
+        max_backoff_ms: int = MAX_BACKOFF_MS,
+    ) -> None:
+        self._client = client
+        self._progress = progress
+        self._sleep = sleep
+        self._clock = clock
+        self._workers = workers
+        self._max_attempts = max_attempts
+        self._max_backoff_ms = max_backoff_ms
+        self._stop = threading.Event()
+
+    def _call(self, operation: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
+        """One API call, retried while its error is transient (an expired iterator is the caller's)."""
+        attempt = 0
+        while True:
+            try:
+                return fn(**kwargs)
+            except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
+                error = convert_aws_error(operation, exc)
+                attempt += 1
+                if not error.retryable or error.code == _EXPIRED or attempt >= self._max_attempts:
+                    raise error from exc
+                self._sleep(backoff_ms(attempt, self._max_backoff_ms) / 1000)
+
+    def shards(self, stream: str) -> list[dict[str, Any]]:
+        """Every shard of the stream (open, and closed within retention), parents first."""
+        listed = paged_shards(lambda **kw: self._call("ListShards", self._client.list_shards, **kw), stream)
+        return lineage_order(listed)
+
+    def _iterator(self, stream: str, shard_id: str, after: str | None) -> str | None:
+        """An iterator at the shard's start, or just after the last record read (when one expired)."""
+        kwargs: dict[str, Any] = {"StreamName": stream, "ShardId": shard_id}
+        if after is None:
+            kwargs["ShardIteratorType"] = "TRIM_HORIZON"
+        else:
+            kwargs.update(ShardIteratorType="AFTER_SEQUENCE_NUMBER", StartingSequenceNumber=after)
+        answer = self._call("GetShardIterator", self._client.get_shard_iterator, **kwargs)
+        iterator: str | None = answer.get("ShardIterator")
+        return iterator
+
+    def pages(self, stream: str, shard_id: str) -> Iterator[list[KinesisRecord]]:
+        """The shard's records page by page, from TRIM_HORIZON to its end.
+
+        A closed shard ends when NextShardIterator is null; any shard ends at
+        an empty page with MillisBehindLatest 0, which is the end of an open
+        shard (and of a closed parent on backends that never null its iterator).
+        """
+        iterator = self._iterator(stream, shard_id, None)
+        last_sequence: str | None = None
+        previous_call = float("-inf")
+        while iterator and not self._stop.is_set():
+            self._sleep(max(0.0, previous_call + GET_RECORDS_INTERVAL_S - self._clock()))
+            previous_call = self._clock()
+            try:
+                page = self._call(
+                    "GetRecords", self._client.get_records, ShardIterator=iterator, Limit=GET_RECORDS_LIMIT
+                )
+            except AwsError as exc:
+                if exc.code != _EXPIRED:
+                    raise
+                iterator = self._iterator(stream, shard_id, last_sequence)
+                continue
+            records: list[KinesisRecord] = page.get("Records", [])
+            if records:
+                last_sequence = records[-1]["SequenceNumber"]
+                yield records
+            iterator = page.get("NextShardIterator")
+            if not records and page.get("MillisBehindLatest") == 0:
+                return
+
+    def _read_shard(
+        self, stream: str, label: str, shard_id: str, convert: Callable[[str, KinesisRecord], T]
+    ) -> list[T]:
+        out: list[T] = []
+        for records in self.pages(stream, shard_id):
+            out.extend(convert(shard_id, r) for r in records)
+            self._progress.records(label, len(records))
+        self._progress.shard_done(label)
+        return out
+
+    def read(self, stream: str, label: str, convert: Callable[[str, KinesisRecord], T]) -> list[T]:
+        """Every record of the stream, converted, shard by shard in lineage order, each in sequence order."""
+        shards = self.shards(stream)
+        self._progress.start(label, len(shards))
+        if not shards:
+            return []
+        self._stop.clear()
+        with ThreadPoolExecutor(max_workers=min(self._workers, len(shards))) as pool:
+            futures: list[Future[list[T]]] = [
+                pool.submit(self._read_shard, stream, label, s["ShardId"], convert) for s in shards
+            ]
+            try:
+                return [record for future in futures for record in future.result()]
+            finally:
+                self._stop.set()  # on an error, the other shards' reads end at their next page
+                for future in futures:
+                    future.cancel()
+
+
+def record_event_id(key: DedupKey, record: KinesisRecord) -> str | None:
+    """The record's event ID as the copier would see it, or None when it has none."""
+    found = extract_event_id(key, record["PartitionKey"], bytes(record["Data"]))
+    return found.value if isinstance(found, EventId) else None
+
+
+def dead_letter_event_id(key: DedupKey, partition_key: str, data: bytes) -> str | None:
+    """The event ID of the original record inside a dead-letter envelope (see copier.plan).
+
+    An envelope keeps the original partition key and, unless the record was
+    too large, its bytes in base64. Anything that is not an envelope is taken
+    as the original record itself.
+    """
+    try:
+        envelope = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        envelope = None
+    if isinstance(envelope, dict) and "reason" in envelope and "partitionKey" in envelope:
+        original_key = str(envelope["partitionKey"])
+        encoded = envelope.get("data")
+        if key.kind == "partitionKey":
+            found = extract_event_id(key, original_key, b"")
+        elif isinstance(encoded, str):
+            try:
+                found = extract_event_id(key, original_key, base64.b64decode(encoded, validate=True))
+            except binascii.Error:
+                return None
+        else:
+            return None  # truncated: the ID is only in the staging stream
+        return found.value if isinstance(found, EventId) else None
+    found = extract_event_id(key, partition_key, data)
+    return found.value if isinstance(found, EventId) else None
+
+
+def read_manifest(path: str, stdin: TextIO | None = None) -> list[str]:
+    """Event IDs, one a line in production order; blank lines ignored; '-' reads stdin."""
+    if path == "-":
+        return [line.strip() for line in (stdin or sys.stdin) if line.strip()]
+    try:
+        with open(path, encoding="utf-8") as f:
+            return [line.strip() for line in f if line.strip()]
+    except OSError as exc:
+        raise ConfigError(path, "--manifest", f"cannot read the file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(path, "--manifest", "not UTF-8 text") from None
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """The audit and what it was run on, for the report."""
+
+    report: AuditReport
+    source: str  # "staging" or "manifest"
+    source_records: int  # staging records read, or non-blank manifest lines
+    source_unkeyed: int  # staging records without an event ID (never expected in the target)
+    target_stream: str
+    dead_letter_stream: str | None
+
+
+def _example_lines(r: AuditReport) -> list[str]:
+    lines: list[str] = []
+    if r.lost_examples:
+        lines.append("  lost: " + ", ".join(r.lost_examples))
+    if r.duplicated_examples:
+        copies = ", ".join(f"{i} x{n}" for i, n in r.duplicated_examples)
+        lines.append(f"  duplicated ({r.extra_copies} extra copies): {copies}")
+    if r.unexpected_examples:
+        lines.append("  unexpected: " + ", ".join(r.unexpected_examples))
+    if r.unkeyed_examples:
+        where = ", ".join(
+            f"{u.shard_id}@{u.sequence_number} (partition key {u.partition_key})" for u in r.unkeyed_examples
+        )
+        lines.append("  unkeyed: " + where)
+    if r.out_of_order_examples:
+        wrong = ", ".join(
+            f"{o.event_id} after {o.after} (partition key {o.partition_key})" for o in r.out_of_order_examples
+        )
+        lines.append("  out of order: " + wrong)
+    if r.dead_lettered_examples:
+        lines.append(
+            f"  dead-lettered ({r.dead_lettered}, counted as delivered): " + ", ".join(r.dead_lettered_examples)
+        )
+    return lines
+
+
+def render_text(result: VerifyResult) -> str:
+    """The human report: counts, examples of each problem, and the verdict."""
+    r = result.report
+    source = "records in staging" if result.source == "staging" else "manifest lines"
+    unkeyed = f", {result.source_unkeyed} without an event ID" if result.source_unkeyed else ""
+    dead_letter = f"{r.dead_letter_records} records" if result.dead_letter_stream else "none configured"
+    lines = [
+        f"verify: produced {r.expected} distinct events ({result.source_records} {source}{unkeyed})",
+        f"target: {r.found} records; dead-letter: {dead_letter}",
+        f"lost: {r.lost}, duplicated: {r.duplicated}, unexpected: {r.unexpected}, unkeyed: {r.unkeyed}, "
+        f"out of order (per partition key): {r.out_of_order}",
+        *_example_lines(r),
+        "verify: OK" if r.ok else f"verify: FAILED (lost {r.lost}, duplicated {r.duplicated})",
+    ]
+    return "\n".join(lines)
+
+
+def render_json(result: VerifyResult) -> str:
+    """The report as one JSON object, for scripts and alerting."""
+    return json.dumps(
+        {
+            "source": result.source,
+            "source_records": result.source_records,
+            "source_unkeyed": result.source_unkeyed,
+            "target_stream": result.target_stream,
+            "dead_letter_stream": result.dead_letter_stream,
+            **result.report.to_json(),
+        }
+    )
+
+
+def _non_negative(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more, got {number}")
+    return number
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``copier verify``."""
+    parser.add_argument("--properties", required=True, metavar="FILE", help="the copier's properties file")
+    parser.add_argument(
+        "--manifest",
+        metavar="FILE",
+        help="produced event IDs, one a line in production order ('-' = stdin); default: read the staging stream",
+    )
+    parser.add_argument(
+        "--examples",
+        type=_non_negative,
+        default=DEFAULT_EXAMPLES,
+        metavar="N",
+        help=f"example IDs shown per problem (default {DEFAULT_EXAMPLES})",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the text report")
+
+
+def run_verify(config: Config, manifest: list[str] | None, examples: int, reader: StreamReader) -> VerifyResult:
+    """Audit the target (and dead-letter stream) against the manifest, or the staging stream without one."""
+    key = config.dedup_key
+    if manifest is not None:
+        produced = manifest
+        source, source_records, source_unkeyed = "manifest", len(produced), 0
+    else:
+        staged = reader.read(config.stream_name, "staging", lambda _shard, r: record_event_id(key, r))
+        produced = [i for i in staged if i is not None]
+        source, source_records, source_unkeyed = "staging", len(staged), len(staged) - len(produced)
+
+    def target_record(shard_id: str, r: KinesisRecord) -> TargetRecord:
+        return TargetRecord(record_event_id(key, r), r["PartitionKey"], shard_id, r["SequenceNumber"])
+
+    target = reader.read(config.target_stream_name, "target", target_record)
+    dead_letter: list[str | None] = []
+    if config.dead_letter_stream_name:
+        dead_letter = reader.read(
+            config.dead_letter_stream_name,
+            "dead-letter",
+            lambda _shard, r: dead_letter_event_id(key, r["PartitionKey"], bytes(r["Data"])),
+        )
+    return VerifyResult(
+        report=audit(produced, target, dead_letter, examples),
+        source=source,
+        source_records=source_records,
+        source_unkeyed=source_unkeyed,
+        target_stream=config.target_stream_name,
+        dead_letter_stream=config.dead_letter_stream_name,
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    """``copier verify``: 0 exactly once, 1 lost or duplicated events.
+
+    A bad properties file raises ConfigError (status 2 from the CLI), an AWS
+    error that retrying cannot fix raises an AwsError (status 3).
+    """
+    config = load_config(args.properties)
+    manifest = read_manifest(args.manifest) if args.manifest is not None else None  # before any AWS call
+    reader = StreamReader(make_client(config), Progress())
+    result = run_verify(config, manifest, args.examples, reader)
+    print(render_json(result) if args.json else render_text(result), flush=True)
+    return 0 if result.report.ok else 1

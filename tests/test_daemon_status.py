@@ -1,0 +1,68 @@
+"""`copier run` builds the daemon's command line; `copier status` renders the state table."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from copier.daemon import MAIN_CLASS, daemon_command
+from copier.errors import ConfigError
+from copier.jars import jars
+from copier.positions import Position
+from copier.state import Pending, ShardState
+from copier.status import render, rows
+from tests.support.fakes import config
+
+
+def test_the_daemon_command_has_the_kcl_classpath_jvm_options_and_the_file(tmp_path: Path) -> None:
+    """java, copier.jvmArgs then COPIER_JAVA_OPTS, every KCL jar, the main class and the properties file."""
+    cfg = replace(config(), executable_name="copier process", jvm_args=("-Daws.cborEnabled=false",))
+    command = daemon_command(cfg, str(tmp_path / "p.properties"), {"COPIER_JAVA_OPTS": "-Xmx512m -Dx=y"}, "java")
+    assert command[:4] == ["java", "-Daws.cborEnabled=false", "-Xmx512m", "-Dx=y"]
+    classpath = command[command.index("-cp") + 1].split(":")
+    assert classpath == [str(p) for p in jars()] and len(classpath) > 50
+    assert command[command.index(MAIN_CLASS) + 1 :][:2] == ["--properties-file", str(tmp_path / "p.properties")]
+    assert Path(command[-1]).name == "logback.xml" and Path(command[-1]).is_file()
+
+
+def test_a_file_without_executable_name_is_rejected() -> None:
+    """The daemon would start and spawn nothing: say so before starting it."""
+    with pytest.raises(ConfigError) as info:
+        daemon_command(config(), "p.properties", {}, "java")
+    assert info.value.key == "executableName"
+
+
+def test_status_lists_every_shard_with_owner_lag_and_counters() -> None:
+    """A shard with state shows its owner, lease, position and counters; one without shows dashes."""
+    now = 1_000_000
+    state = ShardState(
+        epoch=3,
+        owner="host:1:abc",
+        lease_until_ms=now + 2500,
+        position=Position(42, 1),
+        pending=Pending("batch#1#2", Position(50), now),
+        counters={"forwarded": 10, "duplicates": 2, "replays": 1},
+        behind_ms=1500,
+        updated_ms=now - 1000,
+    )
+    shards = [
+        {"ShardId": "shardId-0", "SequenceNumberRange": {"StartingSequenceNumber": "1"}},
+        {"ShardId": "shardId-1", "SequenceNumberRange": {"StartingSequenceNumber": "1", "EndingSequenceNumber": "9"}},
+    ]
+    table = rows(shards, {"shardId-0": state}, now)
+    assert [(r.shard, r.shard_state, r.owner, r.epoch) for r in table] == [
+        ("shardId-0", "open", "host:1:abc", 3),
+        ("shardId-1", "closed", "-", 0),
+    ]
+    first = table[0]
+    assert (first.lease, first.position, first.behind, first.in_flight) == (
+        "valid 2.5s",
+        "42/1",
+        "1.5s (1.0s ago)",
+        "pending batch",
+    )
+    text = render(table)
+    assert text.splitlines()[0].split()[:3] == ["shard", "state", "owner"]
+    assert text.splitlines()[-1] == "2 shards; forwarded 10, duplicates dropped 2, replays dropped 1"

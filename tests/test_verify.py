@@ -1,0 +1,386 @@
+"""``copier verify``: reading streams within the Kinesis limits, the report, and runs on the local backend."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import botocore.exceptions
+import pytest
+
+from copier.audit import audit
+from copier.config import DedupKey
+from copier.errors import FatalAwsError, TransientAwsError
+from copier.plan import PlanSettings, SourceRecord, dead_letter_envelope
+from copier.positions import Position
+from copier.verify import (
+    GET_RECORDS_INTERVAL_S,
+    Progress,
+    StreamReader,
+    VerifyResult,
+    dead_letter_event_id,
+    lineage_order,
+    read_manifest,
+    render_text,
+)
+from tests.conftest import Pipeline
+from tests.support.backend import DUMMY_ENV, ROOT, create_stream
+
+JSON_KEY = DedupKey("json", ("eventId",))
+
+# What the CLI does with a command's main (copier.cli): ConfigError -> 2, any other CopierError -> 3.
+HARNESS = """
+import argparse, sys
+from copier.errors import ConfigError, CopierError
+from copier.verify import add_arguments, main
+parser = argparse.ArgumentParser(prog="copier verify")
+add_arguments(parser)
+try:
+    sys.exit(main(parser.parse_args(sys.argv[1:])))
+except ConfigError as exc:
+    print(f"copier: {exc}", file=sys.stderr); sys.exit(2)
+except CopierError as exc:
+    print(f"copier: {exc}", file=sys.stderr); sys.exit(3)
+"""
+
+
+# -- a fake Kinesis with real AWS semantics (closed shards end with a null iterator) ----------------
+
+
+def client_error(code: str, operation: str) -> botocore.exceptions.ClientError:
+    return botocore.exceptions.ClientError({"Error": {"Code": code, "Message": code}}, operation)
+
+
+class FakeKinesis:
+    """ListShards in pages of two, GetRecords in pages of ``page`` records, and injected failures."""
+
+    def __init__(self, shards: list[dict[str, Any]], records: dict[str, list[str]], page: int = 2) -> None:
+        self.shard_list = shards
+        self.records = records  # shard ID -> event IDs in sequence order
+        self.page = page
+        self.fail: dict[str, list[str]] = {}  # operation -> error codes to raise, one per call
+        self.calls: list[tuple[str, str]] = []
+
+    def _maybe_fail(self, operation: str) -> None:
+        if self.fail.get(operation):
+            raise client_error(self.fail[operation].pop(0), operation)
+
+    def _open(self, shard_id: str) -> bool:
+        shard = next(s for s in self.shard_list if s["ShardId"] == shard_id)
+        return "EndingSequenceNumber" not in shard["SequenceNumberRange"]
+
+    def list_shards(self, **kwargs: Any) -> dict[str, Any]:
+        self._maybe_fail("ListShards")
+        assert ("StreamName" in kwargs) != ("NextToken" in kwargs)
+        start = int(kwargs.get("NextToken", 0))
+        page: dict[str, Any] = {"Shards": self.shard_list[start : start + 2]}
+        if start + 2 < len(self.shard_list):
+            page["NextToken"] = str(start + 2)
+        return page
+
+    def get_shard_iterator(self, **kwargs: Any) -> dict[str, Any]:
+        self._maybe_fail("GetShardIterator")
+        shard_id = kwargs["ShardId"]
+        start = 0
+        if kwargs["ShardIteratorType"] == "AFTER_SEQUENCE_NUMBER":
+            start = int(kwargs["StartingSequenceNumber"].split("-")[1]) + 1
+        return {"ShardIterator": f"{shard_id}|{start}"}
+
+    def get_records(self, ShardIterator: str, Limit: int) -> dict[str, Any]:  # noqa: N803 (boto3's names)
+        shard_id, _, start_text = ShardIterator.partition("|")
+        self.calls.append(("GetRecords", shard_id))
+        self._maybe_fail("GetRecords")
+        start = int(start_text)
+        ids = self.records.get(shard_id, [])
+        chunk = ids[start : start + min(Limit, self.page)]
+        records = [
+            {
+                "SequenceNumber": f"{shard_id}-{start + n}",
+                "PartitionKey": i,
+                "Data": json.dumps({"eventId": i}).encode(),
+            }
+            for n, i in enumerate(chunk)
+        ]
+        end = start + len(chunk)
+        if not self._open(shard_id) and end >= len(ids):
+            return {"Records": records, "ChildShards": []}  # AWS: no NextShardIterator at a closed shard's end
+        behind = 0 if end >= len(ids) else 1000
+        return {"Records": records, "NextShardIterator": f"{shard_id}|{end}", "MillisBehindLatest": behind}
+
+
+class FakeTime:
+    """A clock that only sleeping advances."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.sleeps: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def shard(shard_id: str, closed: bool = False, parent: str | None = None) -> dict[str, Any]:
+    numbers = {"StartingSequenceNumber": "0", **({"EndingSequenceNumber": "9"} if closed else {})}
+    return {"ShardId": shard_id, "SequenceNumberRange": numbers, **({"ParentShardId": parent} if parent else {})}
+
+
+def resharded() -> FakeKinesis:
+    """Shard 0 split into 2 and 3 (listed before it); shard 1 open; records in parent and children."""
+    shards = [shard("s-2", parent="s-0"), shard("s-3", parent="s-0"), shard("s-0", closed=True), shard("s-1")]
+    records = {"s-0": ["a", "b", "c"], "s-1": ["d"], "s-2": ["e", "f", "g", "h", "i"], "s-3": []}
+    return FakeKinesis(shards, records)
+
+
+def reader_for(fake: FakeKinesis, time_: FakeTime, **kwargs: Any) -> StreamReader:
+    return StreamReader(fake, Progress(io.StringIO()), sleep=time_.sleep, clock=time_.clock, workers=1, **kwargs)
+
+
+def event_ids(reader: StreamReader) -> list[str]:
+    return reader.read("s", "target", lambda _shard, r: str(r["PartitionKey"]))
+
+
+def test_reader_reads_every_shard_parents_first_to_its_end() -> None:
+    """A closed parent ends at its null iterator, open shards at an empty caught-up page; parents come first."""
+    fake = resharded()
+    assert event_ids(reader_for(fake, FakeTime())) == ["a", "b", "c", "e", "f", "g", "h", "i", "d"]
+
+
+def test_reader_keeps_five_get_records_per_second_per_shard() -> None:
+    """Successive GetRecords calls on one shard are at least 0.2 s apart."""
+    fake, time_ = resharded(), FakeTime()
+    stamps: list[tuple[str, float]] = []
+    original = fake.get_records
+
+    def timed(ShardIterator: str, Limit: int) -> dict[str, Any]:  # noqa: N803
+        stamps.append((ShardIterator.partition("|")[0], time_.now))
+        return original(ShardIterator=ShardIterator, Limit=Limit)
+
+    fake.get_records = timed  # type: ignore[method-assign]
+    event_ids(reader_for(fake, time_))
+    for shard_id in {s for s, _ in stamps}:
+        times = [t for s, t in stamps if s == shard_id]
+        assert all(b - a >= GET_RECORDS_INTERVAL_S - 1e-9 for a, b in zip(times, times[1:], strict=False))
+
+
+def test_reader_retries_throttling_and_renews_an_expired_iterator() -> None:
+    """Throttled calls are retried with backoff; an expired iterator resumes after the last record read."""
+    fake = resharded()
+    fake.fail = {
+        "ListShards": ["LimitExceededException"],
+        "GetRecords": ["ProvisionedThroughputExceededException", "ExpiredIteratorException"],
+    }
+    assert event_ids(reader_for(fake, FakeTime())) == ["a", "b", "c", "e", "f", "g", "h", "i", "d"]
+
+
+def test_reader_stops_at_once_on_a_fatal_error() -> None:
+    """A missing stream is a FatalAwsError, not retried."""
+    fake = resharded()
+    fake.fail = {"ListShards": ["ResourceNotFoundException"] * 5}
+    with pytest.raises(FatalAwsError, match="ResourceNotFoundException"):
+        event_ids(reader_for(fake, FakeTime()))
+    assert len(fake.fail["ListShards"]) == 4
+
+
+def test_reader_gives_up_after_its_retry_budget() -> None:
+    """Throttling that never ends is raised after max_attempts calls instead of hanging the audit."""
+    fake = resharded()
+    fake.fail = {"GetRecords": ["ProvisionedThroughputExceededException"] * 10}
+    with pytest.raises(TransientAwsError, match="ProvisionedThroughputExceededException"):
+        event_ids(reader_for(fake, FakeTime(), max_attempts=3))
+
+
+def test_lineage_order_puts_parents_before_children() -> None:
+    """Children listed before their parents (a merge has two) are moved after them."""
+    shards = [shard("m", parent="p"), shard("x")]
+    shards[0]["AdjacentParentShardId"] = "q"
+    shards += [shard("q", closed=True, parent="r"), shard("p", closed=True), shard("r", closed=True)]
+    assert [s["ShardId"] for s in lineage_order(shards)] == ["p", "r", "q", "m", "x"]
+
+
+def test_progress_prints_at_most_one_line_per_interval() -> None:
+    """Progress goes to its stream no more than once per two seconds, with records and shards per stream."""
+    out, time_ = io.StringIO(), FakeTime()
+    progress = Progress(out, clock=time_.clock)
+    progress.start("staging", 2)
+    for _ in range(100):
+        progress.records("staging", 10)
+        time_.now += 0.1
+    progress.shard_done("staging")
+    lines = out.getvalue().splitlines()
+    assert 4 <= len(lines) <= 5
+    assert lines[-1].startswith("verify: reading: staging ") and "/2 shards done" in lines[-1]
+
+
+def settings() -> PlanSettings:
+    return PlanSettings(JSON_KEY, "deadletter", True, "staging", "shardId-000000000000")
+
+
+def test_dead_letter_envelopes_give_back_the_original_event_id() -> None:
+    """The ID inside an envelope is found; a truncated envelope or an unkeyed one has none."""
+    keyed = SourceRecord(Position(1, 0), "pk", b'{"eventId": "e-1"}')
+    envelope = dead_letter_envelope(settings(), keyed, "record exceeds the target's size limit")
+    assert dead_letter_event_id(JSON_KEY, "pk", envelope) == "e-1"
+    assert dead_letter_event_id(DedupKey("partitionKey"), "pk", envelope) == "pk"
+    huge = SourceRecord(Position(2, 0), "pk", json.dumps({"eventId": "e-2", "pad": "x" * 1_100_000}).encode())
+    assert dead_letter_event_id(JSON_KEY, "pk", dead_letter_envelope(settings(), huge, "too large")) is None
+    unkeyed = SourceRecord(Position(3, 0), "pk", b"not json")
+    assert dead_letter_event_id(JSON_KEY, "pk", dead_letter_envelope(settings(), unkeyed, "no event ID")) is None
+    assert dead_letter_event_id(JSON_KEY, "pk", b'{"eventId": "raw"}') == "raw"
+
+
+def test_manifest_ignores_blank_lines_and_reads_stdin() -> None:
+    """One ID a line, surrounding blanks dropped; '-' reads standard input."""
+    assert read_manifest("-", io.StringIO("a\n\n b \r\n\nc")) == ["a", "b", "c"]
+
+
+def test_text_report_format() -> None:
+    """The report: three count lines, one line of examples per problem, then the verdict."""
+    report = audit(["a", "b", "c"], [], ["c"], examples=5)
+    result = VerifyResult(report, "manifest", 3, 0, "t", "dlq")
+    assert render_text(result) == (
+        "verify: produced 3 distinct events (3 manifest lines)\n"
+        "target: 0 records; dead-letter: 1 records\n"
+        "lost: 2, duplicated: 0, unexpected: 0, unkeyed: 0, out of order (per partition key): 0\n"
+        "  lost: a, b\n"
+        "  dead-lettered (1, counted as delivered): c\n"
+        "verify: FAILED (lost 2, duplicated 0)"
+    )
+
+
+# -- against the local backend, through a process, as an operator runs it ---------------------------
+
+
+def verify(pipeline: Pipeline, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(ROOT / ".venv/bin/python"), "-c", HARNESS, "--properties", str(pipeline.properties), *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        cwd=ROOT,
+        env={**os.environ, **DUMMY_ENV},
+        timeout=120,
+    )
+
+
+def put(pipeline: Pipeline, stream: str, event_ids: Iterable[str], key: str | None = None) -> None:
+    """Events as the producer writes them: JSON with an eventId, partition key k<n> unless given."""
+    entries = [
+        {"PartitionKey": key or f"k{int(i.split('-')[1]) % 3}", "Data": json.dumps({"eventId": i}).encode()}
+        for i in event_ids
+    ]
+    for start in range(0, len(entries), 500):
+        answer = pipeline.kinesis.put_records(StreamName=stream, Records=entries[start : start + 500])
+        assert answer["FailedRecordCount"] == 0
+
+
+def events(n: int, start: int = 0) -> list[str]:
+    return [f"e-{i}" for i in range(start, start + n)]
+
+
+def test_a_clean_copy_verifies_ok(pipeline: Pipeline) -> None:
+    """Staging with producer retries and a target holding each event once: status 0 and all zeros."""
+    put(pipeline, pipeline.staging, events(20) + ["e-3", "e-7"])
+    put(pipeline, pipeline.target, events(20))
+    result = verify(pipeline)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == (
+        "verify: produced 20 distinct events (22 records in staging)\n"
+        "target: 20 records; dead-letter: none configured\n"
+        "lost: 0, duplicated: 0, unexpected: 0, unkeyed: 0, out of order (per partition key): 0\n"
+        "verify: OK\n"
+    )
+
+
+def test_a_lost_and_a_duplicated_event_fail_with_examples(pipeline: Pipeline) -> None:
+    """One event missing and one twice in the target: status 1, both named as examples."""
+    put(pipeline, pipeline.staging, events(10))
+    put(pipeline, pipeline.target, [i for i in events(10) if i != "e-4"] + ["e-6"])
+    result = verify(pipeline)
+    assert result.returncode == 1, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[1] == "target: 10 records; dead-letter: none configured"
+    assert lines[2].startswith("lost: 1, duplicated: 1, unexpected: 0, unkeyed: 0, out of order (per partition key): ")
+    assert "  lost: e-4" in lines
+    assert "  duplicated (1 extra copies): e-6 x2" in lines
+    assert lines[-1] == "verify: FAILED (lost 1, duplicated 1)"
+
+
+def test_a_manifest_replaces_the_staging_stream(pipeline: Pipeline) -> None:
+    """Produced IDs come from the manifest file (blank lines ignored) or stdin, not from staging."""
+    put(pipeline, pipeline.staging, ["e-99"])  # would be lost if staging were read
+    put(pipeline, pipeline.target, events(5))
+    manifest = pipeline.tmp / "manifest.txt"
+    manifest.write_text("\n".join(events(5)) + "\n\ne-2\n")
+    result = verify(pipeline, "--manifest", str(manifest))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == "verify: produced 5 distinct events (6 manifest lines)"
+    from_stdin = verify(pipeline, "--manifest", "-", "--examples", "1", stdin="e-0\ne-1\ne-7\ne-8\n")
+    assert from_stdin.returncode == 1
+    assert "  lost: e-7" in from_stdin.stdout.splitlines()
+
+
+def test_an_event_in_the_dead_letter_stream_counts_as_delivered(pipeline: Pipeline) -> None:
+    """An event dead-lettered in an envelope instead of forwarded is not lost."""
+    dlq = f"{pipeline.target}-dlq"
+    create_stream(pipeline.kinesis, dlq, 1)
+    pipeline.write_properties(deadLetterStreamName=dlq)
+    put(pipeline, pipeline.staging, events(6))
+    put(pipeline, pipeline.target, [i for i in events(6) if i != "e-5"])
+    original = SourceRecord(Position(5, 0), "k2", json.dumps({"eventId": "e-5"}).encode())
+    envelope = dead_letter_envelope(settings(), original, "record exceeds the target's size limit")
+    pipeline.kinesis.put_record(StreamName=dlq, PartitionKey="k2", Data=envelope)
+    result = verify(pipeline, "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert (doc["lost"], doc["dead_lettered"], doc["dead_letter_records"]) == (0, 1, 1)
+    assert doc["examples"]["dead_lettered"] == ["e-5"] and doc["dead_letter_stream"] == dlq
+
+
+def test_every_shard_of_a_resharded_target_is_read(pipeline: Pipeline) -> None:
+    """A target of several shards, one split (closed parent, two children), is read to the end of each."""
+    target = f"{pipeline.target}-resharded"
+    create_stream(pipeline.kinesis, target, 3)
+    pipeline.write_properties(targetStreamName=target)
+    put(pipeline, pipeline.staging, events(300))
+    put(pipeline, target, events(150))
+    parent = pipeline.kinesis.list_shards(StreamName=target)["Shards"][0]
+    low, high = int(parent["HashKeyRange"]["StartingHashKey"]), int(parent["HashKeyRange"]["EndingHashKey"])
+    pipeline.kinesis.split_shard(
+        StreamName=target, ShardToSplit=parent["ShardId"], NewStartingHashKey=str((low + high) // 2)
+    )
+    put(pipeline, target, events(150, start=150))
+    shards = pipeline.kinesis.list_shards(StreamName=target)["Shards"]
+    assert len(shards) == 5 and "EndingSequenceNumber" in shards[0]["SequenceNumberRange"]
+    result = verify(pipeline, "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert (doc["found"], doc["expected"], doc["lost"], doc["out_of_order"]) == (300, 300, 0, 0)
+
+
+def test_a_bad_properties_file_is_status_2_and_a_missing_stream_status_3(pipeline: Pipeline) -> None:
+    """A malformed file stops before any AWS call; a target that does not exist is fatal."""
+    bad = pipeline.tmp / "bad.properties"
+    bad.write_text(Path(pipeline.properties).read_text().replace("json:eventId", "body"))
+    result = subprocess.run(
+        [str(ROOT / ".venv/bin/python"), "-c", HARNESS, "--properties", str(bad)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, **DUMMY_ENV},
+        timeout=60,
+    )
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith(f"copier: {bad}: copier.dedupKey: ")
+    pipeline.write_properties(targetStreamName="no-such-stream")
+    missing = verify(pipeline)
+    assert missing.returncode == 3 and missing.stdout == ""
+    assert "ResourceNotFoundException" in missing.stderr
