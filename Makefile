@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-EXTRAS ?= test,lint
+EXTRAS ?= test,lint,spark
 
 .PHONY: install test test-fast demo lint clean
 

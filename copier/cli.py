@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from copier import demo, verify
+from copier import demo, produce, verify
 from copier.config import Config, load_config
 from copier.errors import ConfigError, CopierError
 
@@ -126,6 +126,10 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify", help="audit the target (and dead-letter) stream against what was produced")
     verify.add_arguments(p)
     p.set_defaults(func=verify.main)
+
+    p = sub.add_parser("produce", help="the PySpark job writing JSON-lines files to the staging stream")
+    produce.add_arguments(p)
+    p.set_defaults(func=produce.main)
 
     p = sub.add_parser("demo", help="the whole pipeline on the embedded local backend, with a summary")
     demo.add_arguments(p)

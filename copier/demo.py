@@ -1,25 +1,28 @@
 """``copier demo``: the whole pipeline on the embedded local backend, with a summary.
 
 Starts the local backend, creates a staging stream (4 shards), a target
-stream (2 shards) and the state table, produces events with duplicates in
-them (retried batches, as Spark retries tasks), runs two ``copier run``
-workers, SIGKILLs one (daemon and processors, as when a host dies) halfway
-and starts a replacement, waits until every staging shard is committed,
-runs ``copier verify`` against the manifest of produced IDs, and prints a
-summary. Everything it started is stopped on success, failure and Ctrl-C.
-Exit status: 0 when verification passes, 1 when it finds a loss or a
-duplicate, 3 when the pipeline does not catch up in time.
+stream (2 shards) and the state table, and writes a directory of JSON-lines
+events (a few of them delivered twice upstream). The PySpark job
+(``copier produce``, local mode) writes them to the staging stream; it is
+SIGKILLed in the middle of a micro-batch and restarted from its checkpoint,
+so the interrupted micro-batch is written again (Spark's at-least-once).
+Two ``copier run`` workers copy the staging stream; one is SIGKILLed
+(daemon and processors, as when a host dies) halfway and a replacement
+started. Once every staging shard is committed, ``copier verify`` audits
+the target against the IDs in the input, and a summary is printed.
+Everything it started is stopped on success, failure and Ctrl-C. Exit
+status: 0 when verification passes, 1 when it finds a loss or a duplicate,
+3 when the pipeline does not finish in time.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -43,16 +46,40 @@ class _Clock:
         sys.stdout.flush()
 
 
+def write_input(directory: Path, events: int, per_file: int = 1000, redelivered: float = 0.03) -> list[str]:
+    """JSON-lines files of ``events`` events; a fraction is delivered again in a later file.
+
+    Returns the distinct event IDs in production order: the manifest the
+    target is audited against.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    ids = [f"evt-demo-{n:08d}" for n in range(events)]
+    again = ids[:: max(1, round(1 / redelivered))] if redelivered > 0 else []
+    rows = [*ids, *again]
+    for index, first in enumerate(range(0, len(rows), per_file)):
+        lines = [
+            json.dumps(
+                {"eventId": i, "user": f"user-{int(i[-8:]) % 1000}", "amount": int(i[-8:]) % 500, "kind": "demo"}
+            )
+            for i in rows[first : first + per_file]
+        ]
+        (directory / f"part-{index:05d}.json").write_text("\n".join(lines) + "\n")
+    return ids
+
+
 def main(args: argparse.Namespace) -> int:
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        sys.stderr.write("copier demo: the producer is a PySpark job: install copier[spark] (make install does)\n")
+        return 3
     from copier.local.backend import LocalBackend
     from copier.local.pipeline import LocalPipeline
-    from copier.local.producer import produce
 
     for key, value in DUMMY_CREDENTIALS.items():
         os.environ.setdefault(key, value)
     clock = _Clock()
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="copier-demo-"))
-    half = args.events // 2
     clock.say(f"copier demo: {args.events} events, files in {workdir}")
     backend = LocalBackend().start()
     clock.say(f"local backend (Kinesis + DynamoDB) on {backend.endpoint}")
@@ -61,51 +88,59 @@ def main(args: argparse.Namespace) -> int:
     def progress() -> None:
         c = pipeline.counters()
         alive = " ".join(f"{w.name}:{'up' if w.alive else 'down'}" for w in pipeline.workers)
+        producers = pipeline.producers
+        spark = "running" if producers and producers[-1].poll() is None else "done"
         clock.say(
-            f"workers {alive} | forwarded {c.get('forwarded', 0)}/{args.events} | "
+            f"producer {spark} | workers {alive} | in target {in_target()}/{args.events} | "
             f"duplicates dropped {c.get('duplicates', 0)} | replays dropped {c.get('replays', 0)}"
         )
+
+    def in_target() -> int:
+        """Forwarded, plus what a dead worker put before its commit (found there by its successor)."""
+        c = pipeline.counters()
+        return c.get("forwarded", 0) + c.get("already_landed", 0)
 
     try:
         pipeline.create(staging_shards=4, target_shards=2)
         clock.say("created staging (4 shards), target (2 shards) and the state table")
-        head = args.events // 4
-        produced = produce(pipeline.kinesis, pipeline.staging, head, run="demo", seed=1)
-        clock.say(f"produced {head} events ({produced.records} staging records); the rest follows while copying")
-        workers = [pipeline.start_worker("a"), pipeline.start_worker("b")]
-        clock.say("started workers a and b (copier run: the KCL MultiLangDaemon); the KCL takes ~10-40 s to start")
-        if not pipeline.wait(lambda: pipeline.counters().get("forwarded", 0) > 0, args.timeout, progress):
-            clock.say("the copy did not start in time; see the worker logs in " + str(workdir))
+        manifest_ids = write_input(workdir / "input", args.events)
+        clock.say(f"wrote {args.events} events (3% delivered twice upstream) as JSON lines in {workdir / 'input'}")
+        checkpoint = workdir / "spark-checkpoint"
+        options = ("--id-column", "eventId", "--max-files-per-trigger", "5")
+        producer = pipeline.start_producer(workdir / "input", checkpoint, *options)
+        pipeline.start_worker("a")
+        pipeline.start_worker("b")
+        clock.say("started the PySpark producer and workers a and b (copier run: the KCL MultiLangDaemon)")
+        # 30%: inside the second micro-batch of 5,000 rows, so that its restart writes rows again
+        if not pipeline.wait(lambda: pipeline.staging_records() >= args.events * 3 // 10, args.timeout, progress):
+            clock.say(f"the producer wrote nothing in time; see {workdir / 'producer.log'}")
             return 3
-        rest = args.events - head
-        producer = threading.Thread(
-            target=produce,
-            args=(pipeline.kinesis, pipeline.staging, rest),
-            kwargs={"run": "demo", "seed": 2, "start": head, "out": produced, "pause_s": 20.0 / max(1, rest / 500)},
-            daemon=True,
-        )
-        producer.start()
-        if not pipeline.wait(lambda: pipeline.counters().get("forwarded", 0) >= half, args.timeout, progress):
+        pipeline.kill_producer(producer)
+        producer = pipeline.start_producer(workdir / "input", checkpoint, *options)
+        clock.say("SIGKILLed the PySpark job mid-micro-batch; restarted it from its checkpoint")
+        if not pipeline.wait(lambda: in_target() >= args.events // 2, args.timeout, progress):
             clock.say("the copy stalled; see the worker logs in " + str(workdir))
             return 3
-        workers[0].kill_host()
-        clock.say("SIGKILLed worker a (daemon and processors) halfway; starting worker c")
+        victim = pipeline.busiest_worker()
+        victim.kill_host()
+        clock.say(f"SIGKILLed worker {victim.name} (daemon and processors) halfway; starting worker c")
         pipeline.start_worker("c")
-        producer.join()
-        clock.say(f"produced all {args.events} events: {produced.records} staging records")
-        if not pipeline.wait(lambda: pipeline.caught_up(produced.last), args.timeout, progress):
+        if not pipeline.wait(lambda: producer.poll() is not None, args.timeout, progress):
+            clock.say(f"the producer did not finish in time; see {workdir / 'producer.log'}")
+            return 3
+        if producer.returncode != 0:
+            clock.say(f"the producer failed ({producer.returncode}); see {workdir / 'producer.log'}")
+            return 3
+        tips = pipeline.staging_tips()
+        staging_records = pipeline.staging_records()
+        clock.say(f"the producer finished: {staging_records} staging records")
+        if not pipeline.wait(lambda: pipeline.caught_up(tips), args.timeout, progress):
             progress()
             clock.say("the target did not catch up in time; see the worker logs in " + str(workdir))
             return 3
         progress()
-        manifest = workdir / "manifest.txt"
-        manifest.write_text("\n".join(produced.manifest) + "\n")
         clock.say("caught up; running copier verify")
-        verify = subprocess.run(
-            [pipeline.copier_bin, "verify", "--properties", str(pipeline.properties), "--manifest", str(manifest)],
-            capture_output=True,
-            text=True,
-        )
+        verify = pipeline.verify(manifest_ids)
         sys.stdout.write(verify.stdout)
         found = re.search(r"^target: (\d+) records", verify.stdout, re.M)
         counts = re.search(r"^lost: (\d+), duplicated: (\d+)", verify.stdout, re.M)
@@ -113,8 +148,8 @@ def main(args: argparse.Namespace) -> int:
         lines = [
             "",
             "summary",
-            f"  unique events produced      {len(set(produced.manifest))}",
-            f"  staging records (with dups) {produced.records}",
+            f"  unique events produced      {len(manifest_ids)}",
+            f"  staging records (with dups) {staging_records}",
             f"  target records              {found.group(1) if found else '?'}",
             f"  lost                        {counts.group(1) if counts else '?'}",
             f"  duplicated                  {counts.group(2) if counts else '?'}",

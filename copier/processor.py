@@ -57,11 +57,15 @@ class CopierRecordProcessor(processor.RecordProcessorBase):  # type: ignore[misc
         try:
             fn()
         except CopierError as exc:
-            self.log.error("fatal", action=action, error=str(exc), error_type=type(exc).__name__)
+            self._logger().error("fatal", action=action, error=str(exc), error_type=type(exc).__name__)
             raise SystemExit(EXIT_FATAL) from exc
         except Exception as exc:  # a bug: never let amazon-kclpy acknowledge past it
-            self.log.exception("unexpected_error", action=action, error=str(exc))
+            self._logger().exception("unexpected_error", action=action, error=str(exc))
             raise SystemExit(EXIT_FATAL) from exc
+
+    def _logger(self) -> Any:
+        """The worker's logger (bound to shard and epoch) once there is one."""
+        return self.worker.log if self.worker is not None else self.log
 
     def _checkpoint(self, checkpointer: Any, position: Position | None) -> None:
         """Checkpoint to the KCL; failures are logged, never fatal: the state table is the truth."""

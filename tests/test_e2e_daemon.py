@@ -9,7 +9,6 @@ nothing duplicated.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -24,18 +23,21 @@ pytestmark = [pytest.mark.protocol, pytest.mark.timeout(420)]
 def test_two_workers_a_sigkill_and_a_split_lose_and_duplicate_nothing(tmp_path: Path) -> None:
     """Exactly once through worker loss, lease moves and resharding, checked by copier verify."""
     with LocalBackend() as backend:
-        pipeline = LocalPipeline(backend.endpoint, tmp_path, application="copier-e2e")
+        pipeline = LocalPipeline(
+            backend.endpoint, tmp_path, staging="staging-e2e", target="target-e2e", application="copier-e2e"
+        )
         try:
             pipeline.create(staging_shards=2, target_shards=2)
             produced = produce(pipeline.kinesis, pipeline.staging, 3000, run="e2e", seed=3)
-            a = pipeline.start_worker("a")
+            pipeline.start_worker("a")
             pipeline.start_worker("b")
 
             def forwarded() -> int:
                 return pipeline.counters().get("forwarded", 0)
 
-            assert pipeline.wait(lambda: forwarded() >= 1000, 180), f"no progress; see {a.log_path}"
-            a.kill_daemon()
+            assert pipeline.wait(lambda: forwarded() >= 1000, 180), f"no progress; see the logs in {tmp_path}"
+            victim = pipeline.busiest_worker()
+            victim.kill_daemon()
             pipeline.start_worker("c")
             first = sorted(pipeline.shard_states())[0]
             children = pipeline.split(first)
@@ -46,19 +48,17 @@ def test_two_workers_a_sigkill_and_a_split_lose_and_duplicate_nothing(tmp_path: 
             states = pipeline.shard_states()
             assert caught_up, {k: (str(s.position), s.owner) for k, s in states.items()}
 
-            manifest = tmp_path / "manifest.txt"
-            manifest.write_text("\n".join(produced.manifest) + "\n")
-            verify = subprocess.run(
-                [pipeline.copier_bin, "verify", "--properties", str(pipeline.properties), "--manifest", str(manifest)],
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
+            verify = pipeline.verify(produced.manifest)
             assert verify.returncode == 0, verify.stdout + verify.stderr
             assert "lost: 0, duplicated: 0" in verify.stdout
             for child in children:
                 assert states[child].counters.get("forwarded", 0) > 0, f"{child} was copied"
             assert any(s.epoch >= 2 for s in states.values()), "a shard changed hands after the SIGKILL"
             assert sum(s.counters.get("duplicates", 0) for s in states.values()) > 0, "producer duplicates dropped"
+
+            for worker in [w for w in pipeline.workers if w is not victim]:  # SIGTERM: graceful
+                assert worker.stop() == 143, f"{worker.name} stopped on SIGTERM"
+            open_states = [s for s in pipeline.shard_states().values() if not s.closed]
+            assert open_states and all(s.lease_until_ms == 0 for s in open_states), "leases released on shutdown"
         finally:
             pipeline.stop_all()

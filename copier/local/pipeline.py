@@ -13,6 +13,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -71,6 +73,14 @@ def local_properties(
     return path
 
 
+def _parent_pid(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
 @dataclass
 class Worker:
     """One ``copier run`` (a daemon host), its process group and its log file."""
@@ -121,6 +131,7 @@ class LocalPipeline:
     target: str = "target"
     application: str = "copier-demo"
     workers: list[Worker] = field(default_factory=list)
+    producers: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -162,10 +173,90 @@ class LocalPipeline:
         self.workers.append(worker)
         return worker
 
+    def start_producer(self, input_dir: Path, checkpoint: Path, *options: str) -> subprocess.Popen[bytes]:
+        """``copier produce --once`` on ``input_dir`` (a Spark job, local mode), logging to the workdir."""
+        log = (self.workdir / "producer.log").open("ab")
+        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+        command = [self.copier_bin, "produce", "--properties", str(self.properties), "--input", str(input_dir)]
+        command += ["--checkpoint", str(checkpoint), "--once", *options]
+        proc = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        log.close()
+        self.producers.append(proc)
+        return proc
+
+    def kill_producer(self, proc: subprocess.Popen[bytes]) -> None:
+        """SIGKILL a producer job and its Spark JVM (its process group)."""
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    def verify(self, manifest_ids: list[str]) -> subprocess.CompletedProcess[str]:
+        """``copier verify`` against a manifest of the produced IDs (written to the workdir)."""
+        manifest = self.workdir / "manifest.txt"
+        manifest.write_text("\n".join(manifest_ids) + "\n")
+        return subprocess.run(
+            [self.copier_bin, "verify", "--properties", str(self.properties), "--manifest", str(manifest)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+
+    def _staging_pages(self) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+        """Every page of records of every staging shard, from the start."""
+        for shard in self.kinesis.list_shards(StreamName=self.staging)["Shards"]:
+            iterator = self.kinesis.get_shard_iterator(
+                StreamName=self.staging, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+            )["ShardIterator"]
+            while iterator:
+                page = self.kinesis.get_records(ShardIterator=iterator, Limit=10000)
+                if not page["Records"]:
+                    break
+                yield shard["ShardId"], page["Records"]
+                iterator = page.get("NextShardIterator")
+
+    def staging_written(self) -> bool:
+        """Does the staging stream hold any record yet? (one cheap read per shard)"""
+        for shard in self.kinesis.list_shards(StreamName=self.staging)["Shards"]:
+            iterator = self.kinesis.get_shard_iterator(
+                StreamName=self.staging, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+            )["ShardIterator"]
+            if self.kinesis.get_records(ShardIterator=iterator, Limit=1)["Records"]:
+                return True
+        return False
+
+    def staging_tips(self) -> dict[str, Position]:
+        """The last position of every staging shard that holds records (reads the whole stream)."""
+        return {shard: Position.parse(records[-1]["SequenceNumber"]) for shard, records in self._staging_pages()}
+
+    def staging_records(self) -> int:
+        """How many records the staging stream holds (reads the whole stream)."""
+        return sum(len(records) for _, records in self._staging_pages())
+
     def stop_all(self) -> None:
+        """Stop every producer and worker this pipeline started."""
+        for proc in self.producers:
+            self.kill_producer(proc)
         for worker in self.workers:
             if not worker.log.closed:
                 worker.stop()
+
+    def busiest_worker(self) -> Worker:
+        """The live worker whose processors own the most shards (so that killing it moves leases).
+
+        A state item's owner is ``host:pid:nonce`` of a ``copier process``
+        child; its parent is the worker's JVM (``copier run`` execs java).
+        """
+        owners = Counter(int(s.owner.split(":")[1]) for s in self.shard_states().values() if s.owner and not s.closed)
+        alive = [w for w in self.workers if w.alive]
+        by_jvm = Counter({w.proc.pid: 0 for w in alive})
+        for pid, shards in owners.items():
+            parent = _parent_pid(pid)
+            if parent is not None and parent in by_jvm:
+                by_jvm[parent] += shards
+        busiest = max(by_jvm, key=lambda pid: by_jvm[pid])
+        return next(w for w in alive if w.proc.pid == busiest)
 
     def shard_states(self) -> dict[str, ShardState]:
         prefix = f"{self.staging}/"
