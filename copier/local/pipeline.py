@@ -108,10 +108,15 @@ class Worker:
             pass
         self.proc.wait()
 
+    def terminate(self) -> None:
+        """SIGTERM: the daemon asks its processors to checkpoint and release, then exits."""
+        if self.alive:
+            self.proc.send_signal(signal.SIGTERM)
+
     def stop(self, grace_s: float = 15) -> int:
         """SIGTERM (graceful: processors checkpoint), then SIGKILL the group if it lingers."""
         if self.alive:
-            self.proc.send_signal(signal.SIGTERM)
+            self.terminate()
             try:
                 self.proc.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
@@ -235,28 +240,37 @@ class LocalPipeline:
         return sum(len(records) for _, records in self._staging_pages())
 
     def stop_all(self) -> None:
-        """Stop every producer and worker this pipeline started."""
+        """Stop every producer and worker this pipeline started (workers all at once)."""
         for proc in self.producers:
             self.kill_producer(proc)
-        for worker in self.workers:
-            if not worker.log.closed:
-                worker.stop()
+        self.stop_workers([w for w in self.workers if not w.log.closed])
 
-    def busiest_worker(self) -> Worker:
-        """The live worker whose processors own the most shards (so that killing it moves leases).
+    def stop_workers(self, workers: list[Worker]) -> list[int]:
+        """SIGTERM the workers together (one by one, the survivors would take the leases over), then wait."""
+        for worker in workers:
+            worker.terminate()
+        return [worker.stop() for worker in workers]
+
+    def shards_owned(self) -> dict[str, int]:
+        """How many open shards each live worker's processors own, by worker name.
 
         A state item's owner is ``host:pid:nonce`` of a ``copier process``
         child; its parent is the worker's JVM (``copier run`` execs java).
         """
         owners = Counter(int(s.owner.split(":")[1]) for s in self.shard_states().values() if s.owner and not s.closed)
-        alive = [w for w in self.workers if w.alive]
-        by_jvm = Counter({w.proc.pid: 0 for w in alive})
+        by_jvm = {w.proc.pid: w.name for w in self.workers if w.alive}
+        owned = dict.fromkeys(by_jvm.values(), 0)
         for pid, shards in owners.items():
             parent = _parent_pid(pid)
             if parent is not None and parent in by_jvm:
-                by_jvm[parent] += shards
-        busiest = max(by_jvm, key=lambda pid: by_jvm[pid])
-        return next(w for w in alive if w.proc.pid == busiest)
+                owned[by_jvm[parent]] += shards
+        return owned
+
+    def busiest_worker(self) -> Worker:
+        """The live worker whose processors own the most shards (so that killing it moves leases)."""
+        owned = self.shards_owned()
+        name = max(owned, key=lambda n: owned[n])
+        return next(w for w in self.workers if w.name == name and w.alive)
 
     def shard_states(self) -> dict[str, ShardState]:
         prefix = f"{self.staging}/"
