@@ -54,6 +54,11 @@ _FATAL = {
     "MissingAuthenticationTokenException",
     "ExpiredTokenException",
     "SerializationException",
+    "KMSAccessDeniedException",
+    "KMSDisabledException",
+    "KMSInvalidStateException",
+    "KMSNotFoundException",
+    "KMSOptInRequired",
 }
 
 

@@ -1,0 +1,40 @@
+"""AWS errors are mapped to copier's tree at the edge, keeping the AWS error code."""
+
+from __future__ import annotations
+
+import botocore.exceptions
+import pytest
+
+from copier.dynamo import convert_aws_error
+from copier.errors import CopierError, FatalAwsError, TransientAwsError
+
+
+def client_error(code: str, status: int = 400) -> botocore.exceptions.ClientError:
+    return botocore.exceptions.ClientError(
+        {"Error": {"Code": code, "Message": "m"}, "ResponseMetadata": {"HTTPStatusCode": status}}, "Op"
+    )
+
+
+@pytest.mark.parametrize(
+    "code", ["ResourceNotFoundException", "AccessDeniedException", "ValidationException", "KMSAccessDeniedException"]
+)
+def test_errors_retrying_cannot_fix_are_fatal(code: str) -> None:
+    """A missing resource, denied access or a bad request is fatal, with its code kept."""
+    error = convert_aws_error("PutRecords", client_error(code))
+    assert isinstance(error, FatalAwsError) and isinstance(error, CopierError)
+    assert (error.code, error.retryable) == (code, False)
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        client_error("ProvisionedThroughputExceededException"),
+        client_error("ThrottlingException"),
+        client_error("InternalServerError", 500),
+        botocore.exceptions.EndpointConnectionError(endpoint_url="http://127.0.0.1:1"),
+    ],
+)
+def test_throttling_server_and_connection_errors_are_transient(exc: Exception) -> None:
+    """Throttling, a 5xx and a connection failure are retried."""
+    error = convert_aws_error("GetItem", exc)
+    assert isinstance(error, TransientAwsError) and error.retryable
