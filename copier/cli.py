@@ -30,7 +30,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     print(
         f"{config.path}: ok: {config.stream_name} -> {config.target_stream_name}, "
         f"state table {config.state_table_name}, dedupKey {config.dedup_key}, "
-        f"window {config.dedup_window_events} events, lease {config.lease_millis} ms"
+        f"window {config.dedup_window_seconds} s (at most {config.dedup_window_max_events} IDs), "
+        f"lease {config.lease_millis} ms"
     )
     return 0
 
@@ -58,15 +59,21 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     from copier.dynamo import DynamoStateStore
     from copier.kinesis import KinesisStreams
-    from copier.status import render, rows
+    from copier.state import shard_key
+    from copier.status import owner_gone, render, rows
 
     config = _config(args.properties)
-    prefix = f"{config.stream_name}/"
-    states = {
-        key[len(prefix) :]: state for key, state in DynamoStateStore(config).shard_states() if key.startswith(prefix)
-    }
+    store = DynamoStateStore(config)
     shards = KinesisStreams(config).shards(config.stream_name)
-    print(render(rows(shards, states, time.time_ns() // 1_000_000), as_json=args.json))
+    keys = {shard_key(config.stream_name, s["ShardId"]): s["ShardId"] for s in shards}
+    states = {keys[key]: state for key, state in store.get_many(keys).items()}
+    now = time.time_ns() // 1_000_000
+    unverified = {
+        shard_id
+        for shard_id, state in states.items()
+        if owner_gone(state, now) and store.get_batch(shard_key(config.stream_name, shard_id), state.batches + 1)
+    }
+    print(render(rows(shards, states, now, unverified), as_json=args.json))
     return 0
 
 

@@ -19,7 +19,7 @@ from typing import Literal, TypeVar
 from copier.errors import ConfigError
 from copier.properties import parse_properties
 
-__all__ = ["COPIER_KEYS", "DEFAULTS", "Config", "DedupKey", "load_config", "parse_config"]
+__all__ = ["COPIER_KEYS", "DEFAULTS", "RENAMED", "Config", "DedupKey", "load_config", "parse_config"]
 
 UnkeyedPolicy = Literal["forward", "deadletter"]
 T = TypeVar("T")
@@ -56,7 +56,8 @@ class Config:
     state_table_name: str
     dedup_key: DedupKey
     lease_millis: int
-    dedup_window_events: int
+    dedup_window_seconds: int
+    dedup_window_max_events: int
     digest_ttl_hours: int
     unkeyed_policy: UnkeyedPolicy
     dead_letter_stream_name: str | None
@@ -68,6 +69,10 @@ class Config:
     jvm_args: tuple[str, ...]
     executable_name: str | None
     shutdown_grace_millis: int
+
+    @property
+    def dedup_window_ms(self) -> int:
+        return self.dedup_window_seconds * 1000
 
 
 def _dedup_key(value: str) -> DedupKey:
@@ -125,7 +130,8 @@ DEFAULTS: dict[str, str | None] = {
     "copier.stateTableName": "",
     "copier.dedupKey": None,
     "copier.leaseMillis": "",
-    "copier.dedupWindowEvents": "100000",
+    "copier.dedupWindowSeconds": "3600",
+    "copier.dedupWindowMaxEvents": "5000000",
     "copier.digestTtlHours": "48",
     "copier.unkeyedPolicy": "forward",
     "copier.deadLetterStreamName": "",
@@ -137,6 +143,13 @@ DEFAULTS: dict[str, str | None] = {
     "copier.jvmArgs": "",
 }
 COPIER_KEYS = tuple(DEFAULTS)
+
+# Keys of earlier versions, with what replaced them: a file written for an
+# earlier copier gets a pointer, not just "unknown key".
+RENAMED = {
+    "copier.dedupWindowEvents": "the window is measured in time now: set copier.dedupWindowSeconds "
+    "(default 3600); copier.dedupWindowMaxEvents (default 5000000) caps its size",
+}
 
 
 class _Reader:
@@ -179,6 +192,8 @@ def parse_config(text: str, path: str = "<string>") -> Config:
     raw = {key: value for key, (_, value) in parse_properties(text).items()}
     r = _Reader(raw, path)
     for key in raw:
+        if key in RENAMED:
+            raise r.fail(key, f"no longer read: {RENAMED[key]}")
         if key.startswith("copier.") and key not in DEFAULTS:
             raise r.fail(key, f"unknown copier key (known keys: {', '.join(sorted(DEFAULTS))})")
 
@@ -204,6 +219,15 @@ def parse_config(text: str, path: str = "<string>") -> Config:
             f"+ copier.clockSkewMillis ({put_timeout} + {skew} ms)",
         )
     table = r.copier("copier.stateTableName", _matching(_TABLE_NAME, "table name"))
+    window_seconds = r.copier_need("copier.dedupWindowSeconds", _int_between(0, 7 * 24 * 3600))
+    ttl_hours = r.copier_need("copier.digestTtlHours", _int_between(1, 24 * 365))
+    if ttl_hours * 3600 <= window_seconds:
+        raise r.fail(
+            "copier.digestTtlHours",
+            f"{ttl_hours} h does not outlive the dedup window ({window_seconds} s): stored digests would expire "
+            "while the window still needs them; set it above copier.dedupWindowSeconds plus the staging "
+            "stream's retention",
+        )
     return Config(
         path=path,
         application_name=application_name,
@@ -216,8 +240,9 @@ def parse_config(text: str, path: str = "<string>") -> Config:
         state_table_name=table or f"{application_name}-copier-state",
         dedup_key=r.copier_need("copier.dedupKey", _dedup_key),
         lease_millis=lease,
-        dedup_window_events=r.copier_need("copier.dedupWindowEvents", _int_between(0, 10_000_000)),
-        digest_ttl_hours=r.copier_need("copier.digestTtlHours", _int_between(1, 24 * 365)),
+        dedup_window_seconds=window_seconds,
+        dedup_window_max_events=r.copier_need("copier.dedupWindowMaxEvents", _int_between(0, 100_000_000)),
+        digest_ttl_hours=ttl_hours,
         unkeyed_policy="deadletter" if policy == "deadletter" else "forward",
         dead_letter_stream_name=dlq,
         checkpoint_interval_millis=r.copier_need("copier.checkpointIntervalMillis", _int_between(0, _DAY_MS)),

@@ -1,22 +1,23 @@
-"""The DynamoDB state store (PynamoDB), and the one place its errors are converted.
+"""The DynamoDB state store (PynamoDB).
 
 Table layout (hash key ``pk``, range key ``sk``, TTL on ``expires_at``):
 
-* ``pk = <stream>/<shardId>, sk = "state"``: the shard's state item;
-* ``pk = <stream>/<shardId>, sk = "batch#<epoch>#<n>"``: one digest item per
-  forwarded batch, zero-padded so that sort order is write order; expires
-  after ``copier.digestTtlHours``.
+* ``pk = <stream>/<shardId>, sk = "state"``: the shard's state item (under 1 KB
+  while no redo set is pending, so a commit costs 1 write unit);
+* ``pk = <stream>/<shardId>, sk = "batch#<index>"``: one digest batch per
+  forwarded chunk, 10 bytes a digest (a 500-event chunk is about 5.3 KB, 6
+  write units); expires ``copier.digestTtlHours`` after it was written.
 
-A write as owner is one conditional PutItem, or one TransactWriteItems
-when it also stores a batch's digests, with a client request token so that
-botocore's own retry of an ambiguous transaction is idempotent.
+Every write is a single-item write: a conditional PutItem. No transaction
+(DynamoDB bills a transaction's items twice): the digest batch is written
+first, conditioned only on no higher epoch holding its index, and counts
+once a state write (conditioned on the owner's epoch) commits it; see
+``copier.state`` for why leftovers of a fenced writer are harmless.
 """
 
 from __future__ import annotations
 
-import json
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -29,67 +30,21 @@ from pynamodb.attributes import (
     TTLAttribute,
     UnicodeAttribute,
 )
-from pynamodb.connection import Connection
-from pynamodb.exceptions import PynamoDBException, TableError, TransactWriteError
+from pynamodb.exceptions import PynamoDBException, TableError
 from pynamodb.models import Model
-from pynamodb.transactions import TransactWrite
 
+from copier.aws import convert_aws_error
 from copier.config import Config
-from copier.errors import AwsError, FatalAwsError, FencedError, TransientAwsError
+from copier.errors import FencedError, IncompatibleStateError
+from copier.packing import pack_digests, pack_uints, unpack_digests, unpack_uints
 from copier.positions import Position
-from copier.state import DigestBatch, Pending, ShardState, StateConflict, StateStore
+from copier.state import STATE_FORMAT, DigestBatch, ShardState, StateConflict, StateStore, batch_key
 
-__all__ = ["DynamoStateStore", "convert_aws_error", "make_model"]
+__all__ = ["DynamoStateStore", "make_model"]
 
 STATE_SK = "state"
-BATCH_PREFIX = "batch#"
 T = TypeVar("T")
-
-_FATAL = {
-    "ResourceNotFoundException",
-    "AccessDeniedException",
-    "ValidationException",
-    "UnrecognizedClientException",
-    "InvalidSignatureException",
-    "MissingAuthenticationTokenException",
-    "ExpiredTokenException",
-    "SerializationException",
-    "KMSAccessDeniedException",
-    "KMSDisabledException",
-    "KMSInvalidStateException",
-    "KMSNotFoundException",
-    "KMSOptInRequired",
-}
-
-
-def convert_aws_error(operation: str, exc: BaseException) -> AwsError:
-    """Map a botocore/PynamoDB failure to copier's tree, keeping the AWS error code."""
-    code: str | None = None
-    message = str(exc)
-    if isinstance(exc, PynamoDBException):
-        code = exc.cause_response_code
-        message = exc.cause_response_message or message
-        cause = exc.cause
-        if code is None and cause is not None and cause is not exc:
-            return convert_aws_error(operation, cause)
-    elif isinstance(exc, botocore.exceptions.ClientError):
-        code = exc.response.get("Error", {}).get("Code")
-        message = exc.response.get("Error", {}).get("Message", message)
-    if code is None:
-        return TransientAwsError(operation, type(exc).__name__, message)
-    if code in _FATAL:
-        return FatalAwsError(operation, code, message)
-    return TransientAwsError(operation, code, message)
-
-
-def _pack(digests: tuple[bytes, ...]) -> bytes:
-    return b"".join(digests)
-
-
-def _unpack(blob: bytes | None, size: int = 12) -> tuple[bytes, ...]:
-    if not blob:
-        return ()
-    return tuple(blob[i : i + size] for i in range(0, len(blob), size))
+_BATCH_GET = 100  # BatchGetItem's limit
 
 
 def make_model(config: Config) -> Any:
@@ -106,34 +61,41 @@ def make_model(config: Config) -> Any:
 
         pk = UnicodeAttribute(hash_key=True)
         sk = UnicodeAttribute(range_key=True)
+        epoch = NumberAttribute(null=True)  # both kinds: the writer's epoch
         # state item
-        epoch = NumberAttribute(null=True)
+        fmt = NumberAttribute(null=True)
         version = NumberAttribute(null=True)
         owner = UnicodeAttribute(null=True)
         lease_until_ms = NumberAttribute(null=True)
-        position_seq = UnicodeAttribute(null=True)
-        position_subseq = NumberAttribute(null=True)
-        pending = UnicodeAttribute(null=True)
+        position = UnicodeAttribute(null=True)
+        batches = NumberAttribute(null=True)
         redo_last = UnicodeAttribute(null=True)
-        redo_digests = BinaryAttribute(null=True, legacy_encoding=False)
+        redo = BinaryAttribute(null=True, legacy_encoding=False)
         successor = UnicodeAttribute(null=True)
         closed = BooleanAttribute(null=True)
-        batches = NumberAttribute(null=True)
         counters: MapAttribute[str, Any] = MapAttribute(null=True)  # type: ignore[no-untyped-call]
         updated_ms = NumberAttribute(null=True)
         behind_ms = NumberAttribute(null=True)
-        # digest item
-        target = BinaryAttribute(null=True, legacy_encoding=False)
+        window_ids = NumberAttribute(null=True)
+        window_oldest_ms = NumberAttribute(null=True)
+        window_newest_ms = NumberAttribute(null=True)
+        window_cut = BooleanAttribute(null=True)
+        # digest batch
+        last = UnicodeAttribute(null=True)
+        started_ms = NumberAttribute(null=True)
+        arrival_min_ms = NumberAttribute(null=True)
+        arrival_max_ms = NumberAttribute(null=True)
+        keyed = BinaryAttribute(null=True, legacy_encoding=False)
+        unkeyed = BinaryAttribute(null=True, legacy_encoding=False)
         deadletter = BinaryAttribute(null=True, legacy_encoding=False)
-        window = BinaryAttribute(null=True, legacy_encoding=False)
-        created_ms = NumberAttribute(null=True)
+        shards = BinaryAttribute(null=True, legacy_encoding=False)
         expires_at = TTLAttribute(null=True)
 
     return CopierItem
 
 
 def _position_str(p: Position | None) -> str | None:
-    return None if p is None else f"{p.seq}/{p.subseq}"
+    return None if p is None else str(p)
 
 
 def _position_from(text: str | None) -> Position | None:
@@ -149,79 +111,91 @@ class DynamoStateStore(StateStore):
     def __init__(self, config: Config) -> None:
         self.config = config
         self.model = make_model(config)
-        self._connection = Connection(region=config.region, host=config.dynamodb_endpoint, max_retry_attempts=3)
 
     # -- conversions -------------------------------------------------------
 
     def _to_item(self, key: str, s: ShardState) -> Any:
-        pending = None
-        if s.pending is not None:
-            pending = json.dumps(
-                {"batch": s.pending.batch_key, "last": _position_str(s.pending.last), "started": s.pending.started_ms}
-            )
         return self.model(
             key,
             STATE_SK,
+            fmt=STATE_FORMAT,
             epoch=s.epoch,
             version=s.version,
             owner=s.owner,
             lease_until_ms=s.lease_until_ms,
-            position_seq=None if s.position is None else str(s.position.seq),
-            position_subseq=None if s.position is None else s.position.subseq,
-            pending=pending,
+            position=_position_str(s.position),
+            batches=s.batches,
             redo_last=_position_str(s.redo_last),
-            redo_digests=_pack(s.redo_digests) or None,
+            redo=pack_digests(s.redo_digests) or None,
             successor=s.successor,
             closed=s.closed or None,
-            batches=s.batches,
             counters=dict(s.counters) or None,
             updated_ms=s.updated_ms,
             behind_ms=s.behind_ms,
+            window_ids=s.window_ids or None,
+            window_oldest_ms=s.window_oldest_ms or None,
+            window_newest_ms=s.window_newest_ms or None,
+            window_cut=s.window_cut or None,
         )
 
-    @staticmethod
-    def _from_item(item: Any) -> ShardState:
-        pending = None
-        if item.pending:
-            raw = json.loads(item.pending)
-            last = _position_from(raw["last"])
-            assert last is not None
-            pending = Pending(raw["batch"], last, int(raw["started"]))
-        position = None
-        if item.position_seq is not None:
-            position = Position(int(item.position_seq), int(item.position_subseq or 0))
+    def _from_item(self, item: Any) -> ShardState:
+        if item.fmt != STATE_FORMAT:
+            raise IncompatibleStateError(
+                f"{self.config.state_table_name}: item {item.pk} is in state format {item.fmt or 1}, this copier "
+                f"reads format {STATE_FORMAT}: point copier.stateTableName at a new table (see docs/protocol.md)"
+            )
         counters = {k: int(v) for k, v in (item.counters.as_dict() if item.counters else {}).items()}
         return ShardState(
             epoch=int(item.epoch or 0),
             version=int(item.version or 0),
             owner=item.owner,
             lease_until_ms=int(item.lease_until_ms or 0),
-            position=position,
-            pending=pending,
+            position=_position_from(item.position),
+            batches=int(item.batches or 0),
             redo_last=_position_from(item.redo_last),
-            redo_digests=_unpack(item.redo_digests),
+            redo_digests=tuple(unpack_digests(item.redo)),
             successor=item.successor,
             closed=bool(item.closed),
-            batches=int(item.batches or 0),
             counters=counters,
             updated_ms=int(item.updated_ms or 0),
             behind_ms=None if item.behind_ms is None else int(item.behind_ms),
+            window_ids=int(item.window_ids or 0),
+            window_oldest_ms=int(item.window_oldest_ms or 0),
+            window_newest_ms=int(item.window_newest_ms or 0),
+            window_cut=bool(item.window_cut),
         )
 
     def _batch_item(self, key: str, b: DigestBatch) -> Any:
         return self.model(
             key,
-            b.batch_key,
-            target=_pack(b.target) or None,
-            deadletter=_pack(b.deadletter) or None,
-            window=_pack(b.window) or None,
-            created_ms=b.created_ms,
-            expires_at=datetime.fromtimestamp(b.created_ms / 1000, UTC) + timedelta(hours=self.config.digest_ttl_hours),
+            b.key,
+            epoch=b.epoch,
+            last=str(b.last),
+            started_ms=b.started_ms,
+            arrival_min_ms=b.arrival_min_ms,
+            arrival_max_ms=b.arrival_max_ms,
+            keyed=b.keyed or None,
+            unkeyed=b.unkeyed or None,
+            deadletter=b.deadletter or None,
+            shards=pack_uints(b.target_shards) or None,
+            expires_at=datetime.fromtimestamp(b.started_ms / 1000, UTC) + timedelta(hours=self.config.digest_ttl_hours),
         )
 
-    def _batch_from(self, item: Any) -> DigestBatch:
+    @staticmethod
+    def _batch_from(item: Any) -> DigestBatch:
+        last = _position_from(item.last)
+        assert last is not None
         return DigestBatch(
-            item.sk, _unpack(item.target), _unpack(item.deadletter), _unpack(item.window), int(item.created_ms or 0)
+            index=int(item.sk.partition("#")[2]),
+            epoch=int(item.epoch or 0),
+            last=last,
+            started_ms=int(item.started_ms or 0),
+            keyed=item.keyed or b"",
+            unkeyed=item.unkeyed or b"",
+            deadletter=item.deadletter or b"",
+            arrival_min_ms=int(item.arrival_min_ms or 0),
+            arrival_max_ms=int(item.arrival_max_ms or 0),
+            target_shards=tuple(unpack_uints(item.shards)),
         )
 
     # -- calls ---------------------------------------------------------------
@@ -253,6 +227,16 @@ class DynamoStateStore(StateStore):
 
         return self._call("GetItem", read)
 
+    def get_many(self, keys: Iterable[str]) -> dict[str, ShardState]:
+        """BatchGetItem in groups of 100 (eventually consistent: this is for display)."""
+        wanted = list(dict.fromkeys(keys))
+        found: dict[str, ShardState] = {}
+        for first in range(0, len(wanted), _BATCH_GET):
+            group = [(key, STATE_SK) for key in wanted[first : first + _BATCH_GET]]
+            items = self._call("BatchGetItem", lambda: list(self.model.batch_get(group)))
+            found.update((item.pk, self._from_item(item)) for item in items)
+        return found
+
     def replace_if_unchanged(self, key: str, seen: ShardState | None, new: ShardState) -> None:
         m = self.model
         condition = m.pk.does_not_exist() if seen is None else (m.version == seen.version)
@@ -263,51 +247,47 @@ class DynamoStateStore(StateStore):
                 raise StateConflict(key) from None
             raise convert_aws_error("PutItem", exc) from exc
 
-    def write(self, key: str, owner: ShardState, new: ShardState, batch: DigestBatch | None = None) -> None:
+    def write(self, key: str, owner: ShardState, new: ShardState) -> None:
         m = self.model
         condition = (m.epoch == owner.epoch) & (m.owner == owner.owner) & m.successor.does_not_exist()
-        fenced = FencedError(f"{key}: epoch {owner.epoch} of {owner.owner} is fenced")
-        item = self._to_item(key, new)
         try:
-            if batch is None:
-                item.save(condition=condition, add_version_condition=False)
-                return
-            with TransactWrite(connection=self._connection, client_request_token=uuid.uuid4().hex) as tx:
-                tx.save(item, condition=condition)
-                tx.save(self._batch_item(key, batch))
-        except TransactWriteError as exc:
-            reasons = [r.code for r in exc.cancellation_reasons if r is not None]
-            if "ConditionalCheckFailed" in reasons:
-                raise fenced from None
-            raise convert_aws_error("TransactWriteItems", exc) from exc
+            self._to_item(key, new).save(condition=condition, add_version_condition=False)
         except PynamoDBException as exc:
             if exc.cause_response_code == "ConditionalCheckFailedException":
-                raise fenced from None
+                raise FencedError(f"{key}: epoch {owner.epoch} of {owner.owner} is fenced") from None
             raise convert_aws_error("PutItem", exc) from exc
 
-    def digests(self, key: str, newest_first: bool = True) -> Iterator[DigestBatch]:
-        query = self.model.query(
-            key, self.model.sk.startswith(BATCH_PREFIX), scan_index_forward=not newest_first, consistent_read=True
-        )
+    def put_batch(self, key: str, batch: DigestBatch) -> None:
+        m = self.model
+        condition = m.sk.does_not_exist() | (m.epoch <= batch.epoch)
         try:
-            for item in query:
-                yield self._batch_from(item)
-        except (PynamoDBException, botocore.exceptions.BotoCoreError) as exc:
-            raise convert_aws_error("Query", exc) from exc
+            self._batch_item(key, batch).save(condition=condition, add_version_condition=False)
+        except PynamoDBException as exc:
+            if exc.cause_response_code == "ConditionalCheckFailedException":
+                raise FencedError(f"{key}: {batch.key} was written under an epoch above {batch.epoch}") from None
+            raise convert_aws_error("PutItem", exc) from exc
 
-    def digest_batch(self, key: str, batch_key: str) -> DigestBatch | None:
+    def get_batch(self, key: str, index: int) -> DigestBatch | None:
         def read() -> DigestBatch | None:
             try:
-                return self._batch_from(self.model.get(key, batch_key, consistent_read=True))
+                return self._batch_from(self.model.get(key, batch_key(index), consistent_read=True))
             except self.model.DoesNotExist:
                 return None
 
         return self._call("GetItem", read)
 
-    def shard_states(self) -> Iterator[tuple[str, ShardState]]:
-        """Every shard's state (a scan; for ``copier status``)."""
+    def batches(self, key: str, upto: int, page_size: int | None = None) -> Iterator[DigestBatch]:
+        if upto < 1:
+            return
+        query = self.model.query(
+            key,
+            self.model.sk.between(batch_key(1), batch_key(upto)),
+            scan_index_forward=False,
+            consistent_read=True,
+            page_size=page_size,
+        )
         try:
-            for item in self.model.scan(self.model.sk == STATE_SK):
-                yield item.pk, self._from_item(item)
-        except (PynamoDBException, botocore.exceptions.BotoCoreError) as exc:
-            raise convert_aws_error("Scan", exc) from exc
+            for item in query:
+                yield self._batch_from(item)
+        except (PynamoDBException, botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+            raise convert_aws_error("Query", exc) from exc

@@ -13,8 +13,14 @@ the AWS error code, so the protocol code decides on copier's own terms::
     │   ├── TransientAwsError    throttling, 5xx, timeouts: retry with backoff
     │   │   └── AmbiguousPutError   a PutRecords whose outcome is unknown: it may
     │   │                           have landed, so it is verified, never resent blindly
-    │   └── FatalAwsError        missing table or stream, access denied, bad request:
-    │                            retrying cannot help, the process exits
+    │   └── FatalAwsError        retrying cannot help. ``host_wide`` ones (a missing
+    │                            table or stream, denied access, bad credentials, a KMS
+    │                            key) fail every shard alike: the process exits and
+    │                            its supervisor restarts the daemon. The others (AWS
+    │                            rejects one shard's request) stall that shard only:
+    │                            it retries slowly and logs, the host's other shards
+    │                            go on (one child's exit would restart them all)
+    ├── IncompatibleStateError   the state table was written by another copier format
     └── ProtocolError            the MultiLang peer sent something copier cannot act on
 """
 
@@ -27,6 +33,8 @@ __all__ = [
     "CopierError",
     "FatalAwsError",
     "FencedError",
+    "HOST_WIDE_CODES",
+    "IncompatibleStateError",
     "ProtocolError",
     "TransientAwsError",
 ]
@@ -71,8 +79,38 @@ class AmbiguousPutError(TransientAwsError):
     """A put whose outcome is unknown: some or all of its records may have landed."""
 
 
+#: Error codes that no shard on the host can get past: the process exits on them.
+HOST_WIDE_CODES = frozenset(
+    {
+        "ResourceNotFoundException",
+        "AccessDeniedException",
+        "AccessDenied",
+        "UnrecognizedClientException",
+        "InvalidClientTokenId",
+        "InvalidSignatureException",
+        "IncompleteSignature",
+        "MissingAuthenticationTokenException",
+        "ExpiredTokenException",
+        "KMSAccessDeniedException",
+        "KMSDisabledException",
+        "KMSInvalidStateException",
+        "KMSNotFoundException",
+        "KMSOptInRequired",
+    }
+)
+
+
 class FatalAwsError(AwsError):
     """Retrying cannot help (missing table or stream, access denied, validation)."""
+
+    @property
+    def host_wide(self) -> bool:
+        """True when every shard on the host fails alike (see the module docstring)."""
+        return self.code in HOST_WIDE_CODES
+
+
+class IncompatibleStateError(CopierError):
+    """The state table holds items of another copier format: this version cannot read them."""
 
 
 class ProtocolError(CopierError):

@@ -1,44 +1,37 @@
-"""Putting a planned batch until every record has landed, exactly once.
+"""Putting a planned chunk until every record has landed, exactly once.
 
 The loop, per round: split what is left into PutRecords requests; before
 each request make sure the lease outlives the put; keep the entries that
 landed; retry only the entries that failed, after a jittered backoff. A
 request whose outcome is unknown (timeout, lost connection, 5xx) is not
-resent: after the put timeout has passed, the destination stream is read
-from the batch's start and only the entries not found there are retried.
+resent: after the put timeout has passed, the destination is read, only
+in the shards those entries hash to and only from the chunk's start, and
+only the entries not found there are retried.
 
 It returns only when everything landed. It raises
 :class:`~copier.errors.FencedError` when the lease cannot be renewed (the
-shard was taken over) and :class:`~copier.errors.FatalAwsError` when retrying
-cannot help; every other failure is retried.
+shard was taken over) and a host-wide :class:`~copier.errors.FatalAwsError`
+(a missing stream, denied access). A fatal error that concerns this shard's
+request alone (AWS rejects it) stalls the shard: it is retried at the
+longest backoff and reported through ``on_stall`` each time, so an operator
+sees it while the host's other shards go on. Everything else is retried.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any
 
 from copier.batching import split_requests
-from copier.errors import AmbiguousPutError, TransientAwsError
+from copier.errors import AmbiguousPutError, FatalAwsError, TransientAwsError
 from copier.limits import record_size
 from copier.plan import Outgoing
+from copier.ports import Clock, Identity, Streams
 from copier.retry import backoff_ms
 
-__all__ = ["Forwarder", "Streams", "Clock"]
-
-
-class Clock(Protocol):
-    def now_ms(self) -> int: ...
-    def sleep_ms(self, ms: int) -> None: ...
-
-
-class Streams(Protocol):
-    def put_records(self, stream: str, entries: Sequence[tuple[str, bytes]]) -> list[str | None]: ...
-    def identities_since(
-        self, stream: str, since_ms: int, identity: Callable[[str, bytes], bytes]
-    ) -> Counter[bytes]: ...
+__all__ = ["ForwardStats", "Forwarder"]
 
 
 @dataclass
@@ -47,10 +40,11 @@ class ForwardStats:
     retried_entries: int = 0
     ambiguous_requests: int = 0
     verified_landed: int = 0
+    records_read: int = 0
 
 
 class Forwarder:
-    """Puts one batch's outgoing records to their streams; see the module docstring."""
+    """Puts one chunk's outgoing records to their streams; see the module docstring."""
 
     def __init__(
         self,
@@ -58,23 +52,31 @@ class Forwarder:
         clock: Clock,
         stream_names: dict[str, str],
         ensure_lease: Callable[[], None],
-        identity_for: Callable[[str], Callable[[str, bytes], bytes]],
+        identity_for: Callable[[str], Identity],
+        shards_of: Callable[[str, Sequence[Outgoing]], Collection[int] | None],
+        retrying: Callable[[str, Callable[[], Any]], Any],
         put_timeout_ms: int,
         clock_skew_ms: int,
         max_backoff_ms: int,
         on_retry: Callable[[str, int, int], None] = lambda code, entries, attempt: None,
         on_request: Callable[[str, int, int], None] = lambda stream, entries, failed: None,
+        on_stall: Callable[[FatalAwsError, int], None] = lambda error, attempt: None,
+        discount: Callable[[int], Counter[int]] = lambda started: Counter(),
     ) -> None:
         self.streams = streams
         self.clock = clock
         self.stream_names = stream_names
         self.ensure_lease = ensure_lease
         self.identity_for = identity_for
+        self.shards_of = shards_of
+        self.retrying = retrying
         self.put_timeout_ms = put_timeout_ms
         self.clock_skew_ms = clock_skew_ms
         self.max_backoff_ms = max_backoff_ms
         self.on_retry = on_retry
         self.on_request = on_request
+        self.on_stall = on_stall
+        self.discount = discount
 
     def forward(self, outgoing: Sequence[Outgoing], started_ms: int) -> ForwardStats:
         stats = ForwardStats()
@@ -86,13 +88,14 @@ class Forwarder:
 
     def _forward_to(self, destination: str, entries: list[Outgoing], started_ms: int, stats: ForwardStats) -> None:
         stream = self.stream_names[destination]
-        landed: Counter[bytes] = Counter()
+        landed: Counter[int] = Counter()
         left = list(entries)
         attempt = 0
         while left:
             failed: list[Outgoing] = []
             unknown: list[Outgoing] = []
             codes: Counter[str] = Counter()
+            stalled: FatalAwsError | None = None
             for request in split_requests(left, lambda o: record_size(o.partition_key, o.data)):
                 self.ensure_lease()
                 stats.requests += 1
@@ -103,6 +106,13 @@ class Forwarder:
                     unknown.extend(request)
                     codes[exc.code] += len(request)
                     self.on_request(stream, len(request), -1)
+                    continue
+                except FatalAwsError as exc:
+                    if exc.host_wide:
+                        raise
+                    stalled = exc  # rejected as a whole: nothing of it landed
+                    failed.extend(request)
+                    codes[exc.code] += len(request)
                     continue
                 except TransientAwsError as exc:
                     failed.extend(request)
@@ -118,22 +128,46 @@ class Forwarder:
                         codes[code] += 1
                 self.on_request(stream, len(request), len(failed) - before)
             if unknown:
-                # Let any put still in flight finish, then look at what is there.
-                self.clock.sleep_ms(self.put_timeout_ms)
-                found = self.streams.identities_since(
-                    stream, started_ms - self.clock_skew_ms, self.identity_for(destination)
-                )
-                for entry in unknown:
-                    if found[entry.identity] > landed[entry.identity]:
-                        landed[entry.identity] += 1
-                        stats.verified_landed += 1
-                    else:
-                        failed.append(entry)
+                failed.extend(self._verify(destination, stream, unknown, started_ms, landed, stats))
             if failed:
                 failed.sort(key=lambda o: o.position)
                 stats.retried_entries += len(failed)
                 for code, count in codes.items():
                     self.on_retry(code, count, attempt)
-                self.clock.sleep_ms(backoff_ms(attempt, self.max_backoff_ms))
+                if stalled is not None:
+                    self.on_stall(stalled, attempt)
+                    self.clock.sleep_ms(self.max_backoff_ms)
+                else:
+                    self.clock.sleep_ms(backoff_ms(attempt, self.max_backoff_ms))
                 attempt += 1
             left = failed
+
+    def _verify(
+        self,
+        destination: str,
+        stream: str,
+        unknown: list[Outgoing],
+        started_ms: int,
+        landed: Counter[int],
+        stats: ForwardStats,
+    ) -> list[Outgoing]:
+        """After any put still in flight has finished, read what is there; return the entries to retry."""
+        self.clock.sleep_ms(self.put_timeout_ms)
+        shards = self.shards_of(destination, unknown)
+        identity = self.identity_for(destination)
+        since = started_ms - self.clock_skew_ms
+        found = self.retrying(
+            "verify_put", lambda: self.streams.read_identities(stream, shards, since, None, identity)
+        )
+        stats.records_read += found.records_read
+        identities = found.identities
+        if destination == "target":  # identical unkeyed copies of the chunks before (see copier.recovery)
+            identities = identities - self.discount(started_ms)
+        retry: list[Outgoing] = []
+        for entry in unknown:
+            if identities[entry.identity] > landed[entry.identity]:
+                landed[entry.identity] += 1
+                stats.verified_landed += 1
+            else:
+                retry.append(entry)
+        return retry

@@ -1,4 +1,4 @@
-"""Kinesis I/O: puts that never retry on their own, reads for verification, shard lineage.
+"""Kinesis I/O: puts that never retry on their own, bounded reads for verification, shard lineage.
 
 botocore retries a PutRecords by itself on a connection error or a 5xx,
 re-sending a request whose first attempt may already have landed: that
@@ -14,21 +14,26 @@ exactly one attempt; copier retries, knowing which failures are ambiguous:
 from __future__ import annotations
 
 import time
-from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import boto3
 import botocore.config
 import botocore.exceptions
 
+from copier.aws import convert_aws_error
 from copier.config import Config
-from copier.dynamo import convert_aws_error
-from copier.errors import AmbiguousPutError, AwsError, FatalAwsError, TransientAwsError
+from copier.errors import AmbiguousPutError, AwsError, TransientAwsError
+from copier.ports import Found, Identity
+from copier.shardmap import ShardMap, descendants, shard_id_of
 
-__all__ = ["KinesisStreams", "PutEntry", "paged_shards"]
+__all__ = ["GET_RECORDS_LIMIT", "KinesisStreams", "PutEntry", "paged_shards"]
 
 PutEntry = tuple[str, bytes]  # (partition key, data)
+
+GET_RECORDS_LIMIT = 10_000
+FIRST_PAGE = 500
+SHARD_MAP_MAX_AGE_S = 300.0
 
 _NOT_SENT = (botocore.exceptions.EndpointConnectionError, botocore.exceptions.ConnectTimeoutError)
 _AMBIGUOUS = (
@@ -70,11 +75,18 @@ def paged_shards(list_shards: Callable[..., Any], stream: str) -> list[dict[str,
 class KinesisStreams:
     """The copier's Kinesis calls; every botocore error leaves here as a CopierError."""
 
-    def __init__(self, config: Config, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        config: Config,
+        sleep: Callable[[float], None] = time.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.config = config
         self._put = _client(config, attempts=1, read_timeout=config.put_timeout_millis / 1000)
         self._read = _client(config, attempts=None, read_timeout=30)
         self._sleep = sleep
+        self._monotonic = monotonic
+        self._maps: dict[str, tuple[float, ShardMap]] = {}
 
     def put_records(self, stream: str, entries: Sequence[PutEntry]) -> list[str | None]:
         """One PutRecords attempt; returns each entry's error code, None where it landed."""
@@ -105,43 +117,101 @@ class KinesisStreams:
         """All shards of a stream (open and closed within retention)."""
         return paged_shards(lambda **kw: self._call("ListShards", self._read.list_shards, **kw), stream)
 
+    def shard_map(self, stream: str) -> ShardMap:
+        """The stream's open shards by hash key range, from a ListShards at most ``SHARD_MAP_MAX_AGE_S`` old.
+
+        A stale map is safe: it can only name a shard that has since been
+        split or merged, and verification reads its descendants too.
+        """
+        now = self._monotonic()
+        cached = self._maps.get(stream)
+        if cached is None or now - cached[0] > SHARD_MAP_MAX_AGE_S:
+            cached = (now, ShardMap.of(self.shards(stream)))
+            self._maps[stream] = cached
+        return cached[1]
+
     def parents(self, stream: str, shard_id: str) -> list[str]:
         """The parent shard IDs of a shard (one after a split, two after a merge)."""
         for shard in self.shards(stream):
             if shard["ShardId"] == shard_id:
                 return [p for p in (shard.get("ParentShardId"), shard.get("AdjacentParentShardId")) if p]
-        raise FatalAwsError("ListShards", "ShardNotFound", f"{shard_id} is not a shard of {stream}")
+        # The KCL handed this shard out, so it exists: ListShards has not caught up yet.
+        raise TransientAwsError("ListShards", "ShardNotListed", f"{shard_id} is not listed in {stream} yet")
 
-    def identities_since(self, stream: str, since_ms: int, identity: Callable[[str, bytes], bytes]) -> Counter[bytes]:
-        """Read every shard of ``stream`` from ``since_ms`` to its end; count record identities.
+    def read_identities(
+        self,
+        stream: str,
+        shards: Collection[int] | None,
+        since_ms: int,
+        until_ms: int | None,
+        identity: Identity,
+    ) -> Found:
+        """Count record identities in the given shards (and their descendants) over a time range.
 
-        Used to verify a batch whose put may or may not have landed: what is
-        in the stream now is all that ever will be of it, because the put
-        that wrote it has finished or timed out (see the lease rules).
+        Used to verify a put whose outcome is unknown: once the put has
+        finished or timed out, what the stream holds of it is all that ever
+        will. Each shard is read from ``since_ms`` (GetShardIterator
+        AT_TIMESTAMP) until a record arrived after ``until_ms``, or to the end;
+        pages start small and double, so a read past the bound reads at most
+        one page too many; and at most 5 GetRecords a second per shard, the
+        Kinesis read limit, which the target's consumers share.
         """
-        seen: Counter[bytes] = Counter()
-        timestamp = since_ms / 1000
-        for shard in self.shards(stream):
-            iterator = self._call(
-                "GetShardIterator",
-                self._read.get_shard_iterator,
-                StreamName=stream,
-                ShardId=shard["ShardId"],
-                ShardIteratorType="AT_TIMESTAMP",
-                Timestamp=timestamp,
-            ).get("ShardIterator")
-            while iterator:
-                try:
-                    page = self._call("GetRecords", self._read.get_records, ShardIterator=iterator, Limit=10000)
-                except AwsError as exc:
-                    if exc.retryable:
-                        self._sleep(0.5)
-                        continue
-                    raise
-                for record in page.get("Records", []):
-                    seen[identity(record["PartitionKey"], bytes(record["Data"]))] += 1
-                iterator = page.get("NextShardIterator")
-                if not page.get("Records") and page.get("MillisBehindLatest", 0) == 0:
-                    break
-                self._sleep(0.2)  # 5 GetRecords per second per shard
-        return seen
+        listed = self.shards(stream)
+        if shards is None:
+            wanted = {s["ShardId"] for s in listed}
+        else:
+            wanted = descendants(listed, {shard_id_of(n) for n in shards})
+        found = Found()
+        for shard in listed:
+            if shard["ShardId"] in wanted:
+                found.shards_read += 1
+                self._read_shard(stream, shard["ShardId"], since_ms, until_ms, identity, found)
+        return found
+
+    def _iterator(self, stream: str, shard_id: str, since_ms: int, after: str | None) -> str | None:
+        """An iterator at ``since_ms``, or just after the last record read (when one expired)."""
+        kwargs: dict[str, Any] = {"StreamName": stream, "ShardId": shard_id}
+        if after is None:
+            kwargs.update(ShardIteratorType="AT_TIMESTAMP", Timestamp=since_ms / 1000)
+        else:
+            kwargs.update(ShardIteratorType="AFTER_SEQUENCE_NUMBER", StartingSequenceNumber=after)
+        iterator: str | None = self._call("GetShardIterator", self._read.get_shard_iterator, **kwargs).get(
+            "ShardIterator"
+        )
+        return iterator
+
+    def _read_shard(
+        self, stream: str, shard_id: str, since_ms: int, until_ms: int | None, identity: Identity, found: Found
+    ) -> None:
+        last: str | None = None
+        iterator = self._iterator(stream, shard_id, since_ms, last)
+        limit = FIRST_PAGE
+        while iterator:
+            try:
+                page = self._call("GetRecords", self._read.get_records, ShardIterator=iterator, Limit=limit)
+            except AwsError as exc:
+                if exc.code == "ExpiredIteratorException":
+                    iterator = self._iterator(stream, shard_id, since_ms, last)
+                    continue
+                if exc.retryable:
+                    self._sleep(0.5)
+                    continue
+                raise
+            records = page.get("Records", [])
+            found.records_read += len(records)
+            for record in records:
+                if until_ms is not None and _arrival_ms(record) > until_ms:
+                    return
+                found.identities[identity(record["PartitionKey"], bytes(record["Data"]))] += 1
+                last = record["SequenceNumber"]
+            iterator = page.get("NextShardIterator")
+            if not records and page.get("MillisBehindLatest", 0) == 0:
+                return
+            limit = min(GET_RECORDS_LIMIT, limit * 2)
+            self._sleep(0.2)  # 5 GetRecords per second per shard
+
+
+def _arrival_ms(record: dict[str, Any]) -> int:
+    """A record's ApproximateArrivalTimestamp in epoch milliseconds (botocore parses it to a datetime)."""
+    stamp = record["ApproximateArrivalTimestamp"]
+    return int(stamp.timestamp() * 1000) if hasattr(stamp, "timestamp") else int(float(stamp) * 1000)

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from copier.limits import MAX_RECORD_BYTES, record_size
+from copier.shardmap import hash_key
 
 __all__ = [
     "MAGIC",
@@ -70,11 +71,6 @@ class AggregatedMessage:
     partition_keys: list[str]
     explicit_hash_keys: list[str]
     records: list[tuple[int, int | None, bytes]]
-
-
-def hash_key(partition_key: str) -> int:
-    """The 128-bit hash key Kinesis routes a partition key by: MD5 of its UTF-8 bytes, big-endian."""
-    return int.from_bytes(hashlib.md5(partition_key.encode("utf-8")).digest(), "big")
 
 
 # --- protobuf wire format: only varints (wire type 0) and length-delimited fields (wire type 2) ---

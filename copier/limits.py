@@ -1,8 +1,10 @@
-"""Kinesis service limits that copier plans around (see DESIGN section 4)."""
+"""Kinesis and DynamoDB service limits that copier plans around, and copier's own bounds."""
 
 from __future__ import annotations
 
 __all__ = [
+    "MAX_CHUNK_EVENTS",
+    "MAX_ITEM_BYTES",
     "MAX_PARTITION_KEY_CHARS",
     "MAX_RECORD_BYTES",
     "MAX_REQUEST_BYTES",
@@ -19,3 +21,13 @@ MAX_PARTITION_KEY_CHARS = 256
 def record_size(partition_key: str, data: bytes) -> int:
     """Bytes a record counts against the limits: payload plus UTF-8 partition key."""
     return len(data) + len(partition_key.encode("utf-8"))
+
+
+# --- copier's own bounds (docs/protocol.md, "Limits") ---------------------------------------------
+
+#: Records planned, recorded and committed together. A digest batch holds 10 bytes an event, so a
+#: chunk's batch stays under 100 KB (DynamoDB's item limit is 400 KB), and so does a redo set.
+MAX_CHUNK_EVENTS = 10_000
+
+#: DynamoDB's item size limit, for the tests that check copier's items stay under it.
+MAX_ITEM_BYTES = 400 * 1024

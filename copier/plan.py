@@ -36,7 +36,16 @@ from copier.limits import MAX_RECORD_BYTES, record_size
 from copier.positions import Position
 from copier.window import DedupWindow
 
-__all__ = ["BatchPlan", "Outgoing", "PlanSettings", "Redo", "SourceRecord", "dead_letter_envelope", "plan_batch"]
+__all__ = [
+    "BatchPlan",
+    "Outgoing",
+    "PlanSettings",
+    "Redo",
+    "SourceRecord",
+    "chunks",
+    "dead_letter_envelope",
+    "plan_batch",
+]
 
 Destination = Literal["target", "deadletter"]
 
@@ -59,7 +68,7 @@ class Outgoing:
     destination: Destination
     partition_key: str
     data: bytes
-    identity: bytes
+    identity: int
     event_id: str | None
 
 
@@ -73,7 +82,7 @@ class Redo:
     """
 
     last: Position
-    digests: Counter[bytes] = field(default_factory=Counter)
+    digests: Counter[int] = field(default_factory=Counter)
 
     @property
     def empty(self) -> bool:
@@ -102,11 +111,22 @@ class BatchPlan:
     dead_lettered: int = 0
     redo: Redo | None = None
     redo_missing: int = 0
+    arrival_min_ms: int = 0  # staging arrival range of the records planned (replays included)
+    arrival_max_ms: int = 0
 
     @property
-    def window_digests(self) -> list[bytes]:
-        """Digests this batch adds to the dedup window once committed."""
+    def keyed_digests(self) -> list[int]:
+        """ID digests of the target entries with an event ID: what the window learns once committed."""
         return [o.identity for o in self.send if o.destination == "target" and o.event_id is not None]
+
+    @property
+    def unkeyed_digests(self) -> list[int]:
+        """Content digests of the target entries without an event ID (only to verify the put)."""
+        return [o.identity for o in self.send if o.destination == "target" and o.event_id is None]
+
+    @property
+    def deadletter_digests(self) -> list[int]:
+        return [o.identity for o in self.send if o.destination == "deadletter"]
 
 
 def dead_letter_envelope(settings: PlanSettings, record: SourceRecord, reason: str) -> bytes:
@@ -135,6 +155,18 @@ def dead_letter_envelope(settings: PlanSettings, record: SourceRecord, reason: s
     return encoded
 
 
+def chunks(records: Sequence[SourceRecord], size: int) -> list[Sequence[SourceRecord]]:
+    """Consecutive slices of at most ``size`` records: each is planned, recorded and committed alone.
+
+    A KPL-aggregated GetRecords can deliver tens of thousands of events in
+    one batch; bounding the chunk bounds the digest batch (10 bytes an event,
+    under DynamoDB's 400 KB item limit), the redo set, and the work a crash
+    can leave in flight. Any split is valid: positions are totally ordered
+    and a chunk commits everything up to its last record.
+    """
+    return [records[i : i + size] for i in range(0, len(records), size)] if records else []
+
+
 def plan_batch(
     records: Sequence[SourceRecord],
     committed: Position | None,
@@ -144,10 +176,13 @@ def plan_batch(
 ) -> BatchPlan:
     """Decide every record of a batch; see the module docstring for the rules."""
     plan = BatchPlan()
-    seen: set[bytes] = set()
-    left: Counter[bytes] = Counter(redo.digests) if redo else Counter()
+    seen: set[int] = set()
+    left: Counter[int] = Counter(redo.digests) if redo else Counter()
+    if records:
+        arrivals = [r.arrival_ms for r in records]
+        plan.arrival_min_ms, plan.arrival_max_ms = min(arrivals), max(arrivals)
 
-    def outgoing(record: SourceRecord, identity: bytes, event_id: str | None, reason: str | None) -> Outgoing:
+    def outgoing(record: SourceRecord, identity: int, event_id: str | None, reason: str | None) -> Outgoing:
         """The record as it goes out: as is to the target, or in a dead-letter envelope."""
         oversize = record_size(record.partition_key, record.data) > MAX_RECORD_BYTES
         if settings.dead_letter and oversize:

@@ -3,10 +3,13 @@
 amazon-kclpy catches every exception a handler raises (all but SystemExit),
 prints it and acknowledges the action anyway: a batch that raised would be
 treated as done. So no handler here lets an exception out. Transient faults
-are retried inside the worker until the batch is finished; a fenced worker
-acknowledges without forwarding or checkpointing; anything else (a missing
-table, a bad record from the daemon, a bug) ends the process with a logged
-reason, which stops the daemon so that its supervisor restarts it.
+are retried inside the worker until the batch is finished, and a fault AWS
+reports as final for one shard's request stalls that shard inside the
+worker; a fenced worker acknowledges without forwarding or checkpointing.
+What reaches this module is a fault no shard on the host can get past (a
+missing table or stream, denied access, a state table of another format),
+a malformed message from the daemon, or a bug: it ends the process with a
+logged reason, which stops the daemon so that its supervisor restarts it.
 """
 
 from __future__ import annotations

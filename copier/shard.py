@@ -1,4 +1,4 @@
-"""One staging shard's protocol: takeover, plan, intent, put, commit (DESIGN section 3).
+"""One staging shard's protocol: takeover, then per chunk plan, record, put, commit (docs/protocol.md).
 
 This is where the I/O of one shard is sequenced; every decision is made by
 the pure modules it calls (``plan``, ``recovery``, ``window``). The public
@@ -12,6 +12,14 @@ renewing the lease with every write. A successor that finds a valid lease
 announces itself (so the owner's next write fails and it yields), sleeps
 out the lease plus the clock margin, and only then takes over and verifies
 any batch left in flight.
+
+A batch from the daemon is cut into chunks of at most ``MAX_CHUNK_EVENTS``
+records, each recorded (its digest batch, the intent), put and committed on
+its own, so no batch size reaches a DynamoDB limit. Faults are retried
+here for as long as they last; a fault AWS reports as final for this
+shard's request stalls this shard alone (logged as ``shard_stalled``), and
+only a host-wide one (a missing table or stream, denied access) leaves as
+an exception, which ends the process.
 """
 
 from __future__ import annotations
@@ -20,29 +28,33 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from collections import deque
+from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import replace
+from typing import Any, TypeVar
 
 import structlog
 
 from copier.config import Config
-from copier.errors import FencedError, TransientAwsError
+from copier.errors import FatalAwsError, FencedError, TransientAwsError
 from copier.forward import Forwarder
 from copier.identity import content_digest, identity_of
-from copier.plan import BatchPlan, PlanSettings, Redo, SourceRecord, plan_batch
+from copier.limits import MAX_CHUNK_EVENTS
+from copier.packing import digest_columns, pack_digests, unpack_digests
+from copier.plan import BatchPlan, Outgoing, PlanSettings, Redo, SourceRecord, chunks, plan_batch
+from copier.ports import Clock, Found, Identity, Streams
 from copier.positions import Position
-from copier.recovery import resolve
+from copier.recovery import earlier_copies, resolve
 from copier.retry import backoff_ms
-from copier.state import DigestBatch, Pending, ShardState, StateConflict, StateStore, shard_key
+from copier.shardmap import shard_number
+from copier.state import DigestBatch, ShardState, StateConflict, StateStore, shard_key
 from copier.window import DedupWindow
 
 __all__ = ["ShardWorker", "SystemClock", "worker_id"]
 
+T = TypeVar("T")
 
-class Clock(Protocol):
-    def now_ms(self) -> int: ...
-    def sleep_ms(self, ms: int) -> None: ...
+RECENT_CHUNKS = 64  # committed chunks remembered for discounting identical unkeyed copies (copier.recovery)
 
 
 class SystemClock:
@@ -61,17 +73,6 @@ def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-class StreamsPort(Protocol):
-    def put_records(self, stream: str, entries: Sequence[tuple[str, bytes]]) -> list[str | None]: ...
-    def identities_since(self, stream: str, since_ms: int, identity: Callable[[str, bytes], bytes]) -> Any: ...
-    def parents(self, stream: str, shard_id: str) -> list[str]: ...
-
-
-@dataclass
-class _Retry:
-    attempt: int = 0
-
-
 class ShardWorker:
     """Forwards one shard's records exactly once; one instance per record processor."""
 
@@ -79,10 +80,11 @@ class ShardWorker:
         self,
         config: Config,
         store: StateStore,
-        streams: StreamsPort,
+        streams: Streams,
         clock: Clock | None = None,
         owner: str | None = None,
         log: Any = None,
+        chunk_events: int = MAX_CHUNK_EVENTS,
     ) -> None:
         self.config = config
         self.store = store
@@ -90,17 +92,22 @@ class ShardWorker:
         self.clock = clock or SystemClock()
         self.owner = owner or worker_id()
         self.log = log or structlog.get_logger("copier")
+        self.chunk_events = chunk_events
         self.shard_id = ""
         self.key = ""
         self.state: ShardState | None = None
-        self.window = DedupWindow(config.dedup_window_events)
+        self.window = DedupWindow(config.dedup_window_ms, config.dedup_window_max_events)
         self.fenced = False
+        self._cut_reported = False
+        self._recent: deque[tuple[int, list[int]]] = deque(maxlen=RECENT_CHUNKS)  # (started, unkeyed), newest last
         self.forwarder = Forwarder(
             streams,
             self.clock,
             {"target": config.target_stream_name, "deadletter": config.dead_letter_stream_name or ""},
             self._ensure_lease,
             self._identity_for,
+            self._shards_of,
+            self._retrying,
             config.put_timeout_millis,
             config.clock_skew_millis,
             config.max_backoff_millis,
@@ -108,18 +115,43 @@ class ShardWorker:
             on_request=lambda stream, entries, failed: self.log.debug(
                 "put_request", stream=stream, entries=entries, failed=failed
             ),
+            on_stall=lambda error, attempt: self._on_stall("PutRecords", error, attempt),
+            discount=lambda started: earlier_copies(started, config.clock_skew_millis, reversed(self._recent)),
         )
 
     # -- helpers -------------------------------------------------------------
 
-    def _identity_for(self, destination: str) -> Callable[[str, bytes], bytes]:
+    def _identity_for(self, destination: str) -> Identity:
         if destination == "deadletter":
             return content_digest
         return lambda pk, data: identity_of(self.config.dedup_key, pk, data)
 
+    def _shards_of(self, destination: str, entries: Sequence[Outgoing]) -> Collection[int] | None:
+        """Numbers of the target shards the entries hash to; None (read them all) when unknown."""
+        if destination != "target":
+            return None
+        shard_map = self._retrying("list_target_shards", lambda: self.streams.shard_map(self.config.target_stream_name))
+        numbers: set[int] = set()
+        for entry in entries:
+            shard = shard_map.shard_for(entry.partition_key)
+            if shard is None:
+                return None  # mid-reshard: no open shard covers the key
+            numbers.add(shard_number(shard))
+        return numbers
+
     def _on_put_retry(self, code: str, entries: int, attempt: int) -> None:
         log = self.log.warning if attempt >= 3 else self.log.info
         log("put_retry", code=code, entries=entries, attempt=attempt)
+
+    def _on_stall(self, call: str, error: FatalAwsError, attempt: int) -> None:
+        self.log.error(
+            "shard_stalled",
+            call=call,
+            code=error.code,
+            error=str(error),
+            attempt=attempt,
+            detail="AWS rejects this shard's request; retrying every copier.maxBackoffMillis, nothing is skipped",
+        )
 
     def _settings(self) -> PlanSettings:
         return PlanSettings(
@@ -130,8 +162,13 @@ class ShardWorker:
             shard_id=self.shard_id,
         )
 
-    def _retrying(self, what: str, fn: Callable[[], Any]) -> Any:
-        """Run a state-store call until it stops failing transiently; fatal errors go up."""
+    def _retrying(self, what: str, fn: Callable[[], T]) -> T:
+        """Run a call until it succeeds; a host-wide fatal error, FencedError and StateConflict go up.
+
+        Transient errors are retried with jittered backoff; a fatal error that
+        is not host-wide stalls this shard (retried at the longest backoff,
+        logged each time) rather than ending a process that serves other shards.
+        """
         attempt = 0
         while True:
             try:
@@ -140,18 +177,21 @@ class ShardWorker:
                 level = self.log.warning if attempt >= 3 else self.log.info
                 level("retrying", call=what, code=exc.code, attempt=attempt)
                 self.clock.sleep_ms(backoff_ms(attempt, self.config.max_backoff_millis))
-                attempt += 1
+            except FatalAwsError as exc:
+                if exc.host_wide:
+                    raise
+                self._on_stall(what, exc, attempt)
+                self.clock.sleep_ms(self.config.max_backoff_millis)
+            attempt += 1
 
-    def _write(self, new: ShardState, batch: DigestBatch | None = None) -> ShardState:
+    def _write(self, new: ShardState) -> ShardState:
         """Write as owner; on success the new state is ours. FencedError goes up."""
-        assert self.state is not None
+        owner = self.state
+        assert owner is not None
         now = self.clock.now_ms()
-        new = replace(
-            new, version=self.state.version + 1, lease_until_ms=now + self.config.lease_millis, updated_ms=now
-        )
-        if new.lease_until_ms < self.state.lease_until_ms and self.state.lease_until_ms > 0:
-            new = replace(new, lease_until_ms=self.state.lease_until_ms)
-        self._retrying("write_state", lambda: self.store.write(self.key, self.state, new, batch))  # type: ignore[arg-type]
+        lease = max(now + self.config.lease_millis, owner.lease_until_ms)
+        new = replace(new, version=owner.version + 1, lease_until_ms=lease, updated_ms=now)
+        self._retrying("write_state", lambda: self.store.write(self.key, owner, new))
         self.state = new
         return new
 
@@ -170,23 +210,41 @@ class ShardWorker:
     # -- initialize ------------------------------------------------------------
 
     def initialize(self, shard_id: str) -> None:
-        """Take the shard over (after sleeping out a valid lease), load the window, verify a pending batch."""
+        """Take the shard over (after sleeping out a valid lease), verify a batch in flight, load the window."""
         self.shard_id = shard_id
         self.key = shard_key(self.config.stream_name, shard_id)
         self.log = self.log.bind(shard=shard_id)
         seen = self._take_over()
-        self.log = self.log.bind(epoch=self.state.epoch if self.state else None)
         assert self.state is not None
+        self.log = self.log.bind(epoch=self.state.epoch)
         self.log.info(
             "took_over",
             previous_owner=seen.owner if seen else None,
             previous_epoch=seen.epoch if seen else None,
             position=str(self.state.position) if self.state.position else None,
-            pending=self.state.pending.batch_key if self.state.pending else None,
+            batches=self.state.batches,
         )
+        in_flight = self._retrying("get_batch", lambda: self.store.get_batch(self.key, self.state.batches + 1))  # type: ignore[union-attr]
+        if in_flight is not None:
+            self._verify(in_flight, seen)
+        newest = self._retrying("get_batches", lambda: self._chunks_before(self.clock.now_ms()))
+        self._recent.extend(reversed(newest))
         self._load_window()
-        if self.state.pending is not None:
-            self._verify_pending()
+
+    def _chunks_before(self, started_ms: int) -> list[tuple[int, list[int]]]:
+        """(started, unkeyed digests) of the newest committed chunks a verification from ``started_ms`` may read.
+
+        Read a few at a time and only as far back as ``copier.recovery.earlier_copies`` looks.
+        """
+        assert self.state is not None
+        out: list[tuple[int, list[int]]] = []
+        newer = started_ms
+        for batch in self.store.batches(self.key, self.state.batches, page_size=4):
+            if newer < started_ms - 2 * self.config.clock_skew_millis:
+                break
+            out.append((batch.started_ms, unpack_digests(batch.unkeyed)))
+            newer = batch.started_ms
+        return out
 
     def _take_over(self) -> ShardState | None:
         skew = self.config.clock_skew_millis
@@ -221,7 +279,7 @@ class ShardWorker:
             try:
                 self._retrying("take_over", lambda: self.store.replace_if_unchanged(self.key, seen, new))
             except StateConflict:
-                current = self.store.get(self.key)
+                current = self._retrying("get_state", lambda: self.store.get(self.key))
                 if current is not None and current.owner == self.owner and current.epoch == new.epoch:
                     self.state = current  # our own write went through before an ambiguous failure
                     return seen
@@ -230,77 +288,133 @@ class ShardWorker:
             self.state = new
             return seen
 
-    def _load_window(self) -> None:
-        assert self.state is not None
-        capacity = self.config.dedup_window_events
-        own = self._retrying("load_window", lambda: self.store.window_batches(self.key, capacity))
-        window = DedupWindow.from_newest_first(capacity, own)
-        if len(window) < capacity and self.state.batches < 1 + len(own):
-            parents = self._retrying(
-                "list_parents", lambda: self.streams.parents(self.config.stream_name, self.shard_id)
-            )
-            if parents:
-                window = DedupWindow(capacity * (1 + len(parents)))
-                for parent in parents:
-                    batches = self._parent_window(parent, capacity)
-                    window.merge(DedupWindow.from_newest_first(capacity, batches))
-                window.merge(DedupWindow.from_newest_first(capacity, own))
-                self.log.info("inherited_window", parents=parents, digests=len(window))
-        self.window = window
+    def _verify(self, batch: DigestBatch, seen: ShardState | None) -> None:
+        """Find out which records of a batch left in flight landed (see copier.recovery); commit it.
 
-    def _parent_window(self, parent: str, capacity: int) -> list[tuple[str, Sequence[bytes]]]:
-        key = shard_key(self.config.stream_name, parent)
-        batches: list[tuple[str, Sequence[bytes]]] = self._retrying(
-            "load_window", lambda: self.store.window_batches(key, capacity)
-        )
-        return batches
-
-    def _verify_pending(self) -> None:
-        """Find out which records of the dead owner's in-flight batch landed (see copier.recovery)."""
+        Bounded read: only the target shards the batch's entries hash to (and
+        their descendants), and only from the batch's start (minus the clock
+        margin) to the end of the last lease its writer could have held, plus
+        the put timeout and the margin. After that no put of it can land.
+        """
         state = self.state
-        assert state is not None and state.pending is not None
-        pending = state.pending
-        batch = self._retrying("get_batch", lambda: self.store.digest_batch(self.key, pending.batch_key))
-        since = pending.started_ms - self.config.clock_skew_millis
-        if batch is None:
-            self.log.error("pending_batch_missing", batch=pending.batch_key, detail="its digests expired; re-planning")
-            self._write(replace(state, pending=None))
-            return
-        found_target = self._retrying(
-            "verify_target",
-            lambda: self.streams.identities_since(self.config.target_stream_name, since, self._identity_for("target")),
-        )
-        found_dlq: Any = {}
-        if batch.deadletter and self.config.dead_letter_stream_name:
-            found_dlq = self._retrying(
-                "verify_deadletter",
-                lambda: self.streams.identities_since(self.config.dead_letter_stream_name, since, content_digest),  # type: ignore[arg-type]
+        assert state is not None
+        skew, timeout = self.config.clock_skew_millis, self.config.put_timeout_millis
+        since = batch.started_ms - skew
+        lease_end = max(seen.lease_until_ms if seen else 0, batch.started_ms + self.config.lease_millis)
+        until = lease_end + timeout + skew
+        found_target = Found()
+        if batch.keyed or batch.unkeyed:
+            shards = batch.target_shards or None
+            identity = self._identity_for("target")
+            target = self.config.target_stream_name
+            found_target = self._retrying(
+                "verify_target", lambda: self.streams.read_identities(target, shards, since, until, identity)
             )
-        result = resolve(pending, batch, found_target, found_dlq, state.redo_last, state.redo_digests)
+        found_dlq = Found()
+        dlq = self.config.dead_letter_stream_name
+        if batch.deadletter and dlq:
+            found_dlq = self._retrying(
+                "verify_deadletter", lambda: self.streams.read_identities(dlq, None, since, until, content_digest)
+            )
+        before = self._retrying("get_batches", lambda: self._chunks_before(batch.started_ms))
+        earlier = earlier_copies(batch.started_ms, skew, before)
+        found = found_target.identities - earlier
+        result = resolve(batch, found, found_dlq.identities, state.redo_last, state.redo_digests)
         self.log.info(
             "verified_pending",
-            batch=pending.batch_key,
+            batch=batch.index,
+            batch_epoch=batch.epoch,
             landed=result.landed,
             to_redo=result.missing,
             redo_until=str(result.redo_last),
+            records_read=found_target.records_read + found_dlq.records_read,
+            shards_read=found_target.shards_read + found_dlq.shards_read,
+            read_from_ms=since,
+            read_until_ms=until,
         )
-        self._write(
-            replace(state, pending=None, redo_last=result.redo_last, redo_digests=result.redo_digests).with_counts(
-                already_landed=result.landed
+        verified = replace(state, batches=batch.index, redo_last=result.redo_last, redo_digests=result.redo_digests)
+        self._write(verified.with_counts(already_landed=result.landed))
+
+    def _newest_first(self, key: str, upto: int) -> Iterator[DigestBatch]:
+        return iter(self._retrying("load_window", lambda: list(self._lazy(key, upto))))
+
+    def _lazy(self, key: str, upto: int) -> Iterator[DigestBatch]:
+        """The committed batches newest first, read until the window's horizon or cap is reached."""
+        cap = self.config.dedup_window_max_events
+        taken = 0
+        newest: int | None = None
+        for batch in self.store.batches(key, upto):
+            if newest is None:
+                newest = batch.arrival_max_ms
+            if taken >= cap or batch.arrival_max_ms < newest - self.config.dedup_window_ms:
+                return
+            taken += batch.keyed_count
+            yield batch
+
+    def _load_window(self) -> None:
+        """Rebuild the window from the committed batches, and a young shard's parents' batches."""
+        assert self.state is not None
+        if not self.window.enabled:
+            return
+        started = time.monotonic()
+        horizon = self.config.dedup_window_ms
+        own = list(self._newest_first(self.key, self.state.batches))
+        newest = max([self.state.window_newest_ms] + [b.arrival_max_ms for b in own[:1]])
+        inherited: list[DigestBatch] = []
+        parents: list[str] = []
+        reaches_back = bool(own) and own[-1].arrival_min_ms <= newest - horizon
+        if not reaches_back:
+            parents = self._retrying(
+                "list_parents", lambda: self.streams.parents(self.config.stream_name, self.shard_id)
             )
+            for parent in parents:
+                key = shard_key(self.config.stream_name, parent)
+                parent_state = self._retrying("get_parent_state", lambda: self.store.get(key))
+                if parent_state is not None:
+                    batches = list(self._newest_first(key, parent_state.batches))
+                    newest = max([newest, parent_state.window_newest_ms] + [b.arrival_max_ms for b in batches[:1]])
+                    inherited.extend(batches)
+        everything = own + inherited
+        self.window.advance(newest)
+        self.window.reserve(sum(b.keyed_count for b in everything))
+        for batch in sorted(everything, key=lambda b: b.arrival_max_ms):
+            low, high = digest_columns(batch.keyed)
+            self.window.add_columns(low, high, batch.arrival_max_ms)
+        stats = self.window.stats()
+        self.log.info(
+            "window_loaded",
+            ids=stats.ids,
+            batches=len(own),
+            parents=parents,
+            parent_batches=len(inherited),
+            oldest_ms=stats.oldest_ms,
+            newest_ms=stats.newest_ms,
+            cut_short=stats.cut_short,
+            memory_bytes=stats.memory_bytes,
+            seconds=round(time.monotonic() - started, 3),
         )
 
     # -- records -----------------------------------------------------------------
 
     def process(self, records: Sequence[SourceRecord], behind_ms: int | None = None) -> Position | None:
-        """Forward a batch; return the committed position, or None if fenced or nothing moved.
+        """Forward a batch, chunk by chunk; return the committed position, or None if fenced or nothing moved.
 
         ``behind_ms`` is the daemon's millisBehindLatest for the batch, kept
         in the state item for ``copier status``.
         """
-        if self.fenced or self.state is None:
-            return None
+        committed: Position | None = None
+        for chunk in chunks(records, self.chunk_events):
+            if self.fenced or self.state is None:
+                return None
+            position = self._process_chunk(chunk, behind_ms)
+            if position is not None:
+                committed = position
+        return None if self.fenced else committed
+
+    def _process_chunk(self, records: Sequence[SourceRecord], behind_ms: int | None) -> Position | None:
         state = self.state
+        assert state is not None
+        self.window.advance(max(r.arrival_ms for r in records))
         redo = Redo(state.redo_last, state.redo_counter) if state.redo_last is not None else None
         plan = plan_batch(records, state.position, self.window, redo, self._settings())
         if plan.last is None:
@@ -324,36 +438,64 @@ class ShardWorker:
         if plan.redo_missing:
             self.log.error("redo_records_not_replayed", count=plan.redo_missing)
 
+    def _record(self, plan: BatchPlan, index: int, now: int) -> DigestBatch:
+        """The chunk's digest batch (its intent), stored before anything is put."""
+        assert self.state is not None and plan.last is not None
+        target = [o for o in plan.send if o.destination == "target"]
+        shards = self._shards_of("target", target) if target else ()
+        batch = DigestBatch(
+            index=index,
+            epoch=self.state.epoch,
+            last=plan.last,
+            started_ms=now,
+            keyed=pack_digests(plan.keyed_digests),
+            unkeyed=pack_digests(plan.unkeyed_digests),
+            deadletter=pack_digests(plan.deadletter_digests),
+            arrival_min_ms=plan.arrival_min_ms,
+            arrival_max_ms=plan.arrival_max_ms,
+            target_shards=tuple(sorted(shards or ())),
+        )
+        self._ensure_lease()
+        self._retrying("put_batch", lambda: self.store.put_batch(self.key, batch))
+        self.log.debug("batch_recorded", batch=index, entries=len(plan.send), last=str(plan.last))
+        return batch
+
     def _forward_and_commit(self, plan: BatchPlan, behind_ms: int | None) -> Position:
         state = self.state
         assert state is not None and plan.last is not None
+        index = state.batches
+        now = self.clock.now_ms()
+        if plan.send:
+            index = state.batches + 1
+            self._record(plan, index, now)
+            stats = self.forwarder.forward(plan.send, now)
+            self.log.debug("put_done", batch=index, entries=len(plan.send), requests=stats.requests)
+        self.window.add(plan.keyed_digests, plan.arrival_max_ms)
+        window = self.window.stats()
+        if window.cut_short and not self._cut_reported:
+            self.log.warning(
+                "window_cut_short",
+                ids=window.ids,
+                oldest_ms=window.oldest_ms,
+                newest_ms=window.newest_ms,
+                detail="copier.dedupWindowMaxEvents keeps the window shorter than copier.dedupWindowSeconds",
+            )
+        self._cut_reported = window.cut_short
         redo_last = plan.redo.last if plan.redo else None
         redo_digests = tuple(sorted(plan.redo.digests.elements())) if plan.redo else ()
-        batch_key = None
-        if plan.send:
-            now = self.clock.now_ms()
-            number = state.batches + 1
-            batch_key = f"batch#{state.epoch:012d}#{number:012d}"
-            batch = DigestBatch(
-                batch_key,
-                tuple(o.identity for o in plan.send if o.destination == "target"),
-                tuple(o.identity for o in plan.send if o.destination == "deadletter"),
-                tuple(plan.window_digests),
-                now,
-            )
-            intent = replace(
-                state,
-                pending=Pending(batch_key, plan.last, now),
-                batches=number,
-                redo_last=redo_last,
-                redo_digests=redo_digests,
-            )
-            state = self._write(intent, batch)
-            self.log.debug("intent_recorded", batch=batch_key, entries=len(plan.send), last=str(plan.last))
-            stats = self.forwarder.forward(plan.send, now)
-            self.log.debug("put_done", batch=batch_key, entries=len(plan.send), requests=stats.requests)
+        state = self.state
+        assert state is not None
         commit = replace(
-            state, position=plan.last, pending=None, redo_last=redo_last, redo_digests=redo_digests, behind_ms=behind_ms
+            state,
+            position=plan.last,
+            batches=index,
+            redo_last=redo_last,
+            redo_digests=redo_digests,
+            behind_ms=behind_ms,
+            window_ids=window.ids,
+            window_oldest_ms=window.oldest_ms,
+            window_newest_ms=window.newest_ms,
+            window_cut=window.cut_short,
         ).with_counts(
             forwarded=sum(1 for o in plan.send if o.destination == "target"),
             dead_lettered=plan.dead_lettered,
@@ -369,16 +511,17 @@ class ShardWorker:
             if plan.send and self.clock.now_ms() > lease_end:
                 self.log.error(
                     "possible_duplicates",
-                    batch=batch_key,
+                    batch=index,
                     count=len(plan.send),
                     event_ids=[o.event_id for o in plan.send if o.event_id is not None],
                     detail="the lease ran out during the put; a successor may have verified the batch before it landed",
                 )
             raise
-        if batch_key is not None:
-            self.window.add_batch(batch_key, plan.window_digests)
+        if plan.send:
+            self._recent.append((now, plan.unkeyed_digests))
         self.log.debug(
             "committed",
+            batch=index,
             position=str(plan.last),
             forwarded=len(plan.send),
             duplicates=plan.duplicates,
@@ -404,13 +547,14 @@ class ShardWorker:
         """On a requested shutdown: give the lease up so a successor need not sleep; return the position."""
         if self.fenced or self.state is None:
             return None
-        position = self.state.position
+        owner = self.state
+        position = owner.position
+        released = replace(owner, lease_until_ms=0, version=owner.version + 1)
         try:
-            released = replace(self.state, lease_until_ms=0, version=self.state.version + 1)
-            self._retrying("release", lambda: self.store.write(self.key, self.state, released))  # type: ignore[arg-type]
-            self.state = released
+            self._retrying("release", lambda: self.store.write(self.key, owner, released))
         except FencedError:
             self._fence("shutdown_requested")
             return None
+        self.state = released
         self.log.info("released", position=str(position) if position else None)
         return position

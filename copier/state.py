@@ -1,15 +1,28 @@
 """Per-shard state: the value objects and the store interface.
 
-One *state item* per staging shard holds the fencing epoch, the owner and
-its lease, the committed position, the in-flight batch (``pending``), what is
-left to redo of a verified batch, an announced successor, and counters. One
-*digest item* per forwarded batch holds the identities of what it put, for
-the dedup window and for verifying the batch if its owner dies mid-put.
+Two kinds of item per staging shard (``docs/protocol.md`` has the whole protocol):
+
+* the *state item*: the fencing epoch, the owner and its lease, the
+  committed position, the index of the last committed digest batch, what is
+  left to redo of a verified batch, an announced successor, the window's
+  reach, and counters. Small (well under 1 KB) and rewritten by every commit.
+* one *digest batch* per forwarded chunk (at most ``MAX_CHUNK_EVENTS`` events):
+  the digests of what it puts, its last position, when its put started, its
+  staging arrival range and the target shards its entries hash to. It is
+  written *before* the put and is the chunk's intent: its index is one above
+  the state item's ``batches`` until the commit makes it committed.
+
+Which digest batches count: those with an index at or below the state
+item's ``batches``. A batch one above is in flight (or a dead writer's
+leftover) and is verified by the next owner; anything a fenced writer leaves
+behind is either verified that way or overwritten, never read as forwarded.
+:meth:`StateStore.put_batch` refuses to overwrite a batch written under a
+higher epoch, so a zombie cannot replace what a newer owner recorded.
 
 The store is behind :class:`StateStore` so the protocol runs the same against
 DynamoDB (``copier.dynamo``) and the in-memory fake (``copier.testing``).
-Every write that changes a shard's state is conditioned on the writer still
-being the owner: ``epoch`` unchanged and no successor announced. A failed
+Every state write as owner is conditioned on the writer still being the
+owner: ``epoch`` and ``owner`` unchanged and no successor announced. A failed
 condition raises :class:`~copier.errors.FencedError`.
 
 Writes are idempotent (absolute values, no increments): a write retried
@@ -20,28 +33,37 @@ from __future__ import annotations
 
 import abc
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
+from copier.packing import digest_count, unpack_digests
 from copier.positions import Position
 
-__all__ = ["COUNTERS", "DigestBatch", "Pending", "ShardState", "StateConflict", "StateStore", "shard_key"]
+__all__ = [
+    "COUNTERS",
+    "STATE_FORMAT",
+    "DigestBatch",
+    "ShardState",
+    "StateConflict",
+    "StateStore",
+    "batch_key",
+    "shard_key",
+]
 
-COUNTERS = ("forwarded", "duplicates", "replays", "unkeyed", "dead_lettered", "already_landed", "possible_duplicates")
+#: Version of the item layout; copier refuses items of another (see copier.dynamo).
+STATE_FORMAT = 2
+
+COUNTERS = ("forwarded", "duplicates", "replays", "unkeyed", "dead_lettered", "already_landed")
 
 
 def shard_key(stream_name: str, shard_id: str) -> str:
-    """The state item's partition key: one table can serve several staging streams."""
+    """The items' partition key: one table can serve several staging streams."""
     return f"{stream_name}/{shard_id}"
 
 
-@dataclass(frozen=True)
-class Pending:
-    """The batch in flight: recorded before its put, cleared by its commit."""
-
-    batch_key: str
-    last: Position
-    started_ms: int
+def batch_key(index: int) -> str:
+    """A digest batch's sort key: zero-padded so that sort order is index order."""
+    return f"batch#{index:012d}"
 
 
 @dataclass(frozen=True)
@@ -53,15 +75,18 @@ class ShardState:
     owner: str | None = None
     lease_until_ms: int = 0
     position: Position | None = None
-    pending: Pending | None = None
+    batches: int = 0  # index of the last committed digest batch
     redo_last: Position | None = None
-    redo_digests: tuple[bytes, ...] = ()
+    redo_digests: tuple[int, ...] = ()
     successor: str | None = None
     closed: bool = False
-    batches: int = 0
     counters: dict[str, int] = field(default_factory=dict)
     updated_ms: int = 0
     behind_ms: int | None = None
+    window_ids: int = 0
+    window_oldest_ms: int = 0
+    window_newest_ms: int = 0
+    window_cut: bool = False
 
     def with_counts(self, **delta: int) -> ShardState:
         counters = dict(self.counters)
@@ -70,19 +95,43 @@ class ShardState:
         return replace(self, counters=counters)
 
     @property
-    def redo_counter(self) -> Counter[bytes]:
+    def redo_counter(self) -> Counter[int]:
         return Counter(self.redo_digests)
 
 
 @dataclass(frozen=True)
 class DigestBatch:
-    """The identities one batch put, per destination; kept for the window and for verification."""
+    """What one chunk puts, recorded before its put; see the module docstring.
 
-    batch_key: str
-    target: tuple[bytes, ...]
-    deadletter: tuple[bytes, ...]
-    window: tuple[bytes, ...]
-    created_ms: int
+    Digest lists are kept packed (``copier.packing``): a reader loads them
+    into the window without a Python object per digest.
+    """
+
+    index: int
+    epoch: int
+    last: Position
+    started_ms: int
+    keyed: bytes = b""  # target entries with an event ID: their ID digests (the window)
+    unkeyed: bytes = b""  # target entries without one: content digests
+    deadletter: bytes = b""  # dead-letter envelopes: content digests
+    arrival_min_ms: int = 0
+    arrival_max_ms: int = 0
+    target_shards: tuple[int, ...] = ()  # numbers of the target shards its entries hash to
+
+    @property
+    def key(self) -> str:
+        return batch_key(self.index)
+
+    @property
+    def keyed_count(self) -> int:
+        return digest_count(self.keyed)
+
+    def target_digests(self) -> list[int]:
+        """Every target entry's identity, keyed then unkeyed."""
+        return unpack_digests(self.keyed) + unpack_digests(self.unkeyed)
+
+    def deadletter_digests(self) -> list[int]:
+        return unpack_digests(self.deadletter)
 
 
 class StateConflict(Exception):
@@ -96,6 +145,11 @@ class StateStore(abc.ABC):
     def get(self, key: str) -> ShardState | None:
         """Strongly consistent read of the state item, or None if the shard was never seen."""
 
+    def get_many(self, keys: Iterable[str]) -> dict[str, ShardState]:
+        """The state items of several shards (absent ones left out); for ``copier status``."""
+        found = {key: self.get(key) for key in keys}
+        return {key: state for key, state in found.items() if state is not None}
+
     @abc.abstractmethod
     def replace_if_unchanged(self, key: str, seen: ShardState | None, new: ShardState) -> None:
         """Write ``new`` if the item is still at ``seen.version`` (absent if ``seen`` is None).
@@ -105,30 +159,30 @@ class StateStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    def write(self, key: str, owner: ShardState, new: ShardState, batch: DigestBatch | None = None) -> None:
-        """Replace the state as its owner, with ``batch`` in the same transaction.
+    def write(self, key: str, owner: ShardState, new: ShardState) -> None:
+        """Replace the state as its owner.
 
         Conditioned on the item still having ``owner.epoch`` and ``owner.owner``
         and no announced successor; otherwise :class:`~copier.errors.FencedError`.
         """
 
     @abc.abstractmethod
-    def digests(self, key: str, newest_first: bool = True) -> Iterator[DigestBatch]:
-        """The shard's stored digest batches, newest first."""
+    def put_batch(self, key: str, batch: DigestBatch) -> None:
+        """Store a digest batch unless one of a higher epoch holds its index (then FencedError).
+
+        Not conditioned on the state item (that would take a transaction,
+        billed twice): a batch above the committed index counts for nothing
+        until a commit or a verification makes it count.
+        """
 
     @abc.abstractmethod
-    def digest_batch(self, key: str, batch_key: str) -> DigestBatch | None:
-        """One stored digest batch."""
+    def get_batch(self, key: str, index: int) -> DigestBatch | None:
+        """One digest batch, strongly consistent."""
 
-    def window_batches(self, key: str, capacity: int) -> list[tuple[str, Sequence[bytes]]]:
-        """Newest batches until ``capacity`` window digests are covered."""
-        out: list[tuple[str, Sequence[bytes]]] = []
-        total = 0
-        if capacity <= 0:
-            return out
-        for batch in self.digests(key):
-            out.append((batch.batch_key, batch.window))
-            total += len(batch.window)
-            if total >= capacity:
-                break
-        return out
+    @abc.abstractmethod
+    def batches(self, key: str, upto: int, page_size: int | None = None) -> Iterator[DigestBatch]:
+        """The committed digest batches, index ``upto`` down to 1, read lazily (stop early to read less).
+
+        ``page_size``: batches a read fetches (default: as many as fit a 1 MB
+        page); small when the caller wants only the newest few.
+        """

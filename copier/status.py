@@ -1,18 +1,29 @@
 """``copier status``: one line per staging shard from the state table and ListShards.
 
-Read-only: a scan of the state items and one ListShards, safe to run
-against production at any time.
+Read-only and cheap, safe to run against production at any time: one
+ListShards, a BatchGetItem of the shards' state items (never a scan: the
+table also holds every shard's digest batches, an hour of them each), and a
+GetItem per shard whose owner is gone, to tell whether it left a batch in
+flight.
+
+The *window* column is the horizon of the dedup guarantee: a producer
+duplicate of an event forwarded at or after the time shown is dropped; one
+of an earlier event is forwarded. ``cut short`` means the count cap
+(``copier.dedupWindowMaxEvents``) keeps the window shorter than
+``copier.dedupWindowSeconds``.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from copier.state import ShardState
 
-__all__ = ["ShardRow", "rows", "render"]
+__all__ = ["ShardRow", "owner_gone", "rows", "render"]
 
 
 @dataclass(frozen=True)
@@ -30,16 +41,41 @@ class ShardRow:
     dead_lettered: int
     unkeyed: int
     in_flight: str
+    window: str
+    window_ids: int = 0
+    window_oldest_ms: int = 0
+    window_newest_ms: int = 0
+    window_cut: bool = False
 
 
 def _seconds(ms: int) -> str:
     return f"{ms / 1000:.1f}s"
 
 
-def _row(shard_id: str, open_: bool, state: ShardState | None, now_ms: int) -> ShardRow:
+def _span(ms: int) -> str:
+    minutes, seconds = divmod(max(0, ms) // 1000, 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s"
+
+
+def _window(state: ShardState) -> str:
+    """How far back the dedup guarantee reaches: '<ids> IDs since <time> (<span>)'."""
+    if not state.window_newest_ms:
+        return "-"
+    since = datetime.fromtimestamp(state.window_oldest_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    cut = ", cut short" if state.window_cut else ""
+    return f"{state.window_ids} IDs since {since} ({_span(state.window_newest_ms - state.window_oldest_ms)}{cut})"
+
+
+def owner_gone(state: ShardState, now_ms: int) -> bool:
+    """No live owner: its lease ran out or was released (a batch it left in flight waits for the next)."""
+    return state.lease_until_ms <= now_ms
+
+
+def _row(shard_id: str, open_: bool, state: ShardState | None, now_ms: int, unverified: bool) -> ShardRow:
     kinesis = "open" if open_ else "closed"
     if state is None:
-        return ShardRow(shard_id, kinesis, "-", 0, "-", "-", "-", 0, 0, 0, 0, 0, "-")
+        return ShardRow(shard_id, kinesis, "-", 0, "-", "-", "-", 0, 0, 0, 0, 0, "-", "-")
     c = state.counters
     if state.lease_until_ms > now_ms:
         lease = f"valid {_seconds(state.lease_until_ms - now_ms)}"
@@ -49,8 +85,8 @@ def _row(shard_id: str, open_: bool, state: ShardState | None, now_ms: int) -> S
     if state.behind_ms is not None:
         behind = f"{_seconds(state.behind_ms)} ({_seconds(max(0, now_ms - state.updated_ms))} ago)"
     in_flight = "-"
-    if state.pending is not None:
-        in_flight = "pending batch"
+    if unverified:
+        in_flight = "unverified batch"
     elif state.redo_last is not None:
         in_flight = f"redo {len(state.redo_digests)}"
     return ShardRow(
@@ -67,21 +103,29 @@ def _row(shard_id: str, open_: bool, state: ShardState | None, now_ms: int) -> S
         dead_lettered=c.get("dead_lettered", 0),
         unkeyed=c.get("unkeyed", 0),
         in_flight=in_flight,
+        window=_window(state),
+        window_ids=state.window_ids,
+        window_oldest_ms=state.window_oldest_ms,
+        window_newest_ms=state.window_newest_ms,
+        window_cut=state.window_cut,
     )
 
 
-def rows(shards: list[dict[str, Any]], states: dict[str, ShardState], now_ms: int) -> list[ShardRow]:
-    """Every shard ListShards knows, plus any with state only (expired from the stream)."""
+def rows(
+    shards: list[dict[str, Any]],
+    states: dict[str, ShardState],
+    now_ms: int,
+    unverified: Collection[str] = (),
+) -> list[ShardRow]:
+    """Every shard ListShards knows (open, and closed within the stream's retention).
+
+    ``unverified``: shards whose gone owner left a batch in flight.
+    """
     out = []
-    seen = set()
     for shard in shards:
         shard_id = shard["ShardId"]
-        seen.add(shard_id)
         open_ = "EndingSequenceNumber" not in shard.get("SequenceNumberRange", {})
-        out.append(_row(shard_id, open_, states.get(shard_id), now_ms))
-    for shard_id, state in sorted(states.items()):
-        if shard_id not in seen:
-            out.append(_row(shard_id, False, state, now_ms))
+        out.append(_row(shard_id, open_, states.get(shard_id), now_ms, shard_id in unverified))
     return out
 
 
@@ -99,6 +143,7 @@ HEADERS = (
     ("dead-lettered", "dead_lettered"),
     ("unkeyed", "unkeyed"),
     ("in flight", "in_flight"),
+    ("window", "window"),
 )
 
 

@@ -9,14 +9,24 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
 from copier.errors import FencedError
+from copier.ports import Found, Identity
+from copier.shardmap import ShardMap, shard_id_of, shard_number
 from copier.state import DigestBatch, ShardState, StateConflict, StateStore
 
-__all__ = ["FakeClock", "FlakyKinesis", "InMemoryStateStore", "InMemoryStreams", "flaky_kinesis", "read_flaky_log"]
+__all__ = [
+    "FakeClock",
+    "FlakyKinesis",
+    "InMemoryStateStore",
+    "InMemoryStreams",
+    "even_shards",
+    "flaky_kinesis",
+    "read_flaky_log",
+]
 
 
 class InMemoryStateStore(StateStore):
@@ -24,7 +34,7 @@ class InMemoryStateStore(StateStore):
 
     def __init__(self) -> None:
         self._items: dict[str, ShardState] = {}
-        self._batches: dict[str, dict[str, DigestBatch]] = {}
+        self._batches: dict[str, dict[int, DigestBatch]] = {}
         self._lock = threading.Lock()
         self.write_requests = 0
 
@@ -40,24 +50,31 @@ class InMemoryStateStore(StateStore):
                 raise StateConflict(key)
             self._items[key] = new
 
-    def write(self, key: str, owner: ShardState, new: ShardState, batch: DigestBatch | None = None) -> None:
+    def write(self, key: str, owner: ShardState, new: ShardState) -> None:
         with self._lock:
             self.write_requests += 1
             current = self._items.get(key)
             if current is None or current.epoch != owner.epoch or current.owner != owner.owner or current.successor:
                 raise FencedError(f"{key}: epoch {owner.epoch} of {owner.owner} is fenced")
             self._items[key] = new
-            if batch is not None:
-                self._batches.setdefault(key, {})[batch.batch_key] = batch
 
-    def digests(self, key: str, newest_first: bool = True) -> Iterator[DigestBatch]:
+    def put_batch(self, key: str, batch: DigestBatch) -> None:
         with self._lock:
-            batches = sorted(self._batches.get(key, {}).values(), key=lambda b: b.batch_key, reverse=newest_first)
-        yield from batches
+            self.write_requests += 1
+            stored = self._batches.setdefault(key, {})
+            existing = stored.get(batch.index)
+            if existing is not None and existing.epoch > batch.epoch:
+                raise FencedError(f"{key}: {batch.key} was written under an epoch above {batch.epoch}")
+            stored[batch.index] = batch
 
-    def digest_batch(self, key: str, batch_key: str) -> DigestBatch | None:
+    def get_batch(self, key: str, index: int) -> DigestBatch | None:
         with self._lock:
-            return self._batches.get(key, {}).get(batch_key)
+            return self._batches.get(key, {}).get(index)
+
+    def batches(self, key: str, upto: int, page_size: int | None = None) -> Iterator[DigestBatch]:
+        with self._lock:
+            found = sorted((b for i, b in self._batches.get(key, {}).items() if 1 <= i <= upto), key=lambda b: -b.index)
+        yield from found
 
     def corrupt(self, key: str, **changes: object) -> None:
         """Change an item behind the owner's back (a test's stand-in for another writer)."""
@@ -90,42 +107,83 @@ def _all_land(stream: str, entries: list[tuple[str, bytes]]) -> tuple[list[bool]
     return [True] * len(entries), None
 
 
+def even_shards(count: int) -> list[dict[str, Any]]:
+    """ListShards entries of ``count`` open shards splitting the hash key space evenly."""
+    step = 2**128 // count
+    return [
+        {
+            "ShardId": shard_id_of(n),
+            "HashKeyRange": {
+                "StartingHashKey": str(n * step),
+                "EndingHashKey": str(2**128 - 1 if n == count - 1 else (n + 1) * step - 1),
+            },
+            "SequenceNumberRange": {"StartingSequenceNumber": "0"},
+        }
+        for n in range(count)
+    ]
+
+
 class InMemoryStreams:
-    """Kinesis streams in lists, with a fault hook for what a local backend cannot do.
+    """Kinesis streams in lists, routed to shards by partition key, with a fault hook for what a backend cannot do.
 
     ``fault(stream, entries)`` returns which entries land and an optional
     exception to raise after landing them: per-entry throttling (entries that
     do not land get ``ProvisionedThroughputExceededException``), an ambiguous
     put (``AmbiguousPutError`` after a subset landed), a crash mid-put.
+    Streams have one shard unless ``shard_counts`` says otherwise.
     """
 
-    def __init__(self, clock: FakeClock | None = None) -> None:
-        self.records: dict[str, list[tuple[str, bytes, int]]] = {}
+    def __init__(self, clock: FakeClock | None = None, shard_counts: dict[str, int] | None = None) -> None:
+        self.records: dict[str, list[tuple[str, bytes, int, int]]] = {}  # (pk, data, arrival, shard number)
         self.shard_parents: dict[str, list[str]] = {}
+        self.shard_counts = dict(shard_counts or {})
         self.fault: PutFault = _all_land
         self.clock = clock or FakeClock()
         self.put_calls = 0
+        self.reads: list[Found] = []
+
+    def shard_map(self, stream: str) -> ShardMap:
+        return ShardMap.of(even_shards(self.shard_counts.get(stream, 1)))
 
     def put_records(self, stream: str, entries: Sequence[tuple[str, bytes]]) -> list[str | None]:
         self.put_calls += 1
         land, error = self.fault(stream, list(entries))
+        routes = self.shard_map(stream)
         out: list[str | None] = []
         for (pk, data), ok in zip(entries, land, strict=True):
             if ok:
-                self.records.setdefault(stream, []).append((pk, data, self.clock.now_ms()))
+                shard = shard_number(routes.shard_for(pk) or shard_id_of(0))
+                self.records.setdefault(stream, []).append((pk, data, self.clock.now_ms(), shard))
             out.append(None if ok else "ProvisionedThroughputExceededException")
         if error is not None:
             raise error
         return out
 
-    def identities_since(self, stream: str, since_ms: int, identity: Callable[[str, bytes], bytes]) -> Counter[bytes]:
-        return Counter(identity(pk, data) for pk, data, at in self.records.get(stream, []) if at >= since_ms)
+    def read_identities(
+        self,
+        stream: str,
+        shards: Collection[int] | None,
+        since_ms: int,
+        until_ms: int | None,
+        identity: Identity,
+    ) -> Found:
+        found = Found(shards_read=self.shard_counts.get(stream, 1) if shards is None else len(shards))
+        done: set[int] = set()  # shards read past until_ms: a reader stops at the first such record
+        for pk, data, at, shard in self.records.get(stream, []):
+            if (shards is None or shard in shards) and at >= since_ms and shard not in done:
+                found.records_read += 1
+                if until_ms is not None and at > until_ms:
+                    done.add(shard)
+                    continue
+                found.identities[identity(pk, data)] += 1
+        self.reads.append(found)
+        return found
 
     def parents(self, stream: str, shard_id: str) -> list[str]:
         return list(self.shard_parents.get(shard_id, []))
 
     def data(self, stream: str) -> list[bytes]:
-        return [data for _, data, _ in self.records.get(stream, [])]
+        return [data for _, data, _, _ in self.records.get(stream, [])]
 
 
 # --- fault injection for the Spark staging writer ---------------------------------------------

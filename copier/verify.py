@@ -35,8 +35,8 @@ import botocore.config
 import botocore.exceptions
 
 from copier.audit import DEFAULT_EXAMPLES, AuditReport, TargetRecord, audit
+from copier.aws import convert_aws_error
 from copier.config import Config, DedupKey, load_config
-from copier.dynamo import convert_aws_error
 from copier.errors import AwsError, ConfigError
 from copier.identity import EventId, extract_event_id
 from copier.kinesis import paged_shards

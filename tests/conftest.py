@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.support.backend import DUMMY_ENV, ROOT, client, create_stream, local_backend
+from tests.support.multilang import Processor
 from tests.support.props import write_properties
 
 for _k, _v in DUMMY_ENV.items():
@@ -74,3 +75,18 @@ def pipeline(endpoint: str, tmp_path: Path) -> Pipeline:
     p.write_properties()
     p.init()
     return p
+
+
+@pytest.fixture
+def processors() -> Iterator[Callable[..., Processor]]:
+    """Start ``copier process`` children: ``processors(pipeline, name)``; all are killed after the test."""
+    started: list[Processor] = []
+
+    def start(p: Pipeline, name: str = "processor") -> Processor:
+        proc = Processor(p.properties, name)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.kill()

@@ -34,7 +34,8 @@ def test_defaults_follow_the_documented_values() -> None:
     assert c.state_table_name == "app-copier-state"
     assert c.dedup_key == DedupKey("json", ("meta", "id"))
     assert c.lease_millis == c.failover_time_millis == 10000
-    assert (c.dedup_window_events, c.unkeyed_policy, c.put_timeout_millis) == (100000, "forward", 5000)
+    assert (c.dedup_window_seconds, c.dedup_window_max_events, c.digest_ttl_hours) == (3600, 5_000_000, 48)
+    assert (c.unkeyed_policy, c.put_timeout_millis) == ("forward", 5000)
     assert c.kinesis_endpoint is None and c.dead_letter_stream_name is None
 
 
@@ -56,7 +57,10 @@ def test_unknown_non_copier_keys_are_left_to_the_daemon() -> None:
         ("copier.dedupKey = body\n", "copier.dedupKey", "expected json:<dotted.path> or partitionKey"),
         ("copier.dedupKey = json:\n", "copier.dedupKey", "expected json:"),
         ("copier.leaseMillis = soon\n", "copier.leaseMillis", "expected a whole number"),
-        ("copier.dedupWindowEvents = -1\n", "copier.dedupWindowEvents", "from 0 to"),
+        ("copier.dedupWindowSeconds = -1\n", "copier.dedupWindowSeconds", "from 0 to"),
+        ("copier.dedupWindowMaxEvents = lots\n", "copier.dedupWindowMaxEvents", "expected a whole number"),
+        ("copier.digestTtlHours = 1\n", "copier.digestTtlHours", "does not outlive the dedup window"),
+        ("copier.dedupWindowEvents = 100000\n", "copier.dedupWindowEvents", "copier.dedupWindowSeconds"),
         ("copier.unkeyedPolicy = drop\n", "copier.unkeyedPolicy", "expected one of forward, deadletter"),
         ("copier.unkeyedPolicy = deadletter\n", "copier.deadLetterStreamName", "required when"),
         ("copier.targetStreamName = staging\n", "copier.targetStreamName", "must differ from streamName"),

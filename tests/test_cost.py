@@ -1,72 +1,83 @@
-"""Cost: in steady state at most 2 state-table write requests per forwarded batch, whatever its size.
+"""Cost: DynamoDB write units per forwarded event, from the billed sizes of the requests the backend received.
 
-The requests are counted by the backend itself (moto's request recorder),
-not by copier, while a ``copier process`` child forwards batches of 1 to
-3,000 events.
+The requests are recorded by the backend itself (moto's request recorder),
+not counted by copier, while a ``copier process`` child forwards batches;
+``copier.local.billing`` applies DynamoDB's item size and write unit rules.
 """
 
 from __future__ import annotations
 
-import base64
-import json
 import os
 import subprocess
+import uuid
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from copier.local.billing import BilledWrite, billed_writes
 from tests.support.backend import DUMMY_ENV, client, create_stream, local_backend
 from tests.support.multilang import COPIER, Processor, event
 from tests.support.props import write_properties
 
 pytestmark = pytest.mark.protocol
 
-WRITES = {"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems"}
+TABLE = "cost-state"
 
 
-def state_table_writes(recording: Path, table: str) -> Counter[str]:
-    """DynamoDB write requests on ``table`` in a moto recording, by operation."""
-    counts: Counter[str] = Counter()
-    for line in recording.read_text().splitlines():
-        entry = json.loads(line)
-        target = {k.lower(): v for k, v in entry["headers"].items()}.get("x-amz-target", "")
-        operation = target.rpartition(".")[2]
-        if not target.startswith("DynamoDB") or operation not in WRITES:
-            continue
-        body = base64.b64decode(entry["body"]) if entry.get("body_encoded") else (entry.get("body") or "").encode()
-        if f'"{table}"'.encode() in body:
-            counts[operation] += 1
-    return counts
-
-
-def test_at_most_two_state_writes_per_forwarded_batch(tmp_path: Path) -> None:
-    """Batches of 1, 100, 500, 501 and 3,000 events cost 2 state-table writes each."""
+def forward(sizes: list[int], tmp_path: Path) -> dict[int, list[BilledWrite]]:
+    """Forward one batch of each size (events with UUID IDs); the state table's billed writes per batch."""
     recording = tmp_path / "recording.jsonl"
+    per_batch: dict[int, list[BilledWrite]] = {}
     with local_backend(MOTO_ENABLE_RECORDING="True", MOTO_RECORDER_FILEPATH=str(recording)) as endpoint:
         kinesis = client("kinesis", endpoint)
         create_stream(kinesis, "staging", 1)
-        create_stream(kinesis, "target", 2)
-        props = write_properties(
-            tmp_path / "p.properties", endpoint, "staging", "target", "cost-state", logLevel="INFO"
-        )
-        subprocess.run(
-            [COPIER, "init", "--properties", str(props)],
-            check=True,
-            capture_output=True,
-            env={**os.environ, **DUMMY_ENV},
-        )
+        create_stream(kinesis, "target", 4)
+        props = write_properties(tmp_path / "p.properties", endpoint, "staging", "target", TABLE, logLevel="INFO")
+        env = {**os.environ, **DUMMY_ENV}
+        subprocess.run([COPIER, "init", "--properties", str(props)], check=True, capture_output=True, env=env)
         proc = Processor(props)
         try:
             proc.initialize("shardId-000000000000")  # takeover: not steady state
-            recording.write_text("")
             seq = 1
-            sizes = [1, 100, 500, 501, 3000]
-            for size in sizes:
-                proc.process([event(seq + i, f"e{seq + i}") for i in range(size)])
+            for n, size in enumerate(sizes):
+                recording.write_text("")
+                ids = [str(uuid.UUID(int=seq + i)) for i in range(size)]
+                proc.process([event(seq + i, event_id, body="x" * 150) for i, event_id in enumerate(ids)])
                 seq += size
-            writes = state_table_writes(recording, "cost-state")
+                per_batch[n] = [w for w in billed_writes(recording.read_text().splitlines()) if w.table == TABLE]
         finally:
             proc.kill()
-    assert sum(writes.values()) <= 2 * len(sizes), writes
-    assert writes == Counter({"TransactWriteItems": len(sizes), "PutItem": len(sizes)})
+    return per_batch
+
+
+def test_write_units_per_event_at_500_and_5000_event_batches(tmp_path: Path) -> None:
+    """At most 0.015 write units an event with 500-event batches, less with 5,000; single-item writes only.
+
+    Each batch is one digest batch (10 bytes an event) and one commit of the
+    state item (under 1 KB): no transaction, which DynamoDB bills twice.
+    """
+    sizes = [500] * 4 + [5000] * 2
+    per_batch = forward(sizes, tmp_path)
+    units = {n: sum(w.units for w in writes) for n, writes in per_batch.items()}
+    at_500 = sum(units[n] for n in range(4)) / 2000
+    at_5000 = sum(units[n] for n in (4, 5)) / 10000
+    assert at_500 <= 0.015, (at_500, per_batch[0])
+    assert at_5000 < at_500, (at_5000, at_500)
+    for writes in per_batch.values():
+        kinds = Counter("state" if w.sort_key == "state" else "batch" for w in writes)
+        assert kinds == Counter({"state": 1, "batch": 1}), writes
+        assert {w.operation for w in writes} == {"PutItem"}
+        assert next(w for w in writes if w.sort_key == "state").units == 1, "the state item stays under 1 KB"
+
+
+def test_a_batch_of_any_size_costs_about_ten_bytes_an_event(tmp_path: Path) -> None:
+    """From 1 to 25,000 events a batch, the digest batches' billed size stays within 10 bytes an event plus 1 KB."""
+    sizes = [1, 100, 501, 3000, 25_000]
+    per_batch = forward(sizes, tmp_path)
+    for n, size in enumerate(sizes):
+        digest_bytes = sum(w.size for w in per_batch[n] if w.sort_key.startswith("batch#"))
+        chunks = -(-size // 10_000)
+        assert digest_bytes <= 10 * size + 1024 * chunks, (size, digest_bytes)
+        assert sum(1 for w in per_batch[n] if w.sort_key.startswith("batch#")) == chunks, "one digest batch a chunk"
+        assert sum(1 for w in per_batch[n] if w.sort_key == "state") >= chunks, "a commit a chunk (and renewals)"

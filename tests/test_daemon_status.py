@@ -11,7 +11,7 @@ from copier.daemon import MAIN_CLASS, daemon_command
 from copier.errors import ConfigError
 from copier.jars import jars
 from copier.positions import Position
-from copier.state import Pending, ShardState
+from copier.state import ShardState
 from copier.status import render, rows
 from tests.support.fakes import config
 
@@ -35,17 +35,21 @@ def test_a_file_without_executable_name_is_rejected() -> None:
 
 
 def test_status_lists_every_shard_with_owner_lag_and_counters() -> None:
-    """A shard with state shows its owner, lease, position and counters; one without shows dashes."""
-    now = 1_000_000
+    """A shard with state shows its owner, lease, position, counters and window; one without shows dashes."""
+    now = 1_700_000_000_000
     state = ShardState(
         epoch=3,
         owner="host:1:abc",
         lease_until_ms=now + 2500,
         position=Position(42, 1),
-        pending=Pending("batch#1#2", Position(50), now),
+        redo_last=Position(50),
+        redo_digests=(1, 2),
         counters={"forwarded": 10, "duplicates": 2, "replays": 1},
         behind_ms=1500,
         updated_ms=now - 1000,
+        window_ids=3_600_000,
+        window_oldest_ms=now - 3_600_000,
+        window_newest_ms=now,
     )
     shards = [
         {"ShardId": "shardId-0", "SequenceNumberRange": {"StartingSequenceNumber": "1"}},
@@ -61,8 +65,20 @@ def test_status_lists_every_shard_with_owner_lag_and_counters() -> None:
         "valid 2.5s",
         "42/1",
         "1.5s (1.0s ago)",
-        "pending batch",
+        "redo 2",
     )
+    assert first.window == "3600000 IDs since 2023-11-14T21:13:20Z (1h00m)"
     text = render(table)
     assert text.splitlines()[0].split()[:3] == ["shard", "state", "owner"]
     assert text.splitlines()[-1] == "2 shards; forwarded 10, duplicates dropped 2, replays dropped 1"
+
+
+def test_status_shows_a_batch_a_gone_owner_left_in_flight_and_a_cut_window() -> None:
+    """A dead owner's unverified batch and a window the count cap keeps short are both visible."""
+    now = 1_700_000_000_000
+    gone = ShardState(epoch=2, owner="h:2:x", lease_until_ms=now - 1, window_ids=5, window_oldest_ms=now - 60_000,
+                      window_newest_ms=now, window_cut=True)
+    shards = [{"ShardId": "shardId-0", "SequenceNumberRange": {"StartingSequenceNumber": "1"}}]
+    (row,) = rows(shards, {"shardId-0": gone}, now, unverified={"shardId-0"})
+    assert row.in_flight == "unverified batch" and row.window.endswith("(1m00s, cut short)")
+    assert '"window_cut": true' in render([row], as_json=True)

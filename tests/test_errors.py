@@ -5,7 +5,7 @@ from __future__ import annotations
 import botocore.exceptions
 import pytest
 
-from copier.dynamo import convert_aws_error
+from copier.aws import convert_aws_error
 from copier.errors import CopierError, FatalAwsError, TransientAwsError
 
 
@@ -23,6 +23,22 @@ def test_errors_retrying_cannot_fix_are_fatal(code: str) -> None:
     error = convert_aws_error("PutRecords", client_error(code))
     assert isinstance(error, FatalAwsError) and isinstance(error, CopierError)
     assert (error.code, error.retryable) == (code, False)
+
+
+@pytest.mark.parametrize(
+    "code,host_wide",
+    [
+        ("ResourceNotFoundException", True),
+        ("AccessDeniedException", True),
+        ("KMSAccessDeniedException", True),
+        ("ValidationException", False),
+        ("InvalidArgumentException", False),
+    ],
+)
+def test_only_faults_every_shard_shares_end_the_process(code: str, host_wide: bool) -> None:
+    """A missing resource or denied access fails every shard alike; a rejected request concerns one shard."""
+    error = convert_aws_error("PutRecords", client_error(code))
+    assert isinstance(error, FatalAwsError) and error.host_wide is host_wide
 
 
 @pytest.mark.parametrize(

@@ -1,15 +1,23 @@
-"""The per-shard protocol in process, on the fakes: fencing, leases, retries, bad input."""
+"""The per-shard protocol in process, on the fakes: fencing, leases, chunks, leftovers, bounded reads, stalls."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
 from structlog.testing import capture_logs
 
-from copier.errors import FatalAwsError, TransientAwsError
-from copier.state import shard_key
-from tests.support.fakes import SHARD, World, config, rec
+from copier.errors import AmbiguousPutError, FatalAwsError, FencedError, TransientAwsError
+from copier.identity import id_digest
+from copier.packing import pack_digests
+from copier.plan import SourceRecord
+from copier.positions import Position
+from copier.state import DigestBatch, shard_key
+from tests.support.fakes import SHARD, SimulatedCrash, World, config, rec
+
+KEY = shard_key("staging", SHARD)
+MINUTE = 60_000
 
 
 def test_a_successor_announces_itself_and_the_owner_stops_forwarding() -> None:
@@ -46,7 +54,7 @@ def test_a_released_lease_is_taken_over_without_sleeping() -> None:
 
 
 def test_the_lease_is_renewed_before_a_put_it_would_not_outlive() -> None:
-    """A batch whose puts outlast the lease renews it (one conditional write) before the next put."""
+    """A chunk whose puts outlast the lease renews it (one conditional write) before the next put."""
     world = World()
     owner = world.worker()
 
@@ -57,8 +65,52 @@ def test_the_lease_is_renewed_before_a_put_it_would_not_outlive() -> None:
     world.streams.fault = slow
     writes = world.store.write_requests
     owner.process([rec(i, f"e{i}") for i in range(1, 1201)])  # three requests, 2 s each, lease 5 s
-    assert world.store.write_requests == writes + 3  # intent, one renewal, commit
+    assert world.store.write_requests == writes + 3  # digest batch, one renewal, commit
     assert len(world.target_ids()) == 1200
+
+
+def test_a_chunk_costs_one_digest_batch_and_one_commit() -> None:
+    """Steady state: two single-item writes per chunk, whatever its size; no transaction."""
+    world = World()
+    owner = world.worker()
+    writes = world.store.write_requests
+    owner.process([rec(i, f"e{i}") for i in range(1, 3001)])
+    assert world.store.write_requests == writes + 2
+    state = world.store.get(KEY)
+    assert state is not None and state.batches == 1 and state.position == Position(3000)
+
+
+def test_a_large_batch_is_cut_into_chunks_each_recorded_and_committed() -> None:
+    """25 records with chunks of 10: three digest batches of 10, 10 and 5, and the position of the last."""
+    world = World(chunk_events=10)
+    owner = world.worker()
+    assert owner.process([rec(i, f"e{i}") for i in range(1, 26)]) == Position(25)
+    stored = [world.store.get_batch(KEY, i) for i in (1, 2, 3)]
+    assert [b.keyed_count for b in stored if b] == [10, 10, 5]
+    assert [b.last for b in stored if b] == [Position(10), Position(20), Position(25)]
+    assert world.target_ids() == Counter({f"e{i}": 1 for i in range(1, 26)})
+
+
+def test_a_crash_between_chunks_loses_and_repeats_nothing() -> None:
+    """Killed after the first chunk's commit, the successor replays the batch and forwards only the rest."""
+    world = World(chunk_events=10)
+    owner = world.worker()
+    commits = {"n": 0}
+
+    def crash_on_second_commit(phase: str, call: str) -> bool:
+        if phase == "after" and call == "write":
+            commits["n"] += 1
+            return commits["n"] == 2
+        return False
+
+    world.store.crash_hook = crash_on_second_commit
+    records = [rec(i, f"e{i}") for i in range(1, 26)]
+    with pytest.raises(SimulatedCrash):
+        owner.process(records)
+    world.store.crash_hook = lambda phase, call: False
+    successor = world.worker()
+    successor.process(records)  # the KCL replays from its checkpoint (none was taken)
+    assert world.target_ids() == Counter({f"e{i}": 1 for i in range(1, 26)})
 
 
 def test_a_lease_that_ran_out_during_the_put_is_reported_as_possible_duplicates() -> None:
@@ -94,7 +146,7 @@ def test_only_failed_entries_are_retried() -> None:
     assert world.target_ids() == Counter({f"e{i}": 1 for i in range(1, 11)})
 
 
-def test_a_large_batch_is_split_into_requests_of_500() -> None:
+def test_a_large_chunk_is_split_into_requests_of_500() -> None:
     """1,200 events go out in three PutRecords requests."""
     world = World()
     world.worker().process([rec(i, f"e{i}") for i in range(1, 1201)])
@@ -102,8 +154,8 @@ def test_a_large_batch_is_split_into_requests_of_500() -> None:
     assert len(world.target_ids()) == 1200
 
 
-def test_transient_state_errors_are_retried_and_fatal_put_errors_go_up() -> None:
-    """A throttled state write is retried; a missing target stream is not retryable."""
+def test_transient_state_errors_are_retried_and_host_wide_errors_go_up() -> None:
+    """A throttled state write is retried; a missing target stream fails every shard alike and goes up."""
     world = World()
     owner = world.worker()
     real_write = world.store.write
@@ -126,6 +178,39 @@ def test_transient_state_errors_are_retried_and_fatal_put_errors_go_up() -> None
         owner.process([rec(2, "b")])
 
 
+def test_a_request_aws_rejects_for_this_shard_stalls_it_without_raising() -> None:
+    """A ValidationException is retried at the longest backoff and logged; once it clears, all lands once."""
+    world = World()
+    owner = world.worker()
+    rejected = {"n": 0}
+
+    def reject_twice(stream: str, entries: list[tuple[str, bytes]]) -> tuple[list[bool], BaseException | None]:
+        if rejected["n"] < 2:
+            rejected["n"] += 1
+            return [False] * len(entries), FatalAwsError("PutRecords", "ValidationException", "rejected")
+        return [True] * len(entries), None
+
+    world.streams.fault = reject_twice
+    with capture_logs() as logs:
+        assert owner.process([rec(1, "a"), rec(2, "b")]) == Position(2)
+    stalls = [e for e in logs if e["event"] == "shard_stalled"]
+    assert len(stalls) == 2 and stalls[0]["code"] == "ValidationException"
+    assert world.target_ids() == Counter({"a": 1, "b": 1})
+
+    real_put_batch = world.store.put_batch
+    state_rejections = iter([FatalAwsError("PutItem", "ValidationException", "item too large")])
+
+    def rejecting_put_batch(*args: object) -> None:
+        for exc in state_rejections:
+            raise exc
+        real_put_batch(*args)  # type: ignore[arg-type]
+
+    world.store.put_batch = rejecting_put_batch  # type: ignore[method-assign]
+    with capture_logs() as logs:
+        assert owner.process([rec(3, "c")]) == Position(3)
+    assert [e["call"] for e in logs if e["event"] == "shard_stalled"] == ["put_batch"]
+
+
 def test_a_child_shard_inherits_the_windows_of_both_parents_after_a_merge() -> None:
     """Duplicates of events forwarded on either parent are dropped on the merged child."""
     world = World()
@@ -143,7 +228,7 @@ def test_counters_are_kept_in_the_state_item() -> None:
     owner = world.worker()
     owner.process([rec(1, "a"), rec(2, "a"), rec(3, None)])
     owner.process([rec(3, None), rec(4, "b")])
-    state = world.store.get(shard_key("staging", SHARD))
+    state = world.store.get(KEY)
     assert state is not None
     assert state.counters == {
         "forwarded": 3,
@@ -153,3 +238,178 @@ def test_counters_are_kept_in_the_state_item() -> None:
         "unkeyed": 1,
         "already_landed": 0,
     }
+
+
+# -- the time window ------------------------------------------------------------------------------
+
+
+def test_a_retry_within_the_hour_is_dropped_and_one_after_it_is_forwarded() -> None:
+    """The window is measured in staging arrival time: 59 minutes later is a duplicate, 62 minutes is not."""
+    world = World()
+    owner = world.worker()
+    t0 = 1_700_000_000_000
+    owner.process([rec(1, "early", arrival_ms=t0)])
+    owner.process([rec(2, "late", arrival_ms=t0 + 10 * MINUTE)])
+    owner.process([rec(3, "late", arrival_ms=t0 + 59 * MINUTE), rec(4, "early", arrival_ms=t0 + 62 * MINUTE)])
+    assert world.target_ids() == Counter({"early": 2, "late": 1})
+    state = world.store.get(KEY)
+    assert state is not None and state.window_newest_ms == t0 + 62 * MINUTE
+    assert state.window_oldest_ms == t0 + 2 * MINUTE and state.window_ids == 2
+
+
+def test_a_successor_loads_the_hour_before_the_newest_arrival() -> None:
+    """A new owner remembers what the old one forwarded within the hour, and forgets what is older."""
+    world = World(chunk_events=2)
+    owner = world.worker()
+    t0 = 1_700_000_000_000
+    old = [rec(1, "two-hours", arrival_ms=t0), rec(2, "ninety", arrival_ms=t0 + 30 * MINUTE)]
+    recent = [rec(3, "forty", arrival_ms=t0 + 80 * MINUTE), rec(4, "now", arrival_ms=t0 + 120 * MINUTE)]
+    owner.process(old + recent)
+    owner.release()
+    with capture_logs() as logs:
+        successor = world.worker()
+    loaded = [e for e in logs if e["event"] == "window_loaded"][0]
+    assert loaded["ids"] == 2 and loaded["batches"] == 1, "the older chunk is not even read"
+    names = ("two-hours", "ninety", "forty", "now")
+    retries = [rec(5 + i, name, arrival_ms=t0 + 121 * MINUTE) for i, name in enumerate(names)]
+    successor.process(retries)
+    assert world.target_ids() == Counter({"two-hours": 2, "ninety": 2, "forty": 1, "now": 1})
+
+
+def test_the_count_cap_cuts_the_window_short_and_says_so() -> None:
+    """With dedupWindowMaxEvents below an hour's events, the window shrinks, a warning says so, status shows it."""
+    world = World(config(dedupWindowMaxEvents=3))
+    owner = world.worker()
+    t0 = 1_700_000_000_000
+    with capture_logs() as logs:
+        for i in range(6):
+            owner.process([rec(i + 1, f"e{i}", arrival_ms=t0 + i * MINUTE)])
+    assert [e["event"] for e in logs].count("window_cut_short") == 1
+    state = world.store.get(KEY)
+    assert state is not None and state.window_cut and state.window_ids <= 3
+    assert state.window_oldest_ms > state.window_newest_ms - 3_600_000
+
+
+# -- what a dead or fenced writer leaves behind --------------------------------------------------------
+
+
+def leftover(index: int, epoch: int, *event_ids: str, last: int = 99) -> DigestBatch:
+    """A digest batch as a writer leaves it when it dies or is fenced before its commit."""
+    digests = pack_digests(id_digest(i) for i in event_ids)
+    return DigestBatch(index=index, epoch=epoch, last=Position(last), started_ms=0, keyed=digests)
+
+
+def test_a_leftover_found_on_takeover_is_verified_and_its_events_still_forwarded() -> None:
+    """A batch recorded but never put: the successor finds none of it in the target and forwards it all."""
+    world = World()
+    owner = world.worker()
+    owner.process([rec(1, "a")])
+    world.store.put_batch(KEY, leftover(2, 1, "b", "c", last=3))  # recorded, then the writer died
+    world.clock.advance(60_000)
+    with capture_logs() as logs:
+        successor = world.worker()
+    verified = [e for e in logs if e["event"] == "verified_pending"][0]
+    assert (verified["landed"], verified["to_redo"]) == (0, 2)
+    successor.process([rec(2, "b"), rec(3, "c"), rec(4, "b", body="retry")])
+    assert world.target_ids() == Counter({"a": 1, "b": 1, "c": 1})
+
+
+def test_a_zombie_leftover_written_after_a_takeover_never_drops_an_event() -> None:
+    """A fenced writer's late digest batches count for nothing: overwritten, refused, or verified."""
+    world = World()
+    zombie = world.worker()
+    zombie.process([rec(1, "a")])
+    world.clock.advance(60_000)
+    successor = world.worker()
+    old = zombie.state.epoch  # type: ignore[union-attr]
+    world.store.put_batch(KEY, leftover(2, old, "b", "c"))  # before the successor's batch 2: overwritten
+    successor.process([rec(2, "b"), rec(3, "c")])
+    with pytest.raises(FencedError):  # after it: refused, so the committed batch keeps what was forwarded
+        world.store.put_batch(KEY, leftover(2, old, "x", "y"))
+    world.store.put_batch(KEY, leftover(3, old, "d", last=4))  # above the committed index: verified, redone
+    successor.release()
+    third = world.worker()
+    third.process([rec(4, "d"), rec(5, "x"), rec(6, "y"), rec(7, "b", body="retry")])
+    assert world.target_ids() == Counter({"a": 1, "b": 1, "c": 1, "d": 1, "x": 1, "y": 1})
+
+
+def unkeyed(seq: int, payload: bytes = b"heartbeat") -> SourceRecord:
+    return SourceRecord(Position(seq), "same-key", payload, 0)
+
+
+def test_an_unkeyed_copy_put_by_the_chunk_before_is_not_taken_for_this_ones() -> None:
+    """Identical records without an ID in consecutive chunks: a lost answer on the second resends it, never drops it."""
+    world = World(chunk_events=1)
+    owner = world.worker()
+    calls = {"n": 0}
+
+    def lose_second(stream: str, entries: list[tuple[str, bytes]]) -> tuple[list[bool], BaseException | None]:
+        calls["n"] += 1
+        if calls["n"] == 2:  # the second chunk's put: nothing landed, and the answer is lost
+            return [False] * len(entries), AmbiguousPutError("PutRecords", "ReadTimeout", "lost")
+        return [True] * len(entries), None
+
+    world.streams.fault = lose_second
+    owner.process([unkeyed(1), unkeyed(2)])
+    assert world.streams.data("target").count(b"heartbeat") == 2
+
+
+def test_an_unkeyed_copy_of_the_batch_before_is_not_taken_for_the_one_in_flight() -> None:
+    """On takeover, a batch in flight whose identical unkeyed copy was put just before is redone, not dropped."""
+    world = World(chunk_events=1)
+    owner = world.worker()
+    world.streams.fault = lambda s, e: (
+        ([True] * len(e), None) if world.streams.put_calls == 1 else ([False] * len(e), SimulatedCrash("died"))
+    )
+    with pytest.raises(SimulatedCrash):
+        owner.process([unkeyed(1), unkeyed(2)])
+    world.streams.fault = lambda s, e: ([True] * len(e), None)
+    successor = world.worker()
+    successor.process([unkeyed(1), unkeyed(2)])
+    assert world.streams.data("target").count(b"heartbeat") == 2
+
+
+# -- bounded verification ------------------------------------------------------------------------------
+
+
+def test_verification_reads_only_the_batchs_shards_and_time() -> None:
+    """After a crash mid-put, the successor reads one of four target shards, and stops at the lease's end."""
+    world = World(target_shards=4)
+    owner = world.worker()
+    hot = [rec(i, f"e{i}") for i in range(1, 6)]
+    keys = {f"e{i}": f"e{i}" for i in range(1, 6)}
+    shard_of = world.streams.shard_map("target").shard_for
+    same_shard = [r for r in hot if shard_of(keys[json.loads(r.data)["eventId"]]) == shard_of("e1")]
+    world.streams.fault = lambda s, e: ([True] * len(e), SimulatedCrash("after the put"))
+    with pytest.raises(SimulatedCrash):
+        owner.process(same_shard)
+    world.streams.fault = lambda s, e: ([True] * len(e), None)
+    # Unrelated writers fill the target: on every shard now, and on the batch's shard long after the lease.
+    world.streams.put_records("target", [(f"other-{i}", b"{}") for i in range(400)])
+    world.clock.advance(60_000)
+    world.streams.put_records("target", [("e1", b"{}") for _ in range(300)])
+    with capture_logs() as logs:
+        world.worker()
+    verified = [e for e in logs if e["event"] == "verified_pending"][0]
+    assert verified["shards_read"] == 1 and verified["landed"] == len(same_shard)
+    on_shard = sum(1 for i in range(400) if shard_of(f"other-{i}") == shard_of("e1"))
+    assert verified["records_read"] <= len(same_shard) + on_shard + 1, verified
+
+
+def test_an_ambiguous_put_is_verified_in_its_own_shards_only() -> None:
+    """A put whose answer was lost is checked by reading the shards its entries hash to, then only the rest resent."""
+    world = World(target_shards=4)
+    owner = world.worker()
+    calls = {"n": 0}
+
+    def lose_first_answer(stream: str, entries: list[tuple[str, bytes]]) -> tuple[list[bool], BaseException | None]:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return [i % 2 == 0 for i in range(len(entries))], AmbiguousPutError("PutRecords", "ReadTimeout", "lost")
+        return [True] * len(entries), None
+
+    world.streams.fault = lose_first_answer
+    owner.process([rec(1, "k1"), rec(2, "k1x")])
+    shards = {world.streams.shard_map("target").shard_for(k) for k in ("k1", "k1x")}
+    assert world.streams.reads[-1].shards_read == len(shards)
+    assert world.target_ids() == Counter({"k1": 1, "k1x": 1})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import random
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -10,8 +11,10 @@ import pytest
 
 from copier.dynamo import DynamoStateStore
 from copier.errors import FencedError
+from copier.limits import MAX_CHUNK_EVENTS
+from copier.packing import pack_digests, unpack_digests
 from copier.positions import Position
-from copier.state import DigestBatch, Pending, ShardState, StateConflict, StateStore
+from copier.state import DigestBatch, ShardState, StateConflict, StateStore
 from copier.testing import InMemoryStateStore
 from tests.support.fakes import config
 
@@ -39,6 +42,15 @@ def owned(epoch: int = 1, owner: str = "w1") -> ShardState:
     return ShardState(epoch=epoch, version=1, owner=owner, lease_until_ms=1000)
 
 
+def digests(n: int, seed: int = 0) -> bytes:
+    rng = random.Random(seed)
+    return pack_digests(rng.getrandbits(80) for _ in range(n))
+
+
+def batch(index: int, epoch: int = 1, keyed: bytes = b"", **fields: object) -> DigestBatch:
+    return DigestBatch(index=index, epoch=epoch, last=Position(index * 10), started_ms=index, keyed=keyed, **fields)  # type: ignore[arg-type]
+
+
 def test_absent_shard_reads_as_none(store: StateStore) -> None:
     """A shard never seen has no state."""
     assert store.get(KEY) is None
@@ -58,7 +70,7 @@ def test_take_over_requires_the_item_unchanged(store: StateStore) -> None:
 
 
 def test_state_round_trips_every_field(store: StateStore) -> None:
-    """Positions beyond 64 bits, pending, redo digests and counters survive a write and a read."""
+    """Positions beyond 64 bits, the batch index, redo digests, window reach and counters survive."""
     store.replace_if_unchanged(KEY, None, owned())
     full = ShardState(
         epoch=1,
@@ -66,16 +78,21 @@ def test_state_round_trips_every_field(store: StateStore) -> None:
         owner="w1",
         lease_until_ms=123456789,
         position=Position(49_612_345_678_901_234_567_890_123_456_789_012_345_678_901_234_567_890, 7),
-        pending=Pending("batch#000000000001#000000000003", Position(10**40, 2), 99),
-        redo_last=Position(10**41, 0),
-        redo_digests=(b"a" * 12, b"b" * 12),
-        closed=True,
         batches=3,
+        redo_last=Position(10**41, 0),
+        redo_digests=(2**80 - 1, 1, 2**64),
+        closed=True,
         counters={"forwarded": 10, "duplicates": 2},
         updated_ms=5,
+        behind_ms=7,
+        window_ids=3_600_000,
+        window_oldest_ms=1_700_000_000_000,
+        window_newest_ms=1_700_003_600_000,
+        window_cut=True,
     )
     store.write(KEY, owned(), full)
     assert store.get(KEY) == full
+    assert store.get_many([KEY, "staging/other"]) == {KEY: full}
 
 
 def test_owner_writes_are_fenced_by_epoch_owner_and_successor(store: StateStore) -> None:
@@ -93,16 +110,52 @@ def test_owner_writes_are_fenced_by_epoch_owner_and_successor(store: StateStore)
     assert store.get(KEY) == announced
 
 
-def test_digest_batches_are_written_with_the_state_and_listed_newest_first(store: StateStore) -> None:
-    """The batch goes in with the owner's write, and a failed write stores no batch."""
-    mine = owned()
-    store.replace_if_unchanged(KEY, None, mine)
-    for n in (1, 2, 3):
-        batch = DigestBatch(f"batch#000000000001#{n:012d}", (bytes([n]) * 12,), (), (bytes([n]) * 12,), n)
-        store.write(KEY, mine, mine, batch)
+def test_a_digest_batch_round_trips_every_field(store: StateStore) -> None:
+    """Packed digests of each kind, the arrival range and the target shard numbers survive."""
+    full = DigestBatch(
+        index=7,
+        epoch=3,
+        last=Position(10**45, 12),
+        started_ms=1_700_000_000_123,
+        keyed=digests(500),
+        unkeyed=digests(3, seed=1),
+        deadletter=digests(2, seed=2),
+        arrival_min_ms=1_700_000_000_000,
+        arrival_max_ms=1_700_000_000_999,
+        target_shards=(0, 3, 130, 4000),
+    )
+    store.put_batch(KEY, full)
+    assert store.get_batch(KEY, 7) == full
+    assert store.get_batch(KEY, 8) is None
+    assert len(full.target_digests()) == 503 and full.target_digests()[:500] == unpack_digests(full.keyed)
+
+
+def test_a_lower_epoch_cannot_overwrite_a_digest_batch(store: StateStore) -> None:
+    """A zombie's late write of an index a newer owner recorded fails; the same or a newer epoch may overwrite."""
+    store.put_batch(KEY, batch(1, epoch=2, keyed=digests(1, seed=2)))
     with pytest.raises(FencedError):
-        store.write(KEY, owned(epoch=9), mine, DigestBatch("batch#000000000009#000000000001", (), (), (), 0))
-    keys = [b.batch_key for b in store.digests(KEY)]
-    assert keys == [f"batch#000000000001#{n:012d}" for n in (3, 2, 1)]
-    assert store.digest_batch(KEY, keys[0]) == DigestBatch(keys[0], (b"\x03" * 12,), (), (b"\x03" * 12,), 3)
-    assert [k for k, _ in store.window_batches(KEY, 2)] == keys[:2]
+        store.put_batch(KEY, batch(1, epoch=1, keyed=digests(1, seed=1)))
+    store.put_batch(KEY, batch(1, epoch=2, keyed=digests(1, seed=2)))  # a retried write of one's own
+    store.put_batch(KEY, batch(1, epoch=3, keyed=digests(1, seed=3)))  # a newer owner over a leftover
+    stored = store.get_batch(KEY, 1)
+    assert stored is not None and (stored.epoch, stored.keyed) == (3, digests(1, seed=3))
+
+
+def test_batches_lists_committed_indexes_newest_first_and_lazily(store: StateStore) -> None:
+    """Only indexes at or below the committed one are listed, newest first; a caller may stop early."""
+    for index in (1, 2, 3, 4):
+        store.put_batch(KEY, batch(index))
+    assert [b.index for b in store.batches(KEY, 3)] == [3, 2, 1]
+    assert list(store.batches(KEY, 0)) == []
+    assert next(iter(store.batches(KEY, 4))).index == 4
+
+
+def test_a_full_chunk_fits_in_one_item(store: StateStore) -> None:
+    """A chunk of MAX_CHUNK_EVENTS digests, and a redo set as large, stay within DynamoDB's item limit."""
+    store.put_batch(KEY, batch(1, keyed=digests(MAX_CHUNK_EVENTS), target_shards=tuple(range(0, 2000, 3))))
+    stored = store.get_batch(KEY, 1)
+    assert stored is not None and stored.keyed_count == MAX_CHUNK_EVENTS
+    store.replace_if_unchanged(KEY, None, owned())
+    big = replace(owned(), redo_digests=tuple(unpack_digests(digests(MAX_CHUNK_EVENTS))), redo_last=Position(5))
+    store.write(KEY, owned(), big)
+    assert store.get(KEY) == big

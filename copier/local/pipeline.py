@@ -24,7 +24,7 @@ import boto3
 from copier.config import Config, load_config
 from copier.dynamo import DynamoStateStore
 from copier.positions import Position
-from copier.state import ShardState
+from copier.state import ShardState, shard_key
 
 __all__ = ["LocalPipeline", "Worker", "local_properties"]
 
@@ -273,8 +273,10 @@ class LocalPipeline:
         return next(w for w in self.workers if w.name == name and w.alive)
 
     def shard_states(self) -> dict[str, ShardState]:
-        prefix = f"{self.staging}/"
-        return {k[len(prefix) :]: s for k, s in self.store.shard_states() if k.startswith(prefix)}
+        """Every staging shard's state item, by shard ID (as ``copier status`` reads them)."""
+        shards = [s["ShardId"] for s in self.kinesis.list_shards(StreamName=self.staging)["Shards"]]
+        keys = {shard_key(self.staging, shard_id): shard_id for shard_id in shards}
+        return {keys[key]: state for key, state in self.store.get_many(keys).items()}
 
     def counters(self) -> dict[str, int]:
         total: dict[str, int] = {}

@@ -61,6 +61,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from copier.errors import FatalAwsError
+from copier.shardmap import ShardMap
 from copier.spark.put import RETRYABLE_ENTRY_CODES, default_client, make_client, open_shard_ranges, put_records, send
 from copier.spark.rows import Entry, canonical_json, encode_row, event_id_of, json_safe, partition_key_of
 from copier.spark.settings import InvalidRowError, PutBudgetExhausted, RecordTooLargeError, WriterSettings
@@ -104,7 +105,7 @@ def _partition_id() -> int | None:
     return None if context is None else int(context.partitionId())
 
 
-def write_partition(settings: WriterSettings, ranges: tuple[tuple[int, int], ...] | None, rows: Iterable[Any]) -> None:
+def write_partition(settings: WriterSettings, ranges: ShardMap | None, rows: Iterable[Any]) -> None:
     """Write one Spark partition's rows (runs on an executor, with a client of its own).
 
     Rows are encoded and sent in chunks; a bad or too large row raises before
@@ -132,7 +133,7 @@ def write_dataframe(df: DataFrame, settings: WriterSettings) -> None:
         if column is not None and column not in df.columns:
             raise ValueError(f"no column {column!r} in the DataFrame (columns: {', '.join(df.columns)})")
     ranges = open_shard_ranges(make_client(settings), settings.stream_name) if settings.aggregate else None
-    if ranges == ():
+    if ranges is not None and not ranges.ranges:
         raise FatalAwsError("ListShards", "NoOpenShards", f"{settings.stream_name} has no open shard")
     df.foreachPartition(functools.partial(write_partition, settings, ranges))
 

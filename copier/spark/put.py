@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -16,6 +15,7 @@ from copier.batching import split_requests
 from copier.errors import FatalAwsError
 from copier.limits import record_size
 from copier.retry import backoff_ms
+from copier.shardmap import ShardMap, hash_key
 from copier.spark.rows import Entry
 from copier.spark.settings import PutBudgetExhausted, WriterSettings
 
@@ -110,33 +110,20 @@ def put_records(
     raise PutBudgetExhausted(settings.stream_name, settings.max_attempts, len(records), len(pending), codes)
 
 
-def open_shard_ranges(client: Any, stream: str) -> tuple[tuple[int, int], ...]:
-    """(starting, ending) hash keys of the stream's open shards, sorted: where new records go."""
+def open_shard_ranges(client: Any, stream: str) -> ShardMap:
+    """The stream's open shards by hash key range: where new records go."""
     from copier.kinesis import paged_shards
 
-    ranges = [
-        (int(s["HashKeyRange"]["StartingHashKey"]), int(s["HashKeyRange"]["EndingHashKey"]))
-        for s in paged_shards(client.list_shards, stream)
-        if "EndingSequenceNumber" not in s.get("SequenceNumberRange", {})
-    ]
-    return tuple(sorted(ranges))
+    return ShardMap.of(paged_shards(client.list_shards, stream))
 
 
-def _shard_of(ranges: Sequence[tuple[int, int]], starts: Sequence[int], key: int) -> int:
-    i = bisect_right(starts, key) - 1
-    return i if i >= 0 and key <= ranges[i][1] else -1
-
-
-def _to_records(entries: Sequence[Entry], ranges: Sequence[tuple[int, int]] | None) -> list[kpl.KinesisRecord]:
+def _to_records(entries: Sequence[Entry], ranges: ShardMap | None) -> list[kpl.KinesisRecord]:
     """Plain records, or aggregates per open shard (each routed by its first record's hash key, in that shard)."""
     if ranges is None:
         return [kpl.KinesisRecord(e.partition_key, None, e.data) for e in entries]
-    starts = [start for start, _ in ranges]
     groups: dict[int, list[tuple[str, bytes]]] = {}
     for e in entries:
-        groups.setdefault(_shard_of(ranges, starts, kpl.hash_key(e.partition_key)), []).append(
-            (e.partition_key, e.data)
-        )
+        groups.setdefault(ranges.position_for_hash(hash_key(e.partition_key)), []).append((e.partition_key, e.data))
     out: list[kpl.KinesisRecord] = []
     for shard, group in groups.items():
         if shard < 0:  # in no open shard's range (mid-reshard): plain records, routed by Kinesis
@@ -146,9 +133,7 @@ def _to_records(entries: Sequence[Entry], ranges: Sequence[tuple[int, int]] | No
     return out
 
 
-def send(
-    client: Any, settings: WriterSettings, entries: Sequence[Entry], ranges: Sequence[tuple[int, int]] | None
-) -> None:
+def send(client: Any, settings: WriterSettings, entries: Sequence[Entry], ranges: ShardMap | None) -> None:
     """Put encoded rows: plain or aggregated (``ranges`` given), in requests within the limits."""
     records = _to_records(entries, ranges)
     for request in split_requests(records, lambda r: record_size(r.partition_key, r.data)):

@@ -1,0 +1,89 @@
+"""Where a partition key's record goes, and which shards descend from which: pure shard arithmetic.
+
+Kinesis routes a record to the open shard whose hash key range holds the
+MD5 of its partition key (a 128-bit big-endian integer). Two readers need
+that here:
+
+* the copier records, with every digest batch, the numbers of the target
+  shards its entries hash to, so that verifying the batch later reads those
+  shards only (and the shards split or merged from them since: a stale map
+  can only name an ancestor of the shard a record really went to);
+* the Spark writer groups events per open staging shard before aggregating.
+
+Shard IDs are ``shardId-`` and a 12-digit number; the number alone is what
+a digest batch stores.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from bisect import bisect_right
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ShardMap", "descendants", "hash_key", "shard_id_of", "shard_number"]
+
+_PREFIX = "shardId-"
+
+
+def hash_key(partition_key: str) -> int:
+    """The 128-bit hash key Kinesis routes a partition key by: MD5 of its UTF-8 bytes, big-endian."""
+    return int.from_bytes(hashlib.md5(partition_key.encode("utf-8")).digest(), "big")
+
+
+def shard_number(shard_id: str) -> int:
+    """``shardId-000000000012`` -> 12; ValueError for anything else."""
+    if not shard_id.startswith(_PREFIX):
+        raise ValueError(f"not a Kinesis shard ID: {shard_id!r}")
+    return int(shard_id[len(_PREFIX) :])
+
+
+def shard_id_of(number: int) -> str:
+    return f"{_PREFIX}{number:012d}"
+
+
+def _is_open(shard: dict[str, Any]) -> bool:
+    return "EndingSequenceNumber" not in shard.get("SequenceNumberRange", {})
+
+
+@dataclass(frozen=True)
+class ShardMap:
+    """The open shards of a stream, by hash key range (from ListShards)."""
+
+    ranges: tuple[tuple[int, int, str], ...]  # (starting hash key, ending hash key, shard ID), sorted
+
+    @classmethod
+    def of(cls, shards: Iterable[dict[str, Any]]) -> ShardMap:
+        """From ListShards entries; closed shards take no new records and are left out."""
+        ranges = [
+            (int(s["HashKeyRange"]["StartingHashKey"]), int(s["HashKeyRange"]["EndingHashKey"]), s["ShardId"])
+            for s in shards
+            if _is_open(s)
+        ]
+        return cls(tuple(sorted(ranges)))
+
+    def position_for_hash(self, key: int) -> int:
+        """Index in :attr:`ranges` of the shard holding ``key``, -1 when none does (mid-reshard)."""
+        i = bisect_right(self.ranges, (key, 2**128, "")) - 1
+        return i if i >= 0 and key <= self.ranges[i][1] else -1
+
+    def shard_for(self, partition_key: str) -> str | None:
+        """The shard a record with this partition key goes to now, None if no open shard covers it."""
+        i = self.position_for_hash(hash_key(partition_key))
+        return self.ranges[i][2] if i >= 0 else None
+
+
+def descendants(shards: Iterable[dict[str, Any]], roots: Iterable[str]) -> set[str]:
+    """``roots`` and every shard split or merged from them, at any depth (from ListShards entries)."""
+    listed = list(shards)
+    found = set(roots)
+    grew = True
+    while grew:
+        grew = False
+        for shard in listed:
+            parents = {shard.get("ParentShardId"), shard.get("AdjacentParentShardId")}
+            if shard["ShardId"] not in found and parents & found:
+                found.add(shard["ShardId"])
+                grew = True
+    return found
