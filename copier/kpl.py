@@ -43,6 +43,8 @@ from copier.shardmap import hash_key
 __all__ = [
     "MAGIC",
     "AggregatedMessage",
+    "DaemonView",
+    "as_daemon_delivers",
     "KinesisRecord",
     "aggregate",
     "deaggregate",
@@ -276,3 +278,56 @@ def deaggregate(data: bytes, partition_key: str = "") -> list[tuple[str, bytes]]
         return [(partition_key, data)]
     message = decode(data)
     return [(message.partition_keys[pk], payload) for pk, _, payload in message.records]
+
+
+@dataclass(frozen=True)
+class DaemonView:
+    """What the KCL's de-aggregation delivers of one Kinesis record, and what went wrong, if anything.
+
+    ``problem``: None for a plain record or a clean aggregate; ``"undecodable"``
+    for a record that starts like an aggregate (the magic bytes) but whose MD5
+    or protobuf is broken: the KCL passes it through as one opaque record, and
+    whatever events it held cannot be seen; ``"out_of_range"`` when a user
+    record's hash key lies outside the shard's range: the KCL drops the whole
+    aggregate (``records`` is empty); ``"bad_index"`` when a user record names
+    a partition key the table lacks: the KCL keeps the user records before it
+    and drops the rest.
+    """
+
+    records: list[tuple[str, bytes]]
+    aggregated: bool
+    problem: str | None = None
+    produced: list[tuple[str, bytes]] | None = None  # every user record, when the daemon delivers fewer
+
+    @property
+    def written(self) -> list[tuple[str, bytes]]:
+        """What the producer wrote into the record: every user record, delivered or not."""
+        return self.records if self.produced is None else self.produced
+
+
+def as_daemon_delivers(data: bytes, partition_key: str, shard_range: tuple[int, int] | None = None) -> DaemonView:
+    """The user records the KCL MultiLangDaemon (3.x ``AggregatorUtil.deaggregate``) hands a processor.
+
+    ``shard_range``: the (starting, ending) hash keys of the shard the record
+    was read from; None skips the range check.
+    """
+    if not is_aggregated(data):
+        problem = "undecodable" if data.startswith(MAGIC) else None
+        return DaemonView([(partition_key, data)], False, problem)
+    try:
+        message = decode(data)
+    except (ValueError, UnicodeDecodeError):
+        return DaemonView([(partition_key, data)], False, "undecodable")
+    keys = message.partition_keys
+    produced = [(keys[pk] if pk < len(keys) else "", payload) for pk, _, payload in message.records]
+    out: list[tuple[str, bytes]] = []
+    for pk_index, ehk_index, payload in message.records:
+        try:
+            key = keys[pk_index]
+            effective = int(message.explicit_hash_keys[ehk_index]) if ehk_index is not None else hash_key(key)
+        except (IndexError, ValueError):
+            return DaemonView(out, True, "bad_index", produced)
+        if shard_range is not None and not shard_range[0] <= effective <= shard_range[1]:
+            return DaemonView([], True, "out_of_range", produced)
+        out.append((key, payload))
+    return DaemonView(out, True)

@@ -9,8 +9,14 @@ a while) and prints the one final report on stdout.
 Produced IDs come from a manifest (one event ID per line, production order)
 or, without one, from the staging stream itself: the staging stream holds
 every event the producer wrote, duplicates included, so its distinct IDs are
-exactly what the target must hold. Run it once the copier has caught up:
-the target is read up to its tip, and anything still in flight is "lost".
+exactly what the target must hold. Staging records are read as the KCL
+MultiLangDaemon delivers them to the copier: KPL-aggregated records are
+de-aggregated by the daemon's rules (``copier.kpl.as_daemon_delivers``), so
+every event inside an aggregate is expected in the target. An aggregate
+that cannot be decoded is a problem of its own and fails the audit: the
+events it holds cannot be counted, so nothing can be said about them. Run
+it once the copier has caught up: the target is read up to its tip, and
+anything still in flight is "lost".
 
 Memory grows with the number of records read (every event ID is held), which
 is fine for an audit of millions of events; audit billions by manifest slices.
@@ -40,6 +46,7 @@ from copier.config import Config, DedupKey, load_config
 from copier.errors import AwsError, ConfigError
 from copier.identity import EventId, extract_event_id
 from copier.kinesis import paged_shards
+from copier.kpl import as_daemon_delivers
 from copier.retry import backoff_ms
 
 __all__ = [
@@ -268,8 +275,7 @@ class StreamReader:
 
 def record_event_id(key: DedupKey, record: KinesisRecord) -> str | None:
     """The record's event ID as the copier would see it, or None when it has none."""
-    found = extract_event_id(key, record["PartitionKey"], bytes(record["Data"]))
-    return found.value if isinstance(found, EventId) else None
+    return _event_id(key, record["PartitionKey"], bytes(record["Data"]))
 
 
 def dead_letter_event_id(key: DedupKey, partition_key: str, data: bytes) -> str | None:
@@ -314,15 +320,37 @@ def read_manifest(path: str, stdin: TextIO | None = None) -> list[str]:
 
 
 @dataclass(frozen=True)
+class StagedRecord:
+    """One staging record: the event IDs its producer wrote into it (None: no ID), and how the daemon reads it."""
+
+    shard_id: str
+    sequence_number: str
+    event_ids: list[str | None]
+    aggregated: bool
+    problem: str | None
+
+
+@dataclass(frozen=True)
 class VerifyResult:
     """The audit and what it was run on, for the report."""
 
     report: AuditReport
     source: str  # "staging" or "manifest"
     source_records: int  # staging records read, or non-blank manifest lines
-    source_unkeyed: int  # staging records without an event ID (never expected in the target)
+    source_unkeyed: int  # staged events without an event ID (never expected in the target)
     target_stream: str
     dead_letter_stream: str | None
+    source_events: int = 0  # staged events once aggregates are de-aggregated
+    source_aggregates: int = 0  # staging records that are KPL aggregates
+    undecodable: int = 0  # records that start like an aggregate but cannot be decoded
+    undecodable_examples: tuple[str, ...] = ()  # shard@sequence number
+    dropped: int = 0  # aggregates the daemon drops or truncates (hash key out of range, bad index)
+    dropped_examples: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """Nothing lost, nothing duplicated, and nothing in staging that could not be counted."""
+        return self.report.ok and self.undecodable == 0
 
 
 def _example_lines(r: AuditReport) -> list[str]:
@@ -351,20 +379,44 @@ def _example_lines(r: AuditReport) -> list[str]:
     return lines
 
 
+def _source_line(result: VerifyResult) -> str:
+    r = result.report
+    if result.source != "staging":
+        return f"verify: produced {r.expected} distinct events ({result.source_records} manifest lines)"
+    parts = [f"{result.source_records} records in staging"]
+    if result.source_aggregates:
+        parts.append(f"{result.source_aggregates} of them KPL aggregates, {result.source_events} events in all")
+    if result.source_unkeyed:
+        parts.append(f"{result.source_unkeyed} events without an event ID")
+    return f"verify: produced {r.expected} distinct events ({', '.join(parts)})"
+
+
 def render_text(result: VerifyResult) -> str:
     """The human report: counts, examples of each problem, and the verdict."""
     r = result.report
-    source = "records in staging" if result.source == "staging" else "manifest lines"
-    unkeyed = f", {result.source_unkeyed} without an event ID" if result.source_unkeyed else ""
     dead_letter = f"{r.dead_letter_records} records" if result.dead_letter_stream else "none configured"
     lines = [
-        f"verify: produced {r.expected} distinct events ({result.source_records} {source}{unkeyed})",
+        _source_line(result),
         f"target: {r.found} records; dead-letter: {dead_letter}",
         f"lost: {r.lost}, duplicated: {r.duplicated}, unexpected: {r.unexpected}, unkeyed: {r.unkeyed}, "
         f"out of order (per partition key): {r.out_of_order}",
         *_example_lines(r),
-        "verify: OK" if r.ok else f"verify: FAILED (lost {r.lost}, duplicated {r.duplicated})",
     ]
+    if result.undecodable:
+        lines.append(
+            f"undecodable KPL aggregates in staging: {result.undecodable} (the events inside cannot be counted): "
+            + ", ".join(result.undecodable_examples)
+        )
+    if result.dropped:
+        lines.append(
+            f"KPL aggregates the daemon drops whole or in part (a user record's hash key outside its shard, "
+            f"or a bad key index): {result.dropped}: " + ", ".join(result.dropped_examples)
+        )
+    if result.ok:
+        lines.append("verify: OK")
+    else:
+        extra = f", undecodable aggregates {result.undecodable}" if result.undecodable else ""
+        lines.append(f"verify: FAILED (lost {r.lost}, duplicated {r.duplicated}{extra})")
     return "\n".join(lines)
 
 
@@ -374,10 +426,17 @@ def render_json(result: VerifyResult) -> str:
         {
             "source": result.source,
             "source_records": result.source_records,
+            "source_events": result.source_events,
+            "source_aggregates": result.source_aggregates,
             "source_unkeyed": result.source_unkeyed,
+            "undecodable_aggregates": result.undecodable,
+            "undecodable_examples": list(result.undecodable_examples),
+            "dropped_aggregates": result.dropped,
+            "dropped_examples": list(result.dropped_examples),
             "target_stream": result.target_stream,
             "dead_letter_stream": result.dead_letter_stream,
             **result.report.to_json(),
+            "ok": result.ok,
         }
     )
 
@@ -410,16 +469,50 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the text report")
 
 
+def read_staging(config: Config, reader: StreamReader) -> list[StagedRecord]:
+    """Every staging record, de-aggregated by the daemon's rules for the shard it was read from."""
+    key = config.dedup_key
+    ranges = {
+        s["ShardId"]: (int(s["HashKeyRange"]["StartingHashKey"]), int(s["HashKeyRange"]["EndingHashKey"]))
+        for s in reader.shards(config.stream_name)
+        if "HashKeyRange" in s
+    }
+
+    def staged(shard_id: str, r: KinesisRecord) -> StagedRecord:
+        view = as_daemon_delivers(bytes(r["Data"]), r["PartitionKey"], ranges.get(shard_id))
+        ids = [_event_id(key, pk, data) for pk, data in view.written]  # what the daemon drops is lost
+        return StagedRecord(shard_id, r["SequenceNumber"], ids, view.aggregated, view.problem)
+
+    return reader.read(config.stream_name, "staging", staged)
+
+
+def _event_id(key: DedupKey, partition_key: str, data: bytes) -> str | None:
+    found = extract_event_id(key, partition_key, data)
+    return found.value if isinstance(found, EventId) else None
+
+
 def run_verify(config: Config, manifest: list[str] | None, examples: int, reader: StreamReader) -> VerifyResult:
     """Audit the target (and dead-letter stream) against the manifest, or the staging stream without one."""
     key = config.dedup_key
+    counts: dict[str, Any] = {}
     if manifest is not None:
         produced = manifest
         source, source_records, source_unkeyed = "manifest", len(produced), 0
     else:
-        staged = reader.read(config.stream_name, "staging", lambda _shard, r: record_event_id(key, r))
-        produced = [i for i in staged if i is not None]
-        source, source_records, source_unkeyed = "staging", len(staged), len(staged) - len(produced)
+        records = read_staging(config, reader)
+        events = [event_id for record in records for event_id in record.event_ids]
+        produced = [i for i in events if i is not None]
+        source, source_records, source_unkeyed = "staging", len(records), len(events) - len(produced)
+        undecodable = [f"{r.shard_id}@{r.sequence_number}" for r in records if r.problem == "undecodable"]
+        dropped = [f"{r.shard_id}@{r.sequence_number}" for r in records if r.problem in ("out_of_range", "bad_index")]
+        counts = {
+            "source_events": len(events),
+            "source_aggregates": sum(1 for r in records if r.aggregated),
+            "undecodable": len(undecodable),
+            "undecodable_examples": tuple(undecodable[:examples]),
+            "dropped": len(dropped),
+            "dropped_examples": tuple(dropped[:examples]),
+        }
 
     def target_record(shard_id: str, r: KinesisRecord) -> TargetRecord:
         return TargetRecord(record_event_id(key, r), r["PartitionKey"], shard_id, r["SequenceNumber"])
@@ -439,11 +532,12 @@ def run_verify(config: Config, manifest: list[str] | None, examples: int, reader
         source_unkeyed=source_unkeyed,
         target_stream=config.target_stream_name,
         dead_letter_stream=config.dead_letter_stream_name,
+        **counts,
     )
 
 
 def main(args: argparse.Namespace) -> int:
-    """``copier verify``: 0 exactly once, 1 lost or duplicated events.
+    """``copier verify``: 0 exactly once, 1 lost or duplicated events (or staging aggregates it cannot decode).
 
     A bad properties file raises ConfigError (status 2 from the CLI), an AWS
     error that retrying cannot fix raises an AwsError (status 3).
@@ -453,4 +547,4 @@ def main(args: argparse.Namespace) -> int:
     reader = StreamReader(make_client(config), Progress())
     result = run_verify(config, manifest, args.examples, reader)
     print(render_json(result) if args.json else render_text(result), flush=True)
-    return 0 if result.report.ok else 1
+    return 0 if result.ok else 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -13,6 +14,7 @@ from typing import Any
 import botocore.exceptions
 import pytest
 
+from copier import kpl
 from copier.audit import audit
 from copier.config import DedupKey
 from copier.errors import FatalAwsError, TransientAwsError
@@ -384,3 +386,76 @@ def test_a_bad_properties_file_is_status_2_and_a_missing_stream_status_3(pipelin
     missing = verify(pipeline)
     assert missing.returncode == 3 and missing.stdout == ""
     assert "ResourceNotFoundException" in missing.stderr
+
+
+# -- KPL aggregates in staging: read as the daemon delivers them ---------------------------------------
+
+
+def aggregate_of(event_ids: list[str], explicit_hash_key: str | None = None) -> kpl.KinesisRecord:
+    (record,) = kpl.aggregate([(i, json.dumps({"eventId": i}).encode()) for i in event_ids], explicit_hash_key)
+    return record
+
+
+def test_events_inside_an_aggregate_that_never_reached_the_target_are_lost(pipeline: Pipeline) -> None:
+    """The case that said OK: one aggregate of 3 events and one plain event in staging, only the plain one copied."""
+    record = aggregate_of(["agg-1", "agg-2", "agg-3"])
+    pipeline.kinesis.put_record(
+        StreamName=pipeline.staging,
+        PartitionKey=record.partition_key,
+        Data=record.data,
+        ExplicitHashKey=record.explicit_hash_key,
+    )
+    put(pipeline, pipeline.staging, ["e-1"])
+    put(pipeline, pipeline.target, ["e-1"])
+    result = verify(pipeline)
+    assert result.returncode == 1, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == (
+        "verify: produced 4 distinct events (2 records in staging, 1 of them KPL aggregates, 4 events in all)"
+    )
+    assert lines[2].startswith("lost: 3, duplicated: 0")
+    assert "  lost: agg-1, agg-2, agg-3" in lines
+    assert lines[-1] == "verify: FAILED (lost 3, duplicated 0)"
+
+
+def test_an_aggregate_that_cannot_be_decoded_fails_the_audit(pipeline: Pipeline) -> None:
+    """Magic bytes and a good MD5 around a broken protobuf: the daemon passes it through opaque, so the events
+    inside cannot be counted; verify names the record and fails even though nothing else is wrong."""
+    body = b"\x1a\x05\x08"  # a Record field that claims 5 bytes and holds 1
+    broken = kpl.MAGIC + body + hashlib.md5(body).digest()
+    pipeline.kinesis.put_record(StreamName=pipeline.staging, PartitionKey="x", Data=broken)
+    put(pipeline, pipeline.staging, ["e-1"])
+    put(pipeline, pipeline.target, ["e-1"])
+    result = verify(pipeline, "--json")
+    assert result.returncode == 1, result.stdout + result.stderr
+    doc = json.loads(result.stdout)
+    assert (doc["lost"], doc["duplicated"], doc["undecodable_aggregates"], doc["ok"]) == (0, 0, 1, False)
+    assert doc["undecodable_examples"][0].startswith("shardId-000000000000@")
+
+
+def test_an_aggregate_the_daemon_drops_is_reported_and_its_events_are_lost(pipeline: Pipeline) -> None:
+    """A user record whose hash key lies outside the shard's range makes the KCL drop the whole aggregate."""
+    two = f"{pipeline.staging}-two"
+    create_stream(pipeline.kinesis, two, 2)
+    pipeline.properties.write_text(pipeline.properties.read_text().replace(f"= {pipeline.staging}\n", f"= {two}\n"))
+    shards = pipeline.kinesis.list_shards(StreamName=two)["Shards"]
+    in_second = shards[1]["HashKeyRange"]["StartingHashKey"]
+    # Routed to the first shard by its own explicit hash key, but its user records claim the second shard's range.
+    message = aggregate_of(["d-1", "d-2"], explicit_hash_key=in_second)
+    pipeline.kinesis.put_record(StreamName=two, PartitionKey="d", Data=message.data, ExplicitHashKey="0")
+    result = verify(pipeline, "--json")
+    doc = json.loads(result.stdout)
+    assert (doc["dropped_aggregates"], doc["lost"], doc["examples"]["lost"]) == (1, 2, ["d-1", "d-2"])
+    assert result.returncode == 1
+
+
+def test_the_daemons_rules_for_aggregates() -> None:
+    """Clean aggregates de-aggregate; broken ones pass through flagged; out-of-range ones are dropped whole."""
+    record = aggregate_of(["a", "b"])
+    view = kpl.as_daemon_delivers(record.data, record.partition_key, (0, 2**128 - 1))
+    assert (view.aggregated, view.problem, [pk for pk, _ in view.records]) == (True, None, ["a", "b"])
+    assert kpl.as_daemon_delivers(b'{"eventId": "p"}', "p").records == [("p", b'{"eventId": "p"}')]
+    bad_md5 = kpl.MAGIC + b"\x0a\x01a" + b"\x00" * 16
+    assert kpl.as_daemon_delivers(bad_md5, "k").problem == "undecodable"
+    outside = kpl.as_daemon_delivers(record.data, record.partition_key, (0, 0))
+    assert (outside.records, outside.problem) == ([], "out_of_range")
