@@ -13,10 +13,21 @@ from pynamodb.exceptions import PynamoDBException
 
 from copier.errors import HOST_WIDE_CODES, AwsError, FatalAwsError, TransientAwsError
 
-__all__ = ["FATAL_CODES", "convert_aws_error"]
+__all__ = ["FATAL_CODES", "convert_aws_error", "pynamodb_code"]
 
 #: Codes that retrying cannot fix: host-wide ones, and requests AWS rejects as malformed.
 FATAL_CODES = HOST_WIDE_CODES | {"ValidationException", "SerializationException", "InvalidArgumentException"}
+
+
+def pynamodb_code(exc: PynamoDBException) -> tuple[str | None, str | None]:
+    """The AWS error code and message behind a PynamoDB error, or (None, None).
+
+    PynamoDB's own ``cause_response_code`` raises AttributeError when the
+    cause is a botocore error without an answer (a dropped connection).
+    """
+    response = getattr(exc.cause, "response", None)
+    error = response.get("Error", {}) if isinstance(response, dict) else {}
+    return error.get("Code"), error.get("Message")
 
 
 def convert_aws_error(operation: str, exc: BaseException) -> AwsError:
@@ -27,8 +38,8 @@ def convert_aws_error(operation: str, exc: BaseException) -> AwsError:
     code: str | None = None
     message = str(exc)
     if isinstance(exc, PynamoDBException):
-        code = exc.cause_response_code
-        message = exc.cause_response_message or message
+        code, text = pynamodb_code(exc)
+        message = text or message
         cause = exc.cause
         if code is None and cause is not None and cause is not exc:
             return convert_aws_error(operation, cause)

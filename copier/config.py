@@ -51,6 +51,8 @@ class Config:
     region: str
     kinesis_endpoint: str | None
     dynamodb_endpoint: str | None
+    target_endpoint: str | None  # Kinesis endpoint of the target and dead-letter streams (default kinesisEndpoint)
+    state_endpoint: str | None  # DynamoDB endpoint of the state table (default dynamoDBEndpoint)
     failover_time_millis: int
     target_stream_name: str
     state_table_name: str
@@ -127,6 +129,8 @@ _DAY_MS = 24 * 60 * _MINUTE_MS
 # ``None``: required; ``""``: optional with no value.
 DEFAULTS: dict[str, str | None] = {
     "copier.targetStreamName": None,
+    "copier.targetEndpoint": "",
+    "copier.stateTableEndpoint": "",
     "copier.stateTableName": "",
     "copier.dedupKey": None,
     "copier.leaseMillis": "",
@@ -219,6 +223,8 @@ def parse_config(text: str, path: str = "<string>") -> Config:
             f"+ copier.clockSkewMillis ({put_timeout} + {skew} ms)",
         )
     table = r.copier("copier.stateTableName", _matching(_TABLE_NAME, "table name"))
+    kinesis_endpoint = r.get("kinesisEndpoint", _endpoint, "")
+    dynamodb_endpoint = r.get("dynamoDBEndpoint", _endpoint, "")
     window_seconds = r.copier_need("copier.dedupWindowSeconds", _int_between(0, 7 * 24 * 3600))
     ttl_hours = r.copier_need("copier.digestTtlHours", _int_between(1, 24 * 365))
     if ttl_hours * 3600 <= window_seconds:
@@ -233,8 +239,10 @@ def parse_config(text: str, path: str = "<string>") -> Config:
         application_name=application_name,
         stream_name=stream_name,
         region=r.need("regionName", str),
-        kinesis_endpoint=r.get("kinesisEndpoint", _endpoint, ""),
-        dynamodb_endpoint=r.get("dynamoDBEndpoint", _endpoint, ""),
+        kinesis_endpoint=kinesis_endpoint,
+        dynamodb_endpoint=dynamodb_endpoint,
+        target_endpoint=r.copier("copier.targetEndpoint", _endpoint) or kinesis_endpoint,
+        state_endpoint=r.copier("copier.stateTableEndpoint", _endpoint) or dynamodb_endpoint,
         failover_time_millis=failover,
         target_stream_name=target,
         state_table_name=table or f"{application_name}-copier-state",

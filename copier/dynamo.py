@@ -33,7 +33,7 @@ from pynamodb.attributes import (
 from pynamodb.exceptions import PynamoDBException, TableError
 from pynamodb.models import Model
 
-from copier.aws import convert_aws_error
+from copier.aws import convert_aws_error, pynamodb_code
 from copier.config import Config
 from copier.errors import FencedError, IncompatibleStateError
 from copier.packing import pack_digests, pack_uints, unpack_digests, unpack_uints
@@ -45,6 +45,9 @@ __all__ = ["DynamoStateStore", "make_model"]
 STATE_SK = "state"
 T = TypeVar("T")
 _BATCH_GET = 100  # BatchGetItem's limit
+# What a call through PynamoDB can raise: its own errors, and botocore's, which it does not always wrap
+# (a connection dropped during a PutItem arrives as botocore's ConnectionClosedError).
+_AWS_ERRORS = (PynamoDBException, botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError)
 
 
 def make_model(config: Config) -> Any:
@@ -54,7 +57,7 @@ def make_model(config: Config) -> Any:
         class Meta:
             table_name = config.state_table_name
             region = config.region
-            host = config.dynamodb_endpoint
+            host = config.state_endpoint
             max_retry_attempts = 3
             connect_timeout_seconds = 5
             read_timeout_seconds = 10
@@ -203,8 +206,17 @@ class DynamoStateStore(StateStore):
     def _call(self, operation: str, fn: Callable[[], T]) -> T:
         try:
             return fn()
-        except (PynamoDBException, botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+        except _AWS_ERRORS as exc:
             raise convert_aws_error(operation, exc) from exc
+
+    def _conditional_put(self, item: Any, condition: Any, conflict: Exception) -> None:
+        """One conditional PutItem; ``conflict`` is raised when the condition fails, copier's errors otherwise."""
+        try:
+            item.save(condition=condition, add_version_condition=False)
+        except _AWS_ERRORS as exc:
+            if isinstance(exc, PynamoDBException) and pynamodb_code(exc)[0] == "ConditionalCheckFailedException":
+                raise conflict from None
+            raise convert_aws_error("PutItem", exc) from exc
 
     def create_table(self) -> bool:
         """Create the table (on-demand, TTL on) if absent; True if it was created."""
@@ -213,7 +225,7 @@ class DynamoStateStore(StateStore):
         try:
             self.model.create_table(billing_mode="PAY_PER_REQUEST", wait=True)
         except TableError as exc:
-            if exc.cause_response_code == "ResourceInUseException":
+            if pynamodb_code(exc)[0] == "ResourceInUseException":
                 return False
             raise convert_aws_error("CreateTable", exc) from exc
         return True
@@ -240,32 +252,19 @@ class DynamoStateStore(StateStore):
     def replace_if_unchanged(self, key: str, seen: ShardState | None, new: ShardState) -> None:
         m = self.model
         condition = m.pk.does_not_exist() if seen is None else (m.version == seen.version)
-        try:
-            self._to_item(key, new).save(condition=condition, add_version_condition=False)
-        except PynamoDBException as exc:
-            if exc.cause_response_code == "ConditionalCheckFailedException":
-                raise StateConflict(key) from None
-            raise convert_aws_error("PutItem", exc) from exc
+        self._conditional_put(self._to_item(key, new), condition, StateConflict(key))
 
     def write(self, key: str, owner: ShardState, new: ShardState) -> None:
         m = self.model
         condition = (m.epoch == owner.epoch) & (m.owner == owner.owner) & m.successor.does_not_exist()
-        try:
-            self._to_item(key, new).save(condition=condition, add_version_condition=False)
-        except PynamoDBException as exc:
-            if exc.cause_response_code == "ConditionalCheckFailedException":
-                raise FencedError(f"{key}: epoch {owner.epoch} of {owner.owner} is fenced") from None
-            raise convert_aws_error("PutItem", exc) from exc
+        fenced = FencedError(f"{key}: epoch {owner.epoch} of {owner.owner} is fenced")
+        self._conditional_put(self._to_item(key, new), condition, fenced)
 
     def put_batch(self, key: str, batch: DigestBatch) -> None:
         m = self.model
         condition = m.sk.does_not_exist() | (m.epoch <= batch.epoch)
-        try:
-            self._batch_item(key, batch).save(condition=condition, add_version_condition=False)
-        except PynamoDBException as exc:
-            if exc.cause_response_code == "ConditionalCheckFailedException":
-                raise FencedError(f"{key}: {batch.key} was written under an epoch above {batch.epoch}") from None
-            raise convert_aws_error("PutItem", exc) from exc
+        fenced = FencedError(f"{key}: {batch.key} was written under an epoch above {batch.epoch}")
+        self._conditional_put(self._batch_item(key, batch), condition, fenced)
 
     def get_batch(self, key: str, index: int) -> DigestBatch | None:
         def read() -> DigestBatch | None:
@@ -289,5 +288,5 @@ class DynamoStateStore(StateStore):
         try:
             for item in query:
                 yield self._batch_from(item)
-        except (PynamoDBException, botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+        except _AWS_ERRORS as exc:
             raise convert_aws_error("Query", exc) from exc

@@ -43,14 +43,14 @@ _AMBIGUOUS = (
 )
 
 
-def _client(config: Config, *, attempts: int | None, read_timeout: float) -> Any:
+def _client(config: Config, endpoint: str | None, *, attempts: int | None, read_timeout: float) -> Any:
     retries: dict[str, Any] = {"mode": "standard"}
     if attempts is not None:
         retries["total_max_attempts"] = attempts
     return boto3.session.Session().client(
         "kinesis",
         region_name=config.region,
-        endpoint_url=config.kinesis_endpoint,
+        endpoint_url=endpoint,
         config=botocore.config.Config(retries=retries, connect_timeout=5, read_timeout=read_timeout),  # type: ignore[arg-type]
     )
 
@@ -82,8 +82,10 @@ class KinesisStreams:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
-        self._put = _client(config, attempts=1, read_timeout=config.put_timeout_millis / 1000)
-        self._read = _client(config, attempts=None, read_timeout=30)
+        # The target and dead-letter streams may be behind another endpoint than the staging stream.
+        self._put = _client(config, config.target_endpoint, attempts=1, read_timeout=config.put_timeout_millis / 1000)
+        self._read = _client(config, config.target_endpoint, attempts=None, read_timeout=30)
+        self._staging = _client(config, config.kinesis_endpoint, attempts=None, read_timeout=30)
         self._sleep = sleep
         self._monotonic = monotonic
         self._maps: dict[str, tuple[float, ShardMap]] = {}
@@ -115,7 +117,8 @@ class KinesisStreams:
 
     def shards(self, stream: str) -> list[dict[str, Any]]:
         """All shards of a stream (open and closed within retention)."""
-        return paged_shards(lambda **kw: self._call("ListShards", self._read.list_shards, **kw), stream)
+        client = self._staging if stream == self.config.stream_name else self._read
+        return paged_shards(lambda **kw: self._call("ListShards", client.list_shards, **kw), stream)
 
     def shard_map(self, stream: str) -> ShardMap:
         """The stream's open shards by hash key range, from a ListShards at most ``SHARD_MAP_MAX_AGE_S`` old.

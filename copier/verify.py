@@ -147,12 +147,15 @@ def lineage_order(shards: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return ordered
 
 
-def make_client(config: Config) -> Any:
-    """A Kinesis client for reads: botocore may retry these itself, since a read cannot duplicate."""
+def make_client(config: Config, target: bool = False) -> Any:
+    """A Kinesis client for reads of staging, or of the target side (target and dead-letter streams).
+
+    botocore may retry reads itself: a read cannot duplicate anything.
+    """
     return boto3.session.Session().client(
         "kinesis",
         region_name=config.region,
-        endpoint_url=config.kinesis_endpoint,
+        endpoint_url=config.target_endpoint if target else config.kinesis_endpoint,
         config=botocore.config.Config(retries={"mode": "standard"}, connect_timeout=5, read_timeout=30),
     )
 
@@ -491,9 +494,19 @@ def _event_id(key: DedupKey, partition_key: str, data: bytes) -> str | None:
     return found.value if isinstance(found, EventId) else None
 
 
-def run_verify(config: Config, manifest: list[str] | None, examples: int, reader: StreamReader) -> VerifyResult:
-    """Audit the target (and dead-letter stream) against the manifest, or the staging stream without one."""
+def run_verify(
+    config: Config,
+    manifest: list[str] | None,
+    examples: int,
+    reader: StreamReader,
+    target_reader: StreamReader | None = None,
+) -> VerifyResult:
+    """Audit the target (and dead-letter stream) against the manifest, or the staging stream without one.
+
+    ``reader`` reads staging; ``target_reader`` (default: the same) the target and dead-letter streams.
+    """
     key = config.dedup_key
+    target_side = target_reader or reader
     counts: dict[str, Any] = {}
     if manifest is not None:
         produced = manifest
@@ -517,10 +530,10 @@ def run_verify(config: Config, manifest: list[str] | None, examples: int, reader
     def target_record(shard_id: str, r: KinesisRecord) -> TargetRecord:
         return TargetRecord(record_event_id(key, r), r["PartitionKey"], shard_id, r["SequenceNumber"])
 
-    target = reader.read(config.target_stream_name, "target", target_record)
+    target = target_side.read(config.target_stream_name, "target", target_record)
     dead_letter: list[str | None] = []
     if config.dead_letter_stream_name:
-        dead_letter = reader.read(
+        dead_letter = target_side.read(
             config.dead_letter_stream_name,
             "dead-letter",
             lambda _shard, r: dead_letter_event_id(key, r["PartitionKey"], bytes(r["Data"])),
@@ -544,7 +557,8 @@ def main(args: argparse.Namespace) -> int:
     """
     config = load_config(args.properties)
     manifest = read_manifest(args.manifest) if args.manifest is not None else None  # before any AWS call
-    reader = StreamReader(make_client(config), Progress())
-    result = run_verify(config, manifest, args.examples, reader)
+    progress = Progress()
+    reader = StreamReader(make_client(config), progress)
+    result = run_verify(config, manifest, args.examples, reader, StreamReader(make_client(config, True), progress))
     print(render_json(result) if args.json else render_text(result), flush=True)
     return 0 if result.ok else 1

@@ -54,3 +54,15 @@ def test_throttling_server_and_connection_errors_are_transient(exc: Exception) -
     """Throttling, a 5xx and a connection failure are retried."""
     error = convert_aws_error("GetItem", exc)
     assert isinstance(error, TransientAwsError) and error.retryable
+
+
+def test_a_dropped_connection_inside_a_pynamodb_error_is_transient() -> None:
+    """PynamoDB wraps a connection closed mid-PutItem without an AWS answer; it is retried, not a crash.
+
+    (PynamoDB's own cause_response_code raises AttributeError on such an error: the chaos proxy found it.)
+    """
+    from pynamodb.exceptions import PutError
+
+    closed = botocore.exceptions.ConnectionClosedError(endpoint_url="http://127.0.0.1:1/")
+    error = convert_aws_error("PutItem", PutError("Failed to put item", cause=closed))
+    assert isinstance(error, TransientAwsError) and error.code == "ConnectionClosedError"

@@ -28,7 +28,7 @@ def store(request: pytest.FixtureRequest) -> Iterator[StateStore]:
         return
     endpoint = request.getfixturevalue("endpoint")
     cfg = config(stateTableName=f"contract-{next(_tables)}")
-    cfg = replace(cfg, dynamodb_endpoint=endpoint)
+    cfg = replace(cfg, dynamodb_endpoint=endpoint, state_endpoint=endpoint)
     dynamo = DynamoStateStore(cfg)
     assert dynamo.create_table() is True
     assert dynamo.create_table() is False, "create_table is idempotent"

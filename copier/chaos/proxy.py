@@ -1,0 +1,268 @@
+"""A fault-injecting HTTP proxy between the copier and the local backend.
+
+The copier's own AWS calls (``copier.targetEndpoint`` for the target and
+dead-letter streams, ``copier.stateTableEndpoint`` for the state table) are
+pointed at this proxy; the KCL's calls go straight to the backend. Every
+request is classified (a put to the target, a read of the target, a state
+table write or read) and the fault windows active at that moment decide,
+with the seed's random generator, what happens to it:
+
+* ``put_partial``: some entries of a PutRecords fail with
+  ``ProvisionedThroughputExceededException`` or ``InternalFailure`` (they
+  are removed from the request before it is forwarded, as Kinesis stores no
+  failed entry, and their error codes are put back in the answer);
+* ``put_throttle``: the whole PutRecords is refused (400), nothing stored;
+* ``put_timeout``: the request is held past the copier's put timeout and
+  dropped, nothing stored;
+* ``put_lost_response``: the request is applied, then the connection is
+  dropped without an answer (the ambiguous put copier must verify);
+* ``read_throttle``: a GetRecords or ListShards of the target is refused (400);
+* ``state_throttle``: a state table request is refused (400 throttling);
+* ``state_5xx``: a state table request answers 500, either before it is
+  applied or after (a write that landed but looks failed);
+* ``state_outage``: the state table is unreachable (connections dropped).
+
+moto cannot produce any of these; that is why they are injected here. The
+proxy binds 127.0.0.1 only and counts what it injected, by kind.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import random
+import socket
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+__all__ = ["FAULT_KINDS", "FaultProxy", "FaultWindow"]
+
+FAULT_KINDS = (
+    "put_partial",
+    "put_throttle",
+    "put_timeout",
+    "put_lost_response",
+    "read_throttle",
+    "state_throttle",
+    "state_5xx",
+    "state_outage",
+)
+_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection"}
+_ENTRY_CODES = ("ProvisionedThroughputExceededException", "InternalFailure")
+
+
+@dataclass(frozen=True)
+class FaultWindow:
+    """A fault kind active from ``start`` to ``end`` (monotonic seconds), hitting each matching request
+    with probability ``rate``."""
+
+    kind: str
+    start: float
+    end: float
+    rate: float
+
+
+def _classify(target: str) -> str:
+    """'put', 'read' (the target's Kinesis calls), 'state' (the state table), or 'other'."""
+    service, _, operation = target.partition(".")
+    if service.startswith("Kinesis"):
+        return "put" if operation == "PutRecords" else "read"
+    if service.startswith("DynamoDB"):
+        return "state"
+    return "other"
+
+
+_APPLIES = {
+    "put_partial": "put",
+    "put_throttle": "put",
+    "put_timeout": "put",
+    "put_lost_response": "put",
+    "read_throttle": "read",
+    "state_throttle": "state",
+    "state_5xx": "state",
+    "state_outage": "state",
+}
+
+
+class FaultProxy:
+    """The proxy server; see the module docstring. Use as a context manager."""
+
+    def __init__(self, upstream: str, seed: int, hang_s: float) -> None:
+        parts = urlsplit(upstream)
+        self.upstream_host = parts.hostname or "127.0.0.1"
+        self.upstream_port = parts.port or 80
+        self.hang_s = hang_s
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self._windows: list[FaultWindow] = []
+        self.injected: Counter[str] = Counter()
+        self.requests: Counter[str] = Counter()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def endpoint(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def add(self, window: FaultWindow) -> None:
+        with self._lock:
+            self._windows.append(window)
+
+    def clear(self) -> None:
+        """No faults from now on (what was injected stays counted)."""
+        with self._lock:
+            self._windows.clear()
+
+    def decide(self, kind_of_request: str) -> str | None:
+        """The fault to inject into a request of this class now, if any (one at a time)."""
+        now = time.monotonic()
+        with self._lock:
+            self.requests[kind_of_request] += 1
+            for window in self._windows:
+                if window.start <= now < window.end and _APPLIES[window.kind] == kind_of_request:
+                    if self._rng.random() < window.rate:
+                        self.injected[window.kind] += 1
+                        return window.kind
+        return None
+
+    def choose(self, count: int, rate: float) -> dict[int, str]:
+        """Entries of a PutRecords to fail, with their error codes (at least one)."""
+        with self._lock:
+            failed = {i: self._rng.choice(_ENTRY_CODES) for i in range(count) if self._rng.random() < rate}
+            if not failed and count:
+                failed = {self._rng.randrange(count): self._rng.choice(_ENTRY_CODES)}
+            return failed
+
+    def coin(self) -> bool:
+        with self._lock:
+            return self._rng.random() < 0.5
+
+    def __enter__(self) -> FaultProxy:
+        proxy = self
+
+        class Handler(_Handler):
+            owner = proxy
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="chaos-proxy", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(10)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    owner: FaultProxy
+    _upstream = threading.local()
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the stdlib's name)
+        pass  # the proxy is quiet: what it injects is counted, not logged
+
+    def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        kind = _classify(self.headers.get("X-Amz-Target", ""))
+        fault = self.owner.decide(kind)
+        try:
+            self._serve(fault, body)
+        except (OSError, http.client.HTTPException):
+            self.close_connection = True
+
+    def _serve(self, fault: str | None, body: bytes) -> None:
+        if fault in ("put_throttle", "read_throttle", "state_throttle"):
+            code = "ThrottlingException" if fault == "state_throttle" and self.owner.coin() else (
+                "ProvisionedThroughputExceededException"
+            )
+            return self._error(400, code)
+        if fault == "state_outage":
+            return self._drop()
+        if fault == "put_timeout":
+            time.sleep(self.owner.hang_s)
+            return self._drop()
+        if fault == "state_5xx" and self.owner.coin():
+            return self._error(500, "InternalServerError")  # before it is applied
+        if fault == "put_partial":
+            return self._partial(body)
+        status, headers, answer = self._forward(body)
+        if fault == "put_lost_response":
+            return self._drop()  # applied, and the answer never arrives
+        if fault == "state_5xx":
+            return self._error(500, "InternalServerError")  # applied, but it looks failed
+        self._reply(status, headers, answer)
+
+    def _partial(self, body: bytes) -> None:
+        request = json.loads(body)
+        records = request["Records"]
+        failed = self.owner.choose(len(records), 0.3)
+        request["Records"] = [r for i, r in enumerate(records) if i not in failed]
+        landed: list[dict[str, Any]] = []
+        headers: list[tuple[str, str]] = [("Content-Type", "application/x-amz-json-1.1")]
+        if request["Records"]:
+            status, headers, answer = self._forward(json.dumps(request).encode())
+            if status != 200:
+                return self._reply(status, headers, answer)
+            landed = json.loads(answer)["Records"]
+        out = iter(landed)
+        results = [
+            {"ErrorCode": failed[i], "ErrorMessage": "injected by the chaos proxy"} if i in failed else next(out)
+            for i in range(len(records))
+        ]
+        answer = json.dumps({"FailedRecordCount": len(failed), "Records": results}).encode()
+        self._reply(200, headers, answer)
+
+    def _connection(self) -> http.client.HTTPConnection:
+        connection = getattr(self._upstream, "connection", None)
+        if connection is None:
+            connection = http.client.HTTPConnection(self.owner.upstream_host, self.owner.upstream_port, timeout=60)
+            self._upstream.connection = connection
+        return connection
+
+    def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
+        headers["Content-Length"] = str(len(body))
+        for attempt in (1, 2):  # a pooled connection the backend closed: open a new one, once
+            connection = self._connection()
+            try:
+                connection.request("POST", self.path, body=body, headers=headers)
+                response = connection.getresponse()
+                return response.status, response.getheaders(), response.read()
+            except (OSError, http.client.HTTPException):
+                connection.close()
+                self._upstream.connection = None
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _reply(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+        self.send_response(status)
+        for name, value in headers:
+            if name.lower() not in _HOP_BY_HOP and name.lower() != "content-length":
+                self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _error(self, status: int, code: str) -> None:
+        body = json.dumps({"__type": code, "message": "injected by the chaos proxy"}).encode()
+        self._reply(status, [("Content-Type", "application/x-amz-json-1.0"), ("x-amzn-ErrorType", code)], body)
+
+    def _drop(self) -> None:
+        """Close the connection without an answer."""
+        self.close_connection = True
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+

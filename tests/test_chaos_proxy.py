@@ -1,0 +1,81 @@
+"""The chaos suite's fault-injecting proxy does to the copier's calls what it says, against the local backend."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from copier.chaos.proxy import FaultProxy, FaultWindow
+from copier.dynamo import DynamoStateStore
+from copier.errors import AmbiguousPutError, TransientAwsError
+from copier.kinesis import KinesisStreams
+from copier.state import ShardState
+from tests.conftest import Pipeline
+from tests.support.backend import read_stream
+from tests.support.fakes import config
+
+ENTRIES = [(f"k{i}", f'{{"eventId": "e{i}"}}'.encode()) for i in range(40)]
+
+
+def always(kind: str) -> FaultWindow:
+    return FaultWindow(kind, time.monotonic() - 1, time.monotonic() + 60, 1.0)
+
+
+def streams_via(proxy: FaultProxy, pipeline: Pipeline) -> KinesisStreams:
+    cfg = replace(config(), target_endpoint=proxy.endpoint, kinesis_endpoint=pipeline.endpoint, put_timeout_millis=500)
+    return KinesisStreams(cfg)
+
+
+@pytest.fixture
+def proxy(pipeline: Pipeline) -> Any:
+    with FaultProxy(pipeline.endpoint, seed=1, hang_s=1.0) as p:
+        yield p
+
+
+def test_partial_failures_store_only_the_entries_reported_landed(pipeline: Pipeline, proxy: FaultProxy) -> None:
+    """Failed entries carry an error code and are not in the stream; the others are, in the answer's order."""
+    proxy.add(always("put_partial"))
+    codes = streams_via(proxy, pipeline).put_records(pipeline.target, ENTRIES)
+    failed = {i for i, code in enumerate(codes) if code}
+    assert failed and len(failed) < len(ENTRIES)
+    assert {codes[i] for i in failed} <= {"ProvisionedThroughputExceededException", "InternalFailure"}
+    stored = {r["PartitionKey"] for r in read_stream(pipeline.kinesis, pipeline.target)}
+    assert stored == {ENTRIES[i][0] for i in range(len(ENTRIES)) if i not in failed}
+    assert proxy.injected["put_partial"] == 1
+
+
+@pytest.mark.parametrize("kind,landed", [("put_throttle", False), ("put_timeout", False), ("put_lost_response", True)])
+def test_whole_request_faults(pipeline: Pipeline, proxy: FaultProxy, kind: str, landed: bool) -> None:
+    """Throttled: refused, nothing stored. Timed out: ambiguous, nothing stored. Lost answer: ambiguous, all stored."""
+    proxy.add(always(kind))
+    expected = TransientAwsError if kind == "put_throttle" else AmbiguousPutError
+    with pytest.raises(expected) as info:
+        streams_via(proxy, pipeline).put_records(pipeline.target, ENTRIES)
+    assert type(info.value) is expected
+    assert len(read_stream(pipeline.kinesis, pipeline.target)) == (len(ENTRIES) if landed else 0)
+
+
+def test_state_table_faults_are_transient_and_a_late_500_has_applied(pipeline: Pipeline, proxy: FaultProxy) -> None:
+    """Throttling and an outage leave the item as it was; a 500 may come after the write applied."""
+    cfg = replace(config(stateTableName=pipeline.table), dynamodb_endpoint=pipeline.endpoint)
+    cfg = replace(cfg, state_endpoint=proxy.endpoint)
+    store = DynamoStateStore(cfg)
+    first = ShardState(epoch=1, version=1, owner="w")
+    for kind in ("state_throttle", "state_outage"):
+        proxy.add(always(kind))
+        with pytest.raises(TransientAwsError):
+            store.replace_if_unchanged("k", None, first)
+        proxy.clear()
+    assert store.get("k") is None
+    proxy.add(always("state_5xx"))
+    applied = 0
+    for n in range(8):
+        key = f"k{n}"
+        with pytest.raises(TransientAwsError):
+            store.replace_if_unchanged(key, None, first)
+        direct = DynamoStateStore(replace(cfg, state_endpoint=pipeline.endpoint))
+        applied += direct.get(key) is not None
+    assert 0 < applied < 8, "some 500s came before the write, some after it applied"
