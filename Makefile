@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 EXTRAS ?= test,lint,spark
 
-.PHONY: install test test-fast demo lint clean
+.PHONY: install test test-fast demo lint chaos clean
 
 install: $(STAMP)
 
@@ -27,6 +27,11 @@ demo: install
 
 test-fast: install
 	$(BIN)/python -m pytest -m "not protocol"
+
+# The fault-injection suite: SEEDS seeds of the real pipeline under faults (a few minutes each).
+SEEDS ?= 50
+chaos: install
+	$(BIN)/python -m copier.chaos --seeds $(SEEDS) --report docs/reliability.md --json docs/reliability.json
 
 lint: install
 	$(BIN)/ruff check copier tests

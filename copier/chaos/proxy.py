@@ -59,7 +59,8 @@ _ENTRY_CODES = ("ProvisionedThroughputExceededException", "InternalFailure")
 @dataclass(frozen=True)
 class FaultWindow:
     """A fault kind active from ``start`` to ``end`` (monotonic seconds), hitting each matching request
-    with probability ``rate``."""
+    with probability ``rate``; it stays open past ``end`` until it has injected once, so that a window
+    that met no traffic (the copier was between owners) still happens."""
 
     kind: str
     start: float
@@ -100,6 +101,7 @@ class FaultProxy:
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._windows: list[FaultWindow] = []
+        self._hits: Counter[FaultWindow] = Counter()
         self.injected: Counter[str] = Counter()
         self.requests: Counter[str] = Counter()
         self._server: ThreadingHTTPServer | None = None
@@ -125,10 +127,11 @@ class FaultProxy:
         with self._lock:
             self.requests[kind_of_request] += 1
             for window in self._windows:
-                if window.start <= now < window.end and _APPLIES[window.kind] == kind_of_request:
-                    if self._rng.random() < window.rate:
-                        self.injected[window.kind] += 1
-                        return window.kind
+                open_ = window.start <= now and (now < window.end or not self._hits[window])
+                if open_ and _APPLIES[window.kind] == kind_of_request and self._rng.random() < window.rate:
+                    self._hits[window] += 1
+                    self.injected[window.kind] += 1
+                    return window.kind
         return None
 
     def choose(self, count: int, rate: float) -> dict[int, str]:
@@ -182,8 +185,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve(self, fault: str | None, body: bytes) -> None:
         if fault in ("put_throttle", "read_throttle", "state_throttle"):
-            code = "ThrottlingException" if fault == "state_throttle" and self.owner.coin() else (
-                "ProvisionedThroughputExceededException"
+            code = (
+                "ThrottlingException"
+                if fault == "state_throttle" and self.owner.coin()
+                else ("ProvisionedThroughputExceededException")
             )
             return self._error(400, code)
         if fault == "state_outage":
@@ -265,4 +270,3 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-

@@ -15,7 +15,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -45,9 +45,19 @@ FAST_KCL = {
 
 
 def local_properties(
-    path: Path, endpoint: str, application: str, staging: str, target: str, copier_bin: str, **copier: str
+    path: Path,
+    endpoint: str,
+    application: str,
+    staging: str,
+    target: str,
+    copier_bin: str,
+    kcl: dict[str, str] | None = None,
+    **copier: str,
 ) -> Path:
-    """Write a properties file for a local run: local endpoints, polling, no CloudWatch, fast KCL timings."""
+    """Write a properties file for a local run: local endpoints, polling, no CloudWatch, fast KCL timings.
+
+    ``kcl``: further daemon keys; ``copier``: further ``copier.*`` keys (without the prefix).
+    """
     lines = [
         f"executableName = {copier_bin} process --properties {path}",
         f"applicationName = {application}",
@@ -60,7 +70,7 @@ def local_properties(
         "retrievalMode = POLLING",
         "metricsLevel = NONE",
         "disableWorkerMetrics = true",
-        *(f"{k} = {v}" for k, v in FAST_KCL.items()),
+        *(f"{k} = {v}" for k, v in {**FAST_KCL, **(kcl or {})}.items()),
         f"copier.targetStreamName = {target}",
         "copier.dedupKey = json:eventId",
         "copier.jvmArgs = -Daws.cborEnabled=false",
@@ -135,6 +145,8 @@ class LocalPipeline:
     staging: str = "staging"
     target: str = "target"
     application: str = "copier-demo"
+    kcl: dict[str, str] = field(default_factory=dict)
+    copier: dict[str, str] = field(default_factory=dict)
     workers: list[Worker] = field(default_factory=list)
     producers: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
@@ -148,12 +160,15 @@ class LocalPipeline:
             self.staging,
             self.target,
             self.copier_bin,
+            self.kcl,
+            **self.copier,
         )
         self.config: Config = load_config(self.properties)
         self.kinesis: Any = boto3.session.Session().client(
             "kinesis", region_name="us-east-1", endpoint_url=self.endpoint
         )
-        self.store = DynamoStateStore(self.config)
+        # The pipeline reads the state table straight from the backend, whatever endpoint the copier uses.
+        self.store = DynamoStateStore(replace(self.config, state_endpoint=self.endpoint))
 
     def create(self, staging_shards: int, target_shards: int) -> None:
         """Create both streams and the state table (as ``copier init`` does)."""
