@@ -3,9 +3,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-EXTRAS ?= test,lint,spark
+EXTRAS ?= test,lint,spark,bench
 
-.PHONY: install test test-fast demo lint chaos clean
+.PHONY: install test test-fast demo lint chaos bench clean
 
 install: $(STAMP)
 
@@ -32,6 +32,10 @@ test-fast: install
 SEEDS ?= 50
 chaos: install
 	$(BIN)/python -m copier.chaos --seeds $(SEEDS) --report docs/reliability.md --json docs/reliability.json
+
+# Benchmarks against baselines in one run: docs/benchmarks.md, .json and PNG plots (about half an hour).
+bench: install
+	$(BIN)/python -m copier.bench --out docs
 
 lint: install
 	$(BIN)/ruff check copier tests

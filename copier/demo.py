@@ -28,7 +28,6 @@ from pathlib import Path
 
 __all__ = ["add_arguments", "main"]
 
-DUMMY_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,10 +72,10 @@ def main(args: argparse.Namespace) -> int:
     except ImportError:
         sys.stderr.write("copier demo: the producer is a PySpark job: install copier[spark] (make install does)\n")
         return 3
-    from copier.local.backend import LocalBackend
+    from copier.local.backend import DUMMY_ENV, LocalBackend
     from copier.local.pipeline import LocalPipeline
 
-    for key, value in DUMMY_CREDENTIALS.items():
+    for key, value in DUMMY_ENV.items():
         os.environ.setdefault(key, value)
     clock = _Clock()
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="copier-demo-"))

@@ -5,7 +5,9 @@ prints it and acknowledges the action anyway: a batch that raised would be
 treated as done. So no handler here lets an exception out. Transient faults
 are retried inside the worker until the batch is finished, and a fault AWS
 reports as final for one shard's request stalls that shard inside the
-worker; a fenced worker acknowledges without forwarding or checkpointing.
+worker; a fenced worker acknowledges without forwarding or checkpointing
+(it holds what it is given, to take the shard back if the owner that fenced
+it turns out to have lost the shard to the daemon; ``copier.shard``).
 What reaches this module is a fault no shard on the host can get past (a
 missing table or stream, denied access, a state table of another format),
 a malformed message from the daemon, or a bug: it ends the process with a
@@ -112,7 +114,7 @@ class CopierRecordProcessor(processor.RecordProcessorBase):  # type: ignore[misc
 
     def lease_lost(self, lease_lost_input: Any) -> None:
         if self.worker is not None:
-            self.worker.fenced = True
+            self.worker.lose_lease()
             self.worker.log.info("lease_lost")
         else:
             self.log.info("lease_lost")

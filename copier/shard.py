@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 import structlog
 
 from copier.config import Config
-from copier.errors import FatalAwsError, FencedError, TransientAwsError
+from copier.errors import FatalAwsError, FencedBacklogError, FencedError, TransientAwsError
 from copier.forward import Forwarder
 from copier.identity import content_digest, identity_of
 from copier.limits import MAX_CHUNK_EVENTS
@@ -55,6 +55,7 @@ __all__ = ["ShardWorker", "SystemClock", "worker_id"]
 T = TypeVar("T")
 
 RECENT_CHUNKS = 64  # committed chunks remembered for discounting identical unkeyed copies (copier.recovery)
+MAX_HELD_RECORDS = 200_000  # records a fenced processor holds before it gives up (the process exits)
 
 
 class SystemClock:
@@ -98,6 +99,7 @@ class ShardWorker:
         self.state: ShardState | None = None
         self.window = DedupWindow(config.dedup_window_ms, config.dedup_window_max_events)
         self.fenced = False
+        self._held: list[SourceRecord] = []  # delivered since this processor's last commit while it is fenced
         self._cut_reported = False
         self._recent: deque[tuple[int, list[int]]] = deque(maxlen=RECENT_CHUNKS)  # (started, unkeyed), newest last
         self.forwarder = Forwarder(
@@ -205,7 +207,17 @@ class ShardWorker:
 
     def _fence(self, where: str) -> None:
         self.fenced = True
-        self.log.warning("fenced", where=where, detail="another processor owns this shard; forwarding stops")
+        self.log.warning(
+            "fenced",
+            where=where,
+            detail="another processor took the shard over; forwarding stops, and what the daemon delivers is held "
+            "until that owner's lease runs out or this processor's lease is lost",
+        )
+
+    def lose_lease(self) -> None:
+        """The daemon says another worker has the shard: stop, and drop what is held (it is replayed there)."""
+        self.fenced = True
+        self._held = []
 
     # -- initialize ------------------------------------------------------------
 
@@ -401,15 +413,78 @@ class ShardWorker:
 
         ``behind_ms`` is the daemon's millisBehindLatest for the batch, kept
         in the state item for ``copier status``.
+
+        Fenced, a processor holds what it is given (see :meth:`_take_back`):
+        the daemon may keep delivering to it when the KCL's lease and copier's
+        ownership disagree (two workers both believed they had the shard for
+        a moment, and the one that took copier's lease then lost the KCL's).
         """
+        if self.state is None:
+            return None
+        if self.fenced:
+            return self._while_fenced(records, behind_ms)
         committed: Position | None = None
-        for chunk in chunks(records, self.chunk_events):
-            if self.fenced or self.state is None:
-                return None
+        parts = chunks(records, self.chunk_events)
+        for i, chunk in enumerate(parts):
             position = self._process_chunk(chunk, behind_ms)
+            if self.fenced:  # this chunk and the rest are not committed by this processor: hold them
+                return self._while_fenced([r for part in parts[i:] for r in part], behind_ms)
             if position is not None:
                 committed = position
-        return None if self.fenced else committed
+        return committed
+
+    def _while_fenced(self, records: Sequence[SourceRecord], behind_ms: int | None) -> Position | None:
+        self._held.extend(records)
+        if len(self._held) > MAX_HELD_RECORDS:
+            raise FencedBacklogError(
+                f"{self.shard_id}: fenced with {len(self._held)} records delivered and no way to forward them; "
+                "exiting so that the daemon restarts and replays them from its checkpoint"
+            )
+        return self._take_back(behind_ms)
+
+    def _take_back(self, behind_ms: int | None) -> Position | None:
+        """Take the shard back once the owner that fenced this processor is gone; then forward what is held.
+
+        The other owner is gone when its lease has run out (an announced
+        successor gets one more lease period to take over first). Taking
+        back is a takeover like any other: epoch + 1 conditioned on the
+        version read, a chunk left in flight verified, the window reloaded.
+        What is held follows this processor's last commit without a gap, and
+        the committed position is at or past that commit, so planning the
+        held records from it forwards each of them exactly once.
+        """
+        assert self.state is not None
+        seen = self._retrying("get_state", lambda: self.store.get(self.key))
+        now = self.clock.now_ms()
+        grace = self.config.clock_skew_millis + (self.config.lease_millis if seen and seen.successor else 0)
+        if seen is None or seen.lease_until_ms + grace > now:
+            return None  # the other owner (or an announced successor) may still be at work
+        new = replace(
+            seen,
+            epoch=seen.epoch + 1,
+            version=seen.version + 1,
+            owner=self.owner,
+            successor=None,
+            lease_until_ms=now + self.config.lease_millis,
+            updated_ms=now,
+        )
+        try:
+            self._retrying("take_back", lambda: self.store.replace_if_unchanged(self.key, seen, new))
+        except StateConflict:
+            return None
+        self.state = new
+        self.fenced = False
+        self.log = self.log.bind(epoch=new.epoch)
+        self.log.info("took_back", previous_owner=seen.owner, previous_epoch=seen.epoch, held=len(self._held))
+        in_flight = self._retrying("get_batch", lambda: self.store.get_batch(self.key, new.batches + 1))
+        if in_flight is not None:
+            self._verify(in_flight, seen)
+        self._recent.clear()
+        self._recent.extend(reversed(self._retrying("get_batches", lambda: self._chunks_before(self.clock.now_ms()))))
+        self.window = DedupWindow(self.config.dedup_window_ms, self.config.dedup_window_max_events)
+        self._load_window()
+        held, self._held = self._held, []
+        return self.process(held, behind_ms)
 
     def _process_chunk(self, records: Sequence[SourceRecord], behind_ms: int | None) -> Position | None:
         state = self.state
@@ -532,7 +607,14 @@ class ShardWorker:
     # -- endings -------------------------------------------------------------------
 
     def end_shard(self) -> bool:
-        """Mark the shard closed; True if the caller may checkpoint SHARD_END."""
+        """Mark the shard closed; True if the caller may checkpoint SHARD_END.
+
+        A fenced processor first tries to take the shard back and forward what
+        it holds; if it cannot, it must not checkpoint SHARD_END (the daemon
+        would never read the shard again), and the daemon retries the shard later.
+        """
+        if self.state is not None and self.fenced and self._held:
+            self._take_back(None)
         if self.fenced or self.state is None:
             return False
         try:

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from copier.local.multilang import Processor
 from tests.support.backend import DUMMY_ENV, ROOT, client, create_stream, local_backend
-from tests.support.multilang import Processor
 from tests.support.props import write_properties
 
 for _k, _v in DUMMY_ENV.items():

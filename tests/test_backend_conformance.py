@@ -39,17 +39,11 @@ from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 from copier.local import moto_patches
-from copier.local.backend import LocalBackend
+from copier.local.backend import DUMMY_ENV, LocalBackend
+from tests.support.backend import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 REGION = "us-east-1"
-DUMMY_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": REGION,
-    "AWS_REGION": REGION,
-}
 HALF = 2**127  # the middle of the 128-bit hash key space
 
 
@@ -676,12 +670,6 @@ def test_dynamodb_global_secondary_index(backend: LocalBackend) -> None:
 
 
 # --- the command ----------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def read_line(stream: Any, timeout: float) -> str:

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from copier.local.billing import BilledWrite, billed_writes
+from copier.local.multilang import COPIER, Processor, event
 from tests.support.backend import DUMMY_ENV, client, create_stream, local_backend
-from tests.support.multilang import COPIER, Processor, event
 from tests.support.props import write_properties
 
 pytestmark = pytest.mark.protocol

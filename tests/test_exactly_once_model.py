@@ -6,7 +6,11 @@ chunk size, whether each committed position gets checkpointed, and faults:
 throttled entries, ambiguous puts with any subset landed, crashes before or
 after any state write or digest batch write or in the middle of a put, and
 a writer frozen just before its digest batch write while a successor takes
-over, whose write then lands at a drawn later moment (a zombie's leftover).
+over, whose write then lands at a drawn later moment (a zombie's leftover),
+and a lease race: a rival takes copier's lease (and may forward a few
+batches from the checkpoint) and then loses the daemon's lease, while the
+first worker keeps receiving batches, fenced, until it can take the shard
+back.
 After a crash a new worker takes the shard over and the daemon replays from
 the last checkpoint, as the KCL does. Whatever was drawn, the target must
 hold each event ID exactly once.
@@ -25,7 +29,7 @@ from copier.plan import SourceRecord
 from copier.positions import Position
 from tests.support.fakes import SimulatedCrash, SimulatedPause, World, rec
 
-FAULTS = st.sampled_from(["none", "none", "throttle", "ambiguous", "crash_mid_put", "crash_store", "pause"])
+FAULTS = st.sampled_from(["none", "none", "throttle", "ambiguous", "crash_mid_put", "crash_store", "pause", "race"])
 
 
 def run(data: st.DataObject, records: list[SourceRecord]) -> World:
@@ -51,6 +55,9 @@ def run(data: st.DataObject, records: list[SourceRecord]) -> World:
         fault = data.draw(FAULTS, label="fault") if fault_budget > 0 else "none"
         if fault != "none":
             fault_budget -= 1
+        if fault == "race":
+            checkpoint = _race(data, world, records, checkpoint)
+            fault = "none"
         mask = data.draw(st.lists(st.booleans(), min_size=len(batch), max_size=len(batch)), label="landed mask")
         latency = data.draw(st.sampled_from([0, 0, 700, 2600]), label="put latency ms")
         calls = {"n": 0}
@@ -88,7 +95,26 @@ def run(data: st.DataObject, records: list[SourceRecord]) -> World:
         position += len(batch)
         if committed is not None and data.draw(st.booleans(), label="checkpointed"):
             checkpoint = position
+    world.clock.advance(3 * world.config.lease_millis)  # later: a fenced worker's next call takes the shard back
+    worker.process([])
     return world
+
+
+def _race(data: st.DataObject, world: World, records: list[SourceRecord], checkpoint: int) -> int:
+    """A rival takes copier's lease, forwards a few batches from the checkpoint, then loses the daemon's lease.
+
+    Returns the KCL checkpoint afterwards (the rival may have moved it).
+    """
+    rival = world.worker()
+    for _ in range(data.draw(st.integers(0, 2), label="batches the rival forwards")):
+        size = data.draw(st.integers(1, 6), label="rival batch size")
+        batch = records[checkpoint : checkpoint + size]
+        if batch and rival.process(batch) is not None and data.draw(st.booleans(), label="rival checkpointed"):
+            checkpoint += len(batch)
+    rival.lose_lease()
+    if data.draw(st.booleans(), label="time passes before the next batch"):
+        world.clock.advance(world.config.lease_millis + world.config.clock_skew_millis)
+    return checkpoint
 
 
 def _reset(world: World) -> None:

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from copier.local.multilang import Rec, event
 from tests.conftest import Pipeline
 from tests.support.backend import read_stream
-from tests.support.multilang import Rec, event
 
 pytestmark = pytest.mark.protocol
 

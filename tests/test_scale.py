@@ -20,13 +20,13 @@ from copier.dynamo import DynamoStateStore
 from copier.identity import id_digest
 from copier.limits import MAX_ITEM_BYTES
 from copier.local.billing import item_size
+from copier.local.multilang import Rec, event
 from copier.packing import pack_digests
 from copier.positions import Position
 from copier.shardmap import ShardMap
 from copier.state import DigestBatch, shard_key
 from tests.conftest import Pipeline
 from tests.support.backend import create_stream, read_stream
-from tests.support.multilang import Rec, event
 from tests.test_protocol import exactly_once, target_ids
 
 pytestmark = [pytest.mark.protocol, pytest.mark.timeout(600)]

@@ -8,11 +8,12 @@ from collections import Counter
 import pytest
 from structlog.testing import capture_logs
 
-from copier.errors import AmbiguousPutError, FatalAwsError, FencedError, TransientAwsError
+from copier.errors import AmbiguousPutError, FatalAwsError, FencedBacklogError, FencedError, TransientAwsError
 from copier.identity import id_digest
 from copier.packing import pack_digests
 from copier.plan import SourceRecord
 from copier.positions import Position
+from copier.shard import MAX_HELD_RECORDS
 from copier.state import DigestBatch, shard_key
 from tests.support.fakes import SHARD, SimulatedCrash, World, config, rec
 
@@ -413,3 +414,37 @@ def test_an_ambiguous_put_is_verified_in_its_own_shards_only() -> None:
     shards = {world.streams.shard_map("target").shard_for(k) for k in ("k1", "k1x")}
     assert world.streams.reads[-1].shards_read == len(shards)
     assert world.target_ids() == Counter({"k1": 1, "k1x": 1})
+
+
+def test_a_fenced_processor_that_keeps_the_daemons_lease_takes_the_shard_back() -> None:
+    """Two workers both believed they had the shard; the one that took copier's lease then lost the KCL's.
+
+    The first, fenced at its next write, keeps receiving batches: it holds them, and once the other's lease
+    has run out it takes the shard back and forwards everything exactly once. (Chaos seed 2 found the
+    shard stalled forever: the fenced processor acknowledged and dropped every batch.)
+    """
+    world = World()
+    first = world.worker()
+    first.process([rec(1, "a")])
+    rival = world.worker()  # announces, sleeps out the first's lease, takes over
+    rival.lose_lease()  # its daemon did not have the shard after all: it stops, without releasing
+    assert first.process([rec(2, "b")]) is None and first.fenced
+    assert first.process([rec(3, "c")]) is None, "the rival's lease is still valid: held, not forwarded"
+    assert world.target_ids() == Counter({"a": 1})
+    world.clock.advance(world.config.lease_millis + world.config.clock_skew_millis)
+    with capture_logs() as logs:
+        assert first.process([rec(4, "d")]) == Position(4)
+    assert [e["held"] for e in logs if e["event"] == "took_back"] == [3]  # b and c held, and d
+    assert world.target_ids() == Counter({"a": 1, "b": 1, "c": 1, "d": 1})
+    assert not first.fenced
+
+
+def test_a_fenced_processor_gives_up_past_its_cap() -> None:
+    """Held records are bounded: past the cap the process exits (the daemon replays from its checkpoint)."""
+    world = World()
+    first = world.worker()
+    first.process([rec(1, "a")])
+    world.worker()  # a live rival: its lease stays valid
+    first.process([rec(2, "b")])
+    with pytest.raises(FencedBacklogError):
+        first.process([rec(3 + i, f"e{i}") for i in range(MAX_HELD_RECORDS)])

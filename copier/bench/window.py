@@ -1,65 +1,67 @@
-"""The dedup window's cost: memory per remembered ID, and how long a takeover takes to load it.
+"""The dedup window's cost: memory per remembered ID, takeover load time, and CPU per event as it grows.
 
-``python -m copier.bench.window --ids 3600000`` writes an hour's window at a
-shard's write limit (3.6 million IDs, in digest batches of ``--batch``
-events, one second of arrivals each) into a state table on the embedded
-local backend, then times what a new owner does: a takeover of the shard
-(``copier.shard.ShardWorker.initialize``, with the real DynamoDB store and
-Kinesis client), and of a child shard after a split, which loads its
-parent's window. It prints one JSON object.
+For each window size, on the local backend:
+
+* *memory*: a window filled a second of arrivals at a time (as a shard at
+  1,000 events/s fills it), its table's bytes per ID (``memory_bytes``);
+* *takeover*: the size's IDs written as committed digest batches of a
+  shard, then a real ``copier process`` takes the shard over (over its
+  pipes): the time ``initialize`` takes, and the load as the processor logs
+  it (``window_loaded``: seconds, IDs, bytes);
+* *CPU per event with that window*: the same processor then forwards
+  ``events`` new events in batches of 1,000; its own CPU time per event.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import random
-import sys
-import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from copier.config import load_config
 from copier.dynamo import DynamoStateStore
-from copier.kinesis import KinesisStreams
+from copier.local.multilang import Processor
 from copier.packing import pack_digests
 from copier.positions import Position
-from copier.shard import ShardWorker
-from copier.state import DigestBatch, ShardState, shard_key
+from copier.state import DigestBatch, ShardState
 from copier.window import DedupWindow
 
-__all__ = ["fill_shard", "measure_memory", "measure_takeover", "main"]
+__all__ = ["WindowResult", "fill_shard", "measure_memory", "measure_window"]
 
 T0 = 1_700_000_000_000
-DUMMY = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
+FILL_BATCH = 10_000  # digests a stored batch while filling (the chunk limit: the fewest items)
 
 
-def measure_memory(ids: int, per_second: int = 1000, seed: int = 1) -> dict[str, Any]:
-    """Fill a window as a shard at ``per_second`` IDs a second does; bytes per ID at the end."""
+@dataclass(frozen=True)
+class WindowResult:
+    ids: int
+    bytes_per_id: float  # filled a second at a time
+    takeover_s: float  # initialize, as the daemon waits for it
+    load_s: float  # reading and loading the window, as the processor logs it
+    loaded_bytes_per_id: float
+    cpu_us_per_event: float
+
+    def to_json(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+def measure_memory(ids: int, per_second: int = 1000, seed: int = 1) -> float:
+    """Bytes per ID of a window filled ``per_second`` IDs a second, as a busy shard fills it."""
     rng = random.Random(seed)
     window = DedupWindow(3_600_000, 100_000_000)
-    started = time.process_time()
     for second in range(0, ids, per_second):
         window.add([rng.getrandbits(80) for _ in range(min(per_second, ids - second))], T0 + second)
-    cpu = time.process_time() - started
-    return {
-        "ids": len(window),
-        "memory_bytes": window.memory_bytes(),
-        "bytes_per_id": round(window.memory_bytes() / max(1, len(window)), 2),
-        "cpu_s_per_million": round(cpu / ids * 1e6, 2),
-    }
+    return window.memory_bytes() / max(1, len(window))
 
 
-def fill_shard(store: DynamoStateStore, key: str, ids: int, batch: int, seed: int = 1) -> ShardState:
-    """Write ``ids`` digests as committed digest batches of ``batch`` events, one second of arrivals each."""
+def fill_shard(store: DynamoStateStore, key: str, ids: int, batch: int = FILL_BATCH, seed: int = 1) -> ShardState:
+    """Write ``ids`` digests as committed digest batches, arrivals a millisecond apart (1,000 a second)."""
     rng = random.Random(seed)
     index = 0
     for first in range(0, ids, batch):
         index += 1
         count = min(batch, ids - first)
-        arrival = T0 + first  # 1,000 events a second: one a millisecond
         store.put_batch(
             key,
             DigestBatch(
@@ -68,99 +70,50 @@ def fill_shard(store: DynamoStateStore, key: str, ids: int, batch: int, seed: in
                 last=Position(first + count),
                 started_ms=int(time.time() * 1000),
                 keyed=pack_digests(rng.getrandbits(80) for _ in range(count)),
-                arrival_min_ms=arrival,
-                arrival_max_ms=arrival + count - 1,
+                arrival_min_ms=T0 + first,
+                arrival_max_ms=T0 + first + count - 1,
             ),
         )
-    last = T0 + ids - 1
     state = ShardState(
         epoch=1,
         version=1,
-        owner="bench:0:dead",
+        owner="bench:0:gone",
         position=Position(ids),
         batches=index,
         window_ids=ids,
         window_oldest_ms=T0,
-        window_newest_ms=last,
+        window_newest_ms=T0 + ids - 1,
     )
     store.replace_if_unchanged(key, store.get(key), state)
     return state
 
 
-def measure_takeover(ids: int, batch: int, workdir: Path) -> dict[str, Any]:
-    """Time a takeover of a shard holding ``ids`` IDs, and of a child of it after a split, on the local backend."""
-    import boto3
+def measure_window(
+    properties: Path, store: DynamoStateStore, stream: str, shard: str, ids: int, events: int
+) -> WindowResult:
+    """Fill ``shard`` with ``ids`` IDs, time a takeover by a real processor, then its CPU per event."""
+    from copier.bench.cpu import CpuCase, messages
+    from copier.state import shard_key
 
-    from copier.local.backend import LocalBackend
-    from copier.local.pipeline import local_properties
-
-    for name, value in DUMMY.items():
-        os.environ.setdefault(name, value)
-    with LocalBackend() as backend:
-        kinesis = boto3.session.Session().client("kinesis", region_name="us-east-1", endpoint_url=backend.endpoint)
-        for stream in ("bench-staging", "bench-target"):
-            kinesis.create_stream(StreamName=stream, ShardCount=1)
-        props = local_properties(
-            workdir / "bench.properties",
-            backend.endpoint,
-            "bench",
-            "bench-staging",
-            "bench-target",
-            "copier",
-            dedupWindowMaxEvents=str(max(5_000_000, ids)),
-        )
-        config = load_config(props)
-        store = DynamoStateStore(config)
-        store.create_table()
-        parent = kinesis.list_shards(StreamName="bench-staging")["Shards"][0]["ShardId"]
+    fill_shard(store, shard_key(stream, shard), ids)
+    proc = Processor(properties, f"window-{ids}")
+    try:
         started = time.monotonic()
-        fill_shard(store, shard_key("bench-staging", parent), ids, batch)
-        filled = time.monotonic() - started
-        hashes = kinesis.list_shards(StreamName="bench-staging")["Shards"][0]["HashKeyRange"]
-        middle = (int(hashes["StartingHashKey"]) + int(hashes["EndingHashKey"])) // 2
-        kinesis.split_shard(StreamName="bench-staging", ShardToSplit=parent, NewStartingHashKey=str(middle))
-        child = next(
-            s["ShardId"] for s in kinesis.list_shards(StreamName="bench-staging")["Shards"] if s["ShardId"] != parent
-        )
-        streams = KinesisStreams(config)
-        out: dict[str, Any] = {
-            "ids": ids,
-            "batch_events": batch,
-            "digest_batches": -(-ids // batch),
-            "fill_s": round(filled, 1),
-        }
-        for label, shard in (("takeover", parent), ("child_takeover", child)):
-            worker = ShardWorker(config, store, streams)
-            started = time.monotonic()
-            worker.initialize(shard)
-            elapsed = time.monotonic() - started
-            stats = worker.window.stats()
-            out[label] = {
-                "seconds": round(elapsed, 2),
-                "window_ids": stats.ids,
-                "memory_bytes": stats.memory_bytes,
-                "bytes_per_id": round(stats.memory_bytes / max(1, stats.ids), 2),
-            }
-            worker.release()
-        return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m copier.bench.window", description=__doc__)
-    parser.add_argument("--ids", type=int, default=3_600_000, help="IDs in the window (default: an hour at 1,000/s)")
-    parser.add_argument("--batch", type=int, default=1000, help="events a digest batch (default 1000)")
-    parser.add_argument("--memory-only", action="store_true", help="skip the takeover on the local backend")
-    args = parser.parse_args(argv)
-    from copier.logs import configure_logging
-
-    configure_logging("WARNING")
-    result: dict[str, Any] = {"memory": measure_memory(args.ids)}
-    if not args.memory_only:
-        with tempfile.TemporaryDirectory() as workdir:
-            result.update(measure_takeover(args.ids, args.batch, Path(workdir)))
-    print(json.dumps(result))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        proc.initialize(shard, timeout=600)
+        takeover = time.monotonic() - started
+        loaded = proc.wait_for("window_loaded")[0]
+        lines = list(messages(CpuCase(200, 1000, events), f"window-{ids}", ids + 10))
+        before = proc.cpu_seconds()
+        for line in lines:
+            proc.process_json(line)
+        cpu = (proc.cpu_seconds() - before) / events
+    finally:
+        proc.close()
+    return WindowResult(
+        ids=ids,
+        bytes_per_id=round(measure_memory(ids), 2),
+        takeover_s=round(takeover, 2),
+        load_s=loaded["seconds"],
+        loaded_bytes_per_id=round(loaded["memory_bytes"] / max(1, loaded["ids"]), 2),
+        cpu_us_per_event=round(cpu * 1e6, 2),
+    )

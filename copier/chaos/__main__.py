@@ -23,8 +23,6 @@ from copier.chaos.report import render
 from copier.chaos.run import SeedResult, run_seed
 from copier.chaos.schedule import FULL, SMOKE, draw
 
-DUMMY = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m copier.chaos", description=__doc__.splitlines()[0])
@@ -38,9 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     seeds = args.seed + list(range(1, args.seeds + 1))
     if not seeds:
         parser.error("give --seeds N or --seed S")
-    for key, value in DUMMY.items():
+    from copier.local.backend import DUMMY_ENV, LocalBackend
+
+    for key, value in DUMMY_ENV.items():
         os.environ.setdefault(key, value)
-    from copier.local.backend import LocalBackend
     from copier.logs import configure_logging
 
     configure_logging("WARNING")

@@ -25,25 +25,38 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import http.client
 import ipaddress
 import logging
+import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from hypercorn.config import Config
 
-__all__ = ["DEFAULT_PORT", "MOTO_LOCK", "LocalBackend", "SerializedApp", "main", "make_app"]
+__all__ = ["DEFAULT_PORT", "DUMMY_ENV", "MOTO_LOCK", "LocalBackend", "SerializedApp", "main", "make_app", "spawned"]
 
 DEFAULT_PORT = 4566
+
+#: Credentials for local runs: the backend checks none, and no real ones belong in a test or demo.
+DUMMY_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+}
 STARTUP_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
 EXIT_START_FAILED = 1
@@ -265,6 +278,38 @@ class LocalBackend:
                 time.sleep(0.05)
             finally:
                 connection.close()
+
+
+@contextlib.contextmanager
+def spawned(**env: str) -> Iterator[str]:
+    """Run ``copier local-backend`` in a process of its own on a free port; yield its URL; always stop it.
+
+    A process of its own, so that moto's settings can come from ``env``
+    (moto's request recorder: ``MOTO_ENABLE_RECORDING``, ``MOTO_RECORDER_FILEPATH``).
+    """
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).with_name("copier")), "local-backend", "--port", str(port)],
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        ready = proc.stdout.readline().split()
+        if len(ready) != 2 or ready[0] != "READY":
+            raise RuntimeError(f"the local backend did not start (status {proc.poll()}): {ready}")
+        yield ready[1]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def _port(text: str) -> int:

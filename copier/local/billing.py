@@ -11,9 +11,11 @@ ones ("Item sizes and formats", "Read/write capacity mode"):
   null, for a list or map 3 bytes plus 1 byte and the size of each element,
   for a set the sizes of its elements;
 * a standard write costs one write unit per started KB (1,024 bytes) of the
-  item, at least one; a write inside TransactWriteItems costs twice that.
-  (DynamoDB bills the larger of the item's size before and after a write;
-  the recorder sees only what is written, which is what copier sends.)
+  item, at least one; a write inside TransactWriteItems costs twice that;
+* a write is billed at the larger of the item's size before and after it:
+  :func:`billed_writes` follows every item it sees written, so an
+  UpdateItem (``SET`` clauses) or a PutItem over an existing item is billed
+  as DynamoDB bills it.
 """
 
 from __future__ import annotations
@@ -82,6 +84,18 @@ class BilledWrite:
 
 def billed_writes(recording_lines: Iterable[str]) -> Iterator[BilledWrite]:
     """Every item written to any table in a moto request recording (JSON lines), with its billed units."""
+    items: dict[tuple[str, str], dict[str, Any]] = {}  # (table, key) -> the item as last written
+
+    def write(
+        operation: str, table: str, key: dict[str, Any], after: dict[str, Any], transactional: bool
+    ) -> BilledWrite:
+        ident = (table, json.dumps(key, sort_keys=True))
+        before = items.get(ident)
+        items[ident] = after
+        size = max(item_size(after), item_size(before) if before else 0)
+        sort_key = after.get("sk", {}).get("S", "")
+        return BilledWrite(operation, table, sort_key, size, write_units(size, transactional))
+
     for line in recording_lines:
         entry = json.loads(line)
         target = {k.lower(): v for k, v in entry["headers"].items()}.get("x-amz-target", "")
@@ -91,22 +105,42 @@ def billed_writes(recording_lines: Iterable[str]) -> Iterator[BilledWrite]:
         raw = base64.b64decode(entry["body"]) if entry.get("body_encoded") else (entry.get("body") or "").encode()
         body = json.loads(raw or b"{}")
         if operation == "PutItem":
-            yield _billed(operation, body["TableName"], body["Item"], False)
+            yield write(operation, body["TableName"], _key(body["Item"]), body["Item"], False)
         elif operation == "BatchWriteItem":
             for table, requests in body["RequestItems"].items():
                 for request in requests:
                     if "PutRequest" in request:
-                        yield _billed(operation, table, request["PutRequest"]["Item"], False)
+                        item = request["PutRequest"]["Item"]
+                        yield write(operation, table, _key(item), item, False)
         elif operation == "TransactWriteItems":
             for action in body["TransactItems"]:
                 put = action.get("Put")
                 if put is not None:
-                    yield _billed(operation, put["TableName"], put["Item"], True)
-        elif operation in ("UpdateItem", "DeleteItem"):
-            raise ValueError(f"{operation} is not billed here: its size depends on the stored item")
+                    yield write(operation, put["TableName"], _key(put["Item"]), put["Item"], True)
+        elif operation == "UpdateItem":
+            table, key = body["TableName"], body["Key"]
+            before = items.get((table, json.dumps(key, sort_keys=True)), dict(key))
+            after = {**before, **_set_clauses(body)}
+            yield write(operation, table, key, after, False)
 
 
-def _billed(operation: str, table: str, item: dict[str, Any], transactional: bool) -> BilledWrite:
-    size = item_size(item)
-    sort_key = next((v.get("S", "") for k, v in item.items() if k == "sk"), "")
-    return BilledWrite(operation, table, sort_key, size, write_units(size, transactional))
+_KEY_NAMES = ("pk", "sk", "id")
+
+
+def _key(item: dict[str, Any]) -> dict[str, Any]:
+    """The key attributes of an item (copier's tables use pk/sk, the idempotency baseline id)."""
+    return {name: item[name] for name in _KEY_NAMES if name in item}
+
+
+def _set_clauses(body: dict[str, Any]) -> dict[str, Any]:
+    """The attributes an UpdateItem's ``SET a = :v, #b = :w`` writes (the only form the baseline uses)."""
+    expression = body.get("UpdateExpression", "")
+    if not expression.strip().upper().startswith("SET "):
+        raise ValueError(f"only SET update expressions are billed here, got {expression!r}")
+    names = body.get("ExpressionAttributeNames", {})
+    values = body.get("ExpressionAttributeValues", {})
+    out: dict[str, Any] = {}
+    for clause in expression.strip()[4:].split(","):
+        name, _, value = clause.partition("=")
+        out[names.get(name.strip(), name.strip())] = values[value.strip()]
+    return out

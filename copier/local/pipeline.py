@@ -56,10 +56,13 @@ def local_properties(
 ) -> Path:
     """Write a properties file for a local run: local endpoints, polling, no CloudWatch, fast KCL timings.
 
-    ``kcl``: further daemon keys; ``copier``: further ``copier.*`` keys (without the prefix).
+    ``kcl``: further daemon keys (``executableName`` among them, to run another processor);
+    ``copier``: further ``copier.*`` keys (without the prefix).
     """
+    daemon = {**FAST_KCL, **(kcl or {})}
+    executable = daemon.pop("executableName", f"{copier_bin} process --properties {path}")
     lines = [
-        f"executableName = {copier_bin} process --properties {path}",
+        f"executableName = {executable}",
         f"applicationName = {application}",
         f"streamName = {staging}",
         "regionName = us-east-1",
@@ -70,7 +73,7 @@ def local_properties(
         "retrievalMode = POLLING",
         "metricsLevel = NONE",
         "disableWorkerMetrics = true",
-        *(f"{k} = {v}" for k, v in {**FAST_KCL, **(kcl or {})}.items()),
+        *(f"{k} = {v}" for k, v in daemon.items()),
         f"copier.targetStreamName = {target}",
         "copier.dedupKey = json:eventId",
         "copier.jvmArgs = -Daws.cborEnabled=false",

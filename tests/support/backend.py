@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,14 +10,10 @@ from typing import Any
 
 import boto3
 
+from copier.local.backend import DUMMY_ENV, spawned
+
 ROOT = Path(__file__).resolve().parents[2]
-DUMMY_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_REGION": "us-east-1",
-}
+__all__ = ["DUMMY_ENV", "ROOT", "client", "create_stream", "free_port", "local_backend", "read_stream"]
 
 
 def free_port() -> int:
@@ -30,33 +24,9 @@ def free_port() -> int:
 
 @contextmanager
 def local_backend(**extra_env: str) -> Iterator[str]:
-    """Run the project's local backend (``copier local-backend``) on 127.0.0.1; yield its URL; always stop it.
-
-    It runs in a process of its own so that moto's settings can come from
-    ``extra_env`` (the cost test turns moto's request recorder on).
-    """
-    env = {**os.environ, **DUMMY_ENV, **extra_env}
-    proc = subprocess.Popen(
-        [str(ROOT / ".venv" / "bin" / "copier"), "local-backend", "--port", str(free_port())],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        ready = proc.stdout.readline().split()
-        if len(ready) != 2 or ready[0] != "READY":
-            raise RuntimeError(f"the local backend did not start (status {proc.poll()}): {ready}")
-        yield ready[1]
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    """The project's local backend (``copier local-backend``) in a process of its own, with dummy credentials."""
+    with spawned(**DUMMY_ENV, **extra_env) as endpoint:
+        yield endpoint
 
 
 def client(service: str, endpoint: str) -> Any:

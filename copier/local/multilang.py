@@ -1,10 +1,14 @@
-"""Speaking the MultiLang protocol to ``copier process`` over pipes, as the daemon does.
+"""Speaking the MultiLang protocol to a record processor over pipes, as the KCL daemon does.
 
 The daemon writes one JSON action per line to the child's stdin and reads
 JSON lines from its stdout: a ``status`` line acknowledges each action, and
 ``checkpoint`` lines are requests it answers with a ``checkpoint`` line
 (``error`` set when the checkpoint failed). Anything else on stdout would
-break the real daemon, so this speaker fails the test on it.
+break the real daemon, so this speaker raises :class:`ProtocolViolation` on it.
+
+The protocol tests drive ``copier process`` with it; the benchmarks drive
+``copier process`` and a plain baseline processor the same way, so both pay
+the same protocol costs.
 """
 
 from __future__ import annotations
@@ -15,15 +19,17 @@ import os
 import queue
 import signal
 import subprocess
+import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.support.backend import DUMMY_ENV, ROOT
+from copier.local.backend import DUMMY_ENV
 
-COPIER = str(ROOT / ".venv" / "bin" / "copier")
+COPIER = str(Path(sys.executable).with_name("copier"))
 
 
 @dataclass(frozen=True)
@@ -54,16 +60,33 @@ def event(seq: int, event_id: str | None, body: str = "x", subseq: int = 0, pk: 
     return Rec(seq, json.dumps(payload).encode(), pk or (event_id or "none"), subseq)
 
 
+def records_message(entries: Sequence[tuple[str, bytes]], first_seq: int, arrival_ms: int = 1_700_000_000_000) -> str:
+    """A processRecords action for (partition key, data) entries at consecutive sequence numbers."""
+    records = [
+        {
+            "action": "record",
+            "data": base64.b64encode(data).decode(),
+            "partitionKey": key,
+            "sequenceNumber": str(first_seq + i),
+            "subSequenceNumber": 0,
+            "approximateArrivalTimestamp": arrival_ms + i,
+        }
+        for i, (key, data) in enumerate(entries)
+    ]
+    return json.dumps({"action": "processRecords", "records": records, "millisBehindLatest": 0})
+
+
 class ProtocolViolation(AssertionError):
     pass
 
 
 @dataclass
 class Processor:
-    """One ``copier process`` child and the daemon's side of its pipes."""
+    """One record processor child (``copier process`` unless ``command`` says otherwise) and the daemon's side."""
 
     properties: Path
     name: str = "processor"
+    command: list[str] | None = None
     proc: subprocess.Popen[str] = field(init=False)
     checkpoints: list[tuple[str | None, int | None]] = field(default_factory=list)
     stderr_lines: list[str] = field(default_factory=list)
@@ -71,7 +94,7 @@ class Processor:
     def __post_init__(self) -> None:
         env = {**os.environ, **DUMMY_ENV}
         self.proc = subprocess.Popen(
-            [COPIER, "process", "--properties", str(self.properties)],
+            self.command or [COPIER, "process", "--properties", str(self.properties)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -177,6 +200,20 @@ class Processor:
             {"action": "processRecords", "records": [r.to_json() for r in records], "millisBehindLatest": 0},
             timeout,
         )
+
+    def process_json(self, message: str, timeout: float = 600) -> None:
+        """A processRecords action already encoded (the benchmarks encode theirs before timing)."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(message + "\n")
+        self.proc.stdin.flush()
+        status = self.next_status(timeout)
+        if status != "processRecords":
+            raise ProtocolViolation(f"{self.name}: {status} while waiting for processRecords")
+
+    def cpu_seconds(self) -> float:
+        """The child's own user + system CPU time so far (from /proc: its ticks, 10 ms on Linux)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def send_process(self, records: list[Rec]) -> None:
         """Send a batch without waiting (to kill the child while it works on it)."""

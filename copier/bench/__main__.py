@@ -1,0 +1,195 @@
+"""``python -m copier.bench``: every benchmark, against baselines in the same run; writes docs/benchmarks.*.
+
+    python -m copier.bench                     # the full run (make bench): docs/benchmarks.md, .json, PNG plots
+    python -m copier.bench --smoke --out DIR   # tiny sizes, seconds to minutes (tests/test_bench.py)
+
+Parts: processor CPU per event against a plain at-least-once copier
+(``copier.bench.cpu``), DynamoDB write units per million events against
+per-record idempotency (``copier.bench.cost``), the dedup window's memory,
+takeover time and CPU as it grows (``copier.bench.window``), and the real
+daemon end to end against the plain copier (``copier.bench.e2e``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["FULL", "SMOKE", "Profile", "main", "run"]
+
+
+@dataclass(frozen=True)
+class Profile:
+    cpu_cases: tuple[tuple[int, int, int], ...]  # (payload bytes, batch, events)
+    cpu_repeats: int
+    cost_batches: tuple[int, ...]
+    cost_events: int
+    windows: tuple[int, ...]
+    window_events: int
+    e2e_shards: tuple[int, ...]
+    e2e_rate: int
+    e2e_seconds: float
+    e2e_burst: int
+    plots: bool = True
+
+
+FULL = Profile(
+    cpu_cases=tuple((200, b, 30_000) for b in (10, 100, 1000, 10_000))
+    + tuple((2048, b, 20_000) for b in (100, 1000, 10_000)),
+    cpu_repeats=3,
+    cost_batches=(10, 100, 500, 1000, 10_000),
+    cost_events=20_000,
+    windows=(10_000, 100_000, 400_000, 1_200_000, 3_600_000),
+    window_events=20_000,
+    e2e_shards=(1, 2, 4),
+    e2e_rate=200,
+    e2e_seconds=20.0,
+    e2e_burst=10_000,
+)
+SMOKE = Profile(
+    cpu_cases=((200, 100, 300),),
+    cpu_repeats=1,
+    cost_batches=(10, 100),
+    cost_events=200,
+    windows=(1000,),
+    window_events=200,
+    e2e_shards=(1,),
+    e2e_rate=20,
+    e2e_seconds=2.0,
+    e2e_burst=100,
+    plots=False,
+)
+
+
+@dataclass
+class Results:
+    cpu: list[dict[str, Any]] = field(default_factory=list)
+    cost: dict[str, Any] = field(default_factory=dict)
+    window: list[dict[str, Any]] = field(default_factory=list)
+    e2e: list[dict[str, Any]] = field(default_factory=list)
+    method: dict[str, Any] = field(default_factory=dict)
+
+
+def _say(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import version
+
+    out = {name: version(name) for name in ("copier", "amazon-kclpy", "boto3", "pynamodb", "moto")}
+    out["python"] = sys.version.split()[0]
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True)
+    out["java"] = (java.stderr.splitlines() or ["?"])[0]
+    return out
+
+
+def _machine() -> dict[str, Any]:
+    import platform
+
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
+    memory = next((line.split(":", 1)[1].strip() for line in open("/proc/meminfo") if line.startswith("MemTotal")), "?")
+    return {"platform": platform.platform(), "cpu": cpu, "cores": os.cpu_count(), "memory": memory}
+
+
+def run(profile: Profile, workdir: Path, command: str) -> Results:
+    """Every part, in order; returns the raw numbers."""
+    from copier.bench import cost, cpu, e2e, window
+    from copier.config import load_config
+    from copier.dynamo import DynamoStateStore
+    from copier.kinesis import paged_shards
+    from copier.local.backend import DUMMY_ENV, LocalBackend
+    from copier.local.multilang import COPIER
+    from copier.local.pipeline import local_properties
+
+    for key, value in DUMMY_ENV.items():
+        os.environ.setdefault(key, value)
+    results = Results(
+        method={"command": command, "machine": _machine(), "versions": _versions(), "date": time.strftime("%Y-%m-%d")}
+    )
+    started = time.monotonic()
+    with LocalBackend() as backend:
+        import boto3
+
+        kinesis = boto3.session.Session(region_name="us-east-1").client("kinesis", endpoint_url=backend.endpoint)
+        # A copier processor looks its shard up in ListShards: each processor gets a real shard of its own.
+        shards = len(profile.cpu_cases) * profile.cpu_repeats * 2 + len(profile.windows)
+        for name, count in (("bench-staging", shards), ("bench-target", 4)):
+            kinesis.create_stream(StreamName=name, ShardCount=count)
+            kinesis.get_waiter("stream_exists").wait(StreamName=name)
+        props = local_properties(
+            workdir / "bench.properties",
+            backend.endpoint,
+            "bench",
+            "bench-staging",
+            "bench-target",
+            COPIER,
+            logLevel="INFO",
+            checkpointIntervalMillis="60000",
+            dedupWindowMaxEvents="10000000",
+        )
+        config = load_config(props)
+        store = DynamoStateStore(config)
+        store.create_table()
+        plain = [sys.executable, "-m", "copier.bench.plain", "--properties", str(props)]
+        shard_ids = iter(sorted(s["ShardId"] for s in paged_shards(kinesis.list_shards, "bench-staging")))
+        for payload_bytes, batch, events in profile.cpu_cases:
+            _say(f"cpu: {payload_bytes} B, batches of {batch}, {events} events, x{profile.cpu_repeats} each")
+            case = cpu.CpuCase(payload_bytes, batch, events)
+            results.cpu.append(cpu.run_case(props, plain, case, profile.cpu_repeats, shard_ids).to_json())
+        for size, shard in zip(profile.windows, shard_ids, strict=False):
+            _say(f"window: {size} IDs")
+            results.window.append(
+                window.measure_window(props, store, "bench-staging", shard, size, profile.window_events).to_json()
+            )
+        for shards_count in profile.e2e_shards:
+            for kind in ("plain", "copier"):
+                _say(f"end to end: {kind}, {shards_count} shards")
+                outcome = e2e.run_e2e(
+                    kind,
+                    shards_count,
+                    backend.endpoint,
+                    workdir / f"e2e-{kind}-{shards_count}",
+                    profile.e2e_rate,
+                    profile.e2e_seconds,
+                    profile.e2e_burst,
+                )
+                results.e2e.append(outcome.to_json())
+    _say(f"cost: batches {profile.cost_batches}, {profile.cost_events} events each")
+    cost_dir = workdir / "cost"
+    cost_dir.mkdir(exist_ok=True)
+    results.cost = cost.measure_costs(cost_dir, list(profile.cost_batches), profile.cost_events).to_json()
+    results.method["minutes"] = round((time.monotonic() - started) / 60, 1)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m copier.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks that every part runs")
+    parser.add_argument("--out", default="docs", help="where benchmarks.md, benchmarks.json and the plots go")
+    args = parser.parse_args(argv)
+    from copier.bench.report import write
+    from copier.logs import configure_logging
+
+    configure_logging("WARNING")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    command = "python -m copier.bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    with tempfile.TemporaryDirectory(prefix="copier-bench-") as workdir:
+        results = run(SMOKE if args.smoke else FULL, Path(workdir), command.strip())
+    (out / "benchmarks.json").write_text(json.dumps(results.__dict__, indent=1) + "\n")
+    write(results.__dict__, out, plots=not args.smoke)
+    _say(f"wrote {out / 'benchmarks.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
