@@ -9,9 +9,10 @@ small batches that overhead alone exceeds everything else copier does
 (docs/benchmarks.md). This client keeps what botocore does well and cannot
 be skipped: the endpoint botocore resolves for the region (partitions, FIPS,
 custom endpoints), credentials that refresh themselves (instance profiles,
-assumed roles), and SigV4 signing (``botocore.auth.SigV4Auth``). The rest is
-one POST through urllib3 (botocore's own HTTP library) with the body built
-by ``json``, and the answer parsed by ``json``.
+assumed roles), SigV4 signing (``botocore.auth.SigV4Auth``) and botocore's CA
+bundle. The rest is one POST on a kept-alive ``http.client`` connection with
+the body built by ``json``, and the answer parsed by ``json``. Where a proxy
+is configured for the endpoint (:func:`usable`), copier keeps botocore.
 
 Failures become copier errors here, in the classes copier decides on:
 
@@ -28,22 +29,29 @@ No retries of its own: copier retries, knowing which attempts are ambiguous.
 
 from __future__ import annotations
 
+import http.client
 import json
+import socket
+import ssl
+import time
+import urllib.request
 from typing import Any
+from urllib.parse import urlsplit
 
-import urllib3
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 
 from copier.aws import FATAL_CODES
 from copier.errors import AwsError, FatalAwsError, TransientAwsError
 
-__all__ = ["ConditionFailed", "JsonClient", "Unanswered"]
+__all__ = ["ConditionFailed", "JsonClient", "Unanswered", "usable"]
 
 _PROTOCOLS = {
     "kinesis": ("Kinesis_20131202", "application/x-amz-json-1.1"),
     "dynamodb": ("DynamoDB_20120810", "application/x-amz-json-1.0"),
 }
+IDLE_RECONNECT_S = 20.0  # servers close idle connections (AWS after about a minute): never send on a stale one
+_NOT_SENT = (ConnectionRefusedError, socket.gaierror)
 
 
 class Unanswered(TransientAwsError):
@@ -54,19 +62,58 @@ class ConditionFailed(AwsError):
     """A conditional write's condition did not hold (DynamoDB's ConditionalCheckFailedException)."""
 
 
+def usable(endpoint_url: str) -> bool:
+    """False when a proxy is configured for this endpoint: then copier keeps botocore, which handles proxies."""
+    parts = urlsplit(endpoint_url)
+    proxies = urllib.request.getproxies()
+    return parts.scheme not in proxies or bool(urllib.request.proxy_bypass(parts.hostname or ""))
+
+
 class JsonClient:
-    """Signs and sends JSON-protocol requests for one service; see the module docstring."""
+    """Signs and sends JSON-protocol requests for one service on one keep-alive connection; see the module docstring.
+
+    Not thread-safe: a record processor makes one call at a time.
+    """
 
     def __init__(self, botocore_client: Any, credentials: Any, connect_timeout: float, read_timeout: float) -> None:
         meta = botocore_client.meta
         self.service = meta.service_model.endpoint_prefix
         self.region = meta.region_name
         self.url = meta.endpoint_url.rstrip("/") + "/"
-        self.credentials = credentials  # botocore's: refreshes itself when it expires
+        parts = urlsplit(self.url)
+        self.host, self.https = parts.hostname or "", parts.scheme == "https"
+        self.port = parts.port or (443 if self.https else 80)
+        self.credentials = credentials  # botocore's: refreshes itself before it expires
         self.target, self.content_type = _PROTOCOLS[self.service]
-        self.pool = urllib3.PoolManager(
-            maxsize=4, retries=False, timeout=urllib3.Timeout(connect=connect_timeout, read=read_timeout)
-        )
+        self.connect_timeout, self.read_timeout = connect_timeout, read_timeout
+        self._connection: http.client.HTTPConnection | None = None
+        self._last_used = 0.0
+        self._tls: ssl.SSLContext | None = None
+
+    def _connect(self) -> http.client.HTTPConnection:
+        if self._connection is not None and time.monotonic() - self._last_used < IDLE_RECONNECT_S:
+            return self._connection
+        self.close()
+        if self.https:
+            if self._tls is None:
+                from botocore.httpsession import get_cert_path
+
+                self._tls = ssl.create_default_context(cafile=get_cert_path(True))
+            connection: http.client.HTTPConnection = http.client.HTTPSConnection(
+                self.host, self.port, timeout=self.connect_timeout, context=self._tls
+            )
+        else:
+            connection = http.client.HTTPConnection(self.host, self.port, timeout=self.connect_timeout)
+        connection.connect()  # nothing is sent if this fails
+        assert connection.sock is not None
+        connection.sock.settimeout(self.read_timeout)
+        self._connection = connection
+        return connection
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
 
     def call(self, operation: str, body: bytes) -> dict[str, Any]:
         """One signed POST of a JSON body; the parsed answer, or a copier error (see the module docstring)."""
@@ -78,15 +125,24 @@ class JsonClient:
         )
         SigV4Auth(self.credentials.get_frozen_credentials(), self.service, self.region).add_auth(request)
         try:
-            answer = self.pool.request("POST", self.url, body=body, headers=dict(request.headers.items()))
-        except (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ConnectTimeoutError) as exc:
+            connection = self._connect()
+        except (OSError, http.client.HTTPException) as exc:
+            self.close()
             raise TransientAwsError(operation, type(exc).__name__, str(exc)) from exc
-        except urllib3.exceptions.HTTPError as exc:
+        try:
+            connection.request("POST", "/", body=body, headers=dict(request.headers.items()))
+            answer = connection.getresponse()
+            data = answer.read()
+        except (OSError, http.client.HTTPException) as exc:
+            self.close()
+            if isinstance(exc, _NOT_SENT):
+                raise TransientAwsError(operation, type(exc).__name__, str(exc)) from exc
             raise Unanswered(operation, type(exc).__name__, str(exc)) from exc
+        self._last_used = time.monotonic()
         if answer.status == 200:
-            parsed: dict[str, Any] = json.loads(answer.data)
+            parsed: dict[str, Any] = json.loads(data)
             return parsed
-        raise _error(operation, answer.status, answer.data)
+        raise _error(operation, answer.status, data)
 
 
 def _error(operation: str, status: int, data: bytes) -> AwsError:

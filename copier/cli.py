@@ -83,12 +83,10 @@ def cmd_process(args: argparse.Namespace) -> int:
     sys.stdout = sys.stderr
     config = _config(args.properties)
 
-    from amazon_kclpy import kcl
-
     from copier.dynamo import DynamoStateStore
     from copier.kinesis import KinesisStreams
     from copier.logs import configure_logging
-    from copier.processor import CopierRecordProcessor
+    from copier.processor import CopierRecordProcessor, kcl_process, tune_gc
     from copier.shard import ShardWorker
 
     configure_logging(config.log_level)
@@ -99,7 +97,8 @@ def cmd_process(args: argparse.Namespace) -> int:
         return ShardWorker(config, store, streams)
 
     processor = CopierRecordProcessor(make_worker, config.checkpoint_interval_millis)
-    kcl.KCLProcess(processor, input_file=sys.stdin, output_file=protocol_out, error_file=sys.stderr).run()
+    tune_gc()
+    kcl_process(processor, sys.stdin, protocol_out, sys.stderr).run()
     return 0
 
 

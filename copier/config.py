@@ -71,10 +71,19 @@ class Config:
     jvm_args: tuple[str, ...]
     executable_name: str | None
     shutdown_grace_millis: int
+    coalesce_events: int
+    coalesce_millis: int
+    empty_batches: bool  # the daemon's callProcessRecordsEvenForEmptyRecordList
 
     @property
     def dedup_window_ms(self) -> int:
         return self.dedup_window_seconds * 1000
+
+    @property
+    def coalescing(self) -> bool:
+        """Small deliveries wait to be forwarded together: only when the daemon calls on empty polls too,
+        so that a waiting record is never stuck behind an idle shard."""
+        return self.empty_batches and self.coalesce_events > 1 and self.coalesce_millis > 0
 
 
 def _dedup_key(value: str) -> DedupKey:
@@ -116,6 +125,12 @@ def _one_of(*choices: str) -> Callable[[str], str]:
     return parse
 
 
+def _boolean(value: str) -> bool:
+    if value.lower() not in ("true", "false"):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value.lower() == "true"
+
+
 def _endpoint(value: str) -> str:
     if not re.match(r"^https?://[^\s/]+(:\d+)?/?$", value):
         raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
@@ -143,6 +158,8 @@ DEFAULTS: dict[str, str | None] = {
     "copier.putTimeoutMillis": "5000",
     "copier.clockSkewMillis": "1000",
     "copier.maxBackoffMillis": "10000",
+    "copier.coalesceEvents": "500",
+    "copier.coalesceMillis": "200",
     "copier.logLevel": "INFO",
     "copier.jvmArgs": "",
 }
@@ -261,6 +278,9 @@ def parse_config(text: str, path: str = "<string>") -> Config:
         jvm_args=tuple((r.copier("copier.jvmArgs", str) or "").split()),
         executable_name=r.get("executableName", str, ""),
         shutdown_grace_millis=r.need("shutdownGraceMillis", _int_between(0, _DAY_MS), "0"),
+        coalesce_events=r.copier_need("copier.coalesceEvents", _int_between(1, 10_000)),
+        coalesce_millis=r.copier_need("copier.coalesceMillis", _int_between(0, _MINUTE_MS)),
+        empty_batches=r.need("callProcessRecordsEvenForEmptyRecordList", _boolean, "false"),
     )
 
 

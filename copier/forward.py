@@ -26,7 +26,6 @@ from typing import Any
 
 from copier.batching import split_requests
 from copier.errors import AmbiguousPutError, FatalAwsError, TransientAwsError
-from copier.limits import record_size
 from copier.plan import Outgoing
 from copier.ports import Clock, Identity, Streams
 from copier.retry import backoff_ms
@@ -41,6 +40,12 @@ class ForwardStats:
     ambiguous_requests: int = 0
     verified_landed: int = 0
     records_read: int = 0
+
+
+def _size_bound(entry: Outgoing) -> int:
+    """At least what an entry counts against the request limits (a key's UTF-8 takes at most 4 bytes a
+    character), without encoding the key: requests may split a little early, never too late."""
+    return len(entry.data) + 4 * len(entry.partition_key)
 
 
 class Forwarder:
@@ -96,11 +101,11 @@ class Forwarder:
             unknown: list[Outgoing] = []
             codes: Counter[str] = Counter()
             stalled: FatalAwsError | None = None
-            for request in split_requests(left, lambda o: record_size(o.partition_key, o.data)):
+            for request in split_requests(left, _size_bound):
                 self.ensure_lease()
                 stats.requests += 1
                 try:
-                    results = self.streams.put_records(stream, [(o.partition_key, o.data) for o in request])
+                    results = self.streams.put_records(stream, [(o.partition_key, o.data, o.b64) for o in request])
                 except AmbiguousPutError as exc:
                     stats.ambiguous_requests += 1
                     unknown.extend(request)

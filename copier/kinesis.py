@@ -13,6 +13,8 @@ exactly one attempt; copier retries, knowing which failures are ambiguous:
 
 from __future__ import annotations
 
+import base64
+import json
 import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
@@ -22,6 +24,7 @@ import botocore.config
 import botocore.exceptions
 
 from copier.aws import convert_aws_error
+from copier.awsjson import JsonClient, Unanswered, usable
 from copier.config import Config
 from copier.errors import AmbiguousPutError, AwsError, TransientAwsError
 from copier.ports import Found, Identity
@@ -29,11 +32,12 @@ from copier.shardmap import ShardMap, descendants, shard_id_of
 
 __all__ = ["GET_RECORDS_LIMIT", "KinesisStreams", "PutEntry", "paged_shards"]
 
-PutEntry = tuple[str, bytes]  # (partition key, data)
+PutEntry = tuple[str, bytes, str | None]  # (partition key, data, data in base64 if already at hand)
 
 GET_RECORDS_LIMIT = 10_000
 FIRST_PAGE = 500
 SHARD_MAP_MAX_AGE_S = 300.0
+LINEAGE_MAX_AGE_S = 5.0
 
 _NOT_SENT = (botocore.exceptions.EndpointConnectionError, botocore.exceptions.ConnectTimeoutError)
 _AMBIGUOUS = (
@@ -86,13 +90,29 @@ class KinesisStreams:
         self._put = _client(config, config.target_endpoint, attempts=1, read_timeout=config.put_timeout_millis / 1000)
         self._read = _client(config, config.target_endpoint, attempts=None, read_timeout=30)
         self._staging = _client(config, config.kinesis_endpoint, attempts=None, read_timeout=30)
+        self._fast: JsonClient | None = None
+        credentials = boto3.session.Session().get_credentials()
+        if credentials is not None and usable(self._put.meta.endpoint_url):
+            self._fast = JsonClient(self._put, credentials, 5.0, config.put_timeout_millis / 1000)
         self._sleep = sleep
         self._monotonic = monotonic
         self._maps: dict[str, tuple[float, ShardMap]] = {}
+        self._lineage: dict[str, tuple[float, list[dict[str, Any]]]] = {}
 
     def put_records(self, stream: str, entries: Sequence[PutEntry]) -> list[str | None]:
         """One PutRecords attempt; returns each entry's error code, None where it landed."""
-        request = [{"PartitionKey": pk, "Data": data} for pk, data in entries]
+        if self._fast is not None:
+            records = [
+                {"Data": text if text is not None else base64.b64encode(data).decode(), "PartitionKey": pk}
+                for pk, data, text in entries
+            ]
+            body = json.dumps({"StreamName": stream, "Records": records}).encode()
+            try:
+                answer = self._fast.call("PutRecords", body)
+            except Unanswered as exc:
+                raise AmbiguousPutError("PutRecords", exc.code, str(exc)) from exc
+            return [r.get("ErrorCode") for r in answer["Records"]]
+        request = [{"PartitionKey": pk, "Data": data} for pk, data, _ in entries]
         try:
             answer = self._put.put_records(StreamName=stream, Records=request)
         except _NOT_SENT as exc:
@@ -134,10 +154,20 @@ class KinesisStreams:
         return cached[1]
 
     def parents(self, stream: str, shard_id: str) -> list[str]:
-        """The parent shard IDs of a shard (one after a split, two after a merge)."""
-        for shard in self.shards(stream):
-            if shard["ShardId"] == shard_id:
-                return [p for p in (shard.get("ParentShardId"), shard.get("AdjacentParentShardId")) if p]
+        """The parent shard IDs of a shard (one after a split, two after a merge).
+
+        ListShards is cached for a few seconds: a takeover walks a lineage,
+        asking about several shards in a row.
+        """
+        now = self._monotonic()
+        cached = self._lineage.get(stream)
+        for attempt in (1, 2):
+            if cached is None or now - cached[0] > LINEAGE_MAX_AGE_S or attempt == 2:
+                cached = (now, self.shards(stream))
+                self._lineage[stream] = cached
+            for shard in cached[1]:
+                if shard["ShardId"] == shard_id:
+                    return [p for p in (shard.get("ParentShardId"), shard.get("AdjacentParentShardId")) if p]
         # The KCL handed this shard out, so it exists: ListShards has not caught up yet.
         raise TransientAwsError("ListShards", "ShardNotListed", f"{shard_id} is not listed in {stream} yet")
 

@@ -39,8 +39,9 @@ class Found:
 class Streams(Protocol):
     """The Kinesis calls of a record processor."""
 
-    def put_records(self, stream: str, entries: Sequence[tuple[str, bytes]]) -> list[str | None]:
-        """One PutRecords attempt: each entry's error code, None where it landed.
+    def put_records(self, stream: str, entries: Sequence[tuple[str, bytes, str | None]]) -> list[str | None]:
+        """One PutRecords attempt: each (partition key, data, data in base64 if at hand) entry's error code,
+        None where it landed.
 
         Raises ``AmbiguousPutError`` when the outcome is unknown.
         """

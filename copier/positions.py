@@ -13,14 +13,14 @@ resumes strictly *after* it: a record at or below it is a replay.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["Position"]
 
 
-@dataclass(frozen=True, order=True)
-class Position:
-    """A totally ordered place in a shard; compares numerically."""
+class Position(NamedTuple):
+    """A totally ordered place in a shard; compares numerically (a tuple: cheap to make and to compare,
+    which matters at tens of thousands of records a second)."""
 
     seq: int
     subseq: int = 0
@@ -38,5 +38,5 @@ class Position:
     def seq_str(self) -> str:
         return str(self.seq)
 
-    def __str__(self) -> str:
+    def __str__(self) -> str:  # NamedTuple's own would print the fields
         return f"{self.seq}/{self.subseq}"

@@ -100,6 +100,8 @@ class ShardWorker:
         self.window = DedupWindow(config.dedup_window_ms, config.dedup_window_max_events)
         self.fenced = False
         self._held: list[SourceRecord] = []  # delivered since this processor's last commit while it is fenced
+        self._waiting: list[SourceRecord] = []  # small deliveries waiting to be forwarded together
+        self._waiting_since = 0
         self._cut_reported = False
         self._recent: deque[tuple[int, list[int]]] = deque(maxlen=RECENT_CHUNKS)  # (started, unkeyed), newest last
         self.forwarder = Forwarder(
@@ -129,16 +131,24 @@ class ShardWorker:
         return lambda pk, data: identity_of(self.config.dedup_key, pk, data)
 
     def _shards_of(self, destination: str, entries: Sequence[Outgoing]) -> Collection[int] | None:
-        """Numbers of the target shards the entries hash to; None (read them all) when unknown."""
+        """Numbers of the target shards the entries hash to; None (read them all) when unknown or all.
+
+        Each distinct partition key is hashed once, and hashing stops as soon
+        as every open shard is covered: a chunk of random keys on a target of
+        few shards costs a handful of hashes, not one per record.
+        """
         if destination != "target":
             return None
         shard_map = self._retrying("list_target_shards", lambda: self.streams.shard_map(self.config.target_stream_name))
+        total = len(shard_map.ranges)
         numbers: set[int] = set()
-        for entry in entries:
-            shard = shard_map.shard_for(entry.partition_key)
+        for partition_key in dict.fromkeys(entry.partition_key for entry in entries):
+            shard = shard_map.shard_for(partition_key)
             if shard is None:
                 return None  # mid-reshard: no open shard covers the key
             numbers.add(shard_number(shard))
+            if len(numbers) == total:
+                return None  # every shard: the same as no bound
         return numbers
 
     def _on_put_retry(self, code: str, entries: int, attempt: int) -> None:
@@ -218,6 +228,7 @@ class ShardWorker:
         """The daemon says another worker has the shard: stop, and drop what is held (it is replayed there)."""
         self.fenced = True
         self._held = []
+        self._waiting = []
 
     # -- initialize ------------------------------------------------------------
 
@@ -347,6 +358,10 @@ class ShardWorker:
         verified = replace(state, batches=batch.index, redo_last=result.redo_last, redo_digests=result.redo_digests)
         self._write(verified.with_counts(already_landed=result.landed))
 
+    def _reaches_back(self, batches: Sequence[DigestBatch], newest_ms: int) -> bool:
+        """Do these batches (newest first) already cover the horizon behind ``newest_ms``?"""
+        return bool(batches) and batches[-1].arrival_min_ms <= newest_ms - self.config.dedup_window_ms
+
     def _newest_first(self, key: str, upto: int) -> Iterator[DigestBatch]:
         return iter(self._retrying("load_window", lambda: list(self._lazy(key, upto))))
 
@@ -364,28 +379,42 @@ class ShardWorker:
             yield batch
 
     def _load_window(self) -> None:
-        """Rebuild the window from the committed batches, and a young shard's parents' batches."""
+        """Rebuild the window from the committed batches: the shard's own, and its ancestors' within the horizon.
+
+        A shard's digest batches hold only what it forwarded itself, and within
+        one horizon a shard can be split and merged more than once. So the
+        lineage is walked from parents to grandparents, on from every ancestor
+        whose own history does not reach back as far as the horizon (chaos seed
+        6 found a duplicate on the merged grandchild of the shard that had
+        forwarded the original).
+        """
         assert self.state is not None
         if not self.window.enabled:
             return
         started = time.monotonic()
-        horizon = self.config.dedup_window_ms
+        stream = self.config.stream_name
         own = list(self._newest_first(self.key, self.state.batches))
         newest = max([self.state.window_newest_ms] + [b.arrival_max_ms for b in own[:1]])
         inherited: list[DigestBatch] = []
-        parents: list[str] = []
-        reaches_back = bool(own) and own[-1].arrival_min_ms <= newest - horizon
-        if not reaches_back:
-            parents = self._retrying(
-                "list_parents", lambda: self.streams.parents(self.config.stream_name, self.shard_id)
-            )
+        ancestors: list[str] = []
+        frontier = [] if self._reaches_back(own, newest) else [self.shard_id]
+        seen = {self.shard_id}
+        while frontier:
+            child = frontier.pop(0)
+            parents = self._retrying("list_parents", lambda: self.streams.parents(stream, child))
             for parent in parents:
-                key = shard_key(self.config.stream_name, parent)
+                if parent in seen:
+                    continue
+                seen.add(parent)
+                ancestors.append(parent)
+                key = shard_key(stream, parent)
                 parent_state = self._retrying("get_parent_state", lambda: self.store.get(key))
-                if parent_state is not None:
-                    batches = list(self._newest_first(key, parent_state.batches))
-                    newest = max([newest, parent_state.window_newest_ms] + [b.arrival_max_ms for b in batches[:1]])
-                    inherited.extend(batches)
+                batches = list(self._newest_first(key, parent_state.batches)) if parent_state else []
+                newest = max([newest, parent_state.window_newest_ms if parent_state else 0])
+                newest = max([newest] + [b.arrival_max_ms for b in batches[:1]])
+                inherited.extend(batches)
+                if not self._reaches_back(batches, newest):
+                    frontier.append(parent)
         everything = own + inherited
         self.window.advance(newest)
         self.window.reserve(sum(b.keyed_count for b in everything))
@@ -397,7 +426,7 @@ class ShardWorker:
             "window_loaded",
             ids=stats.ids,
             batches=len(own),
-            parents=parents,
+            parents=ancestors,
             parent_batches=len(inherited),
             oldest_ms=stats.oldest_ms,
             newest_ms=stats.newest_ms,
@@ -414,6 +443,11 @@ class ShardWorker:
         ``behind_ms`` is the daemon's millisBehindLatest for the batch, kept
         in the state item for ``copier status``.
 
+        Small deliveries wait to be forwarded together (``copier.coalesceEvents``,
+        ``copier.coalesceMillis``), which saves two state writes a delivery: a
+        waiting record is acknowledged to the daemon but not committed, so the
+        KCL checkpoint never passes it and a crash replays it.
+
         Fenced, a processor holds what it is given (see :meth:`_take_back`):
         the daemon may keep delivering to it when the KCL's lease and copier's
         ownership disagree (two workers both believed they had the shard for
@@ -422,7 +456,30 @@ class ShardWorker:
         if self.state is None:
             return None
         if self.fenced:
+            records, self._waiting = self._waiting + list(records), []
             return self._while_fenced(records, behind_ms)
+        if self.config.coalescing:
+            now = self.clock.now_ms()
+            if records and not self._waiting:
+                self._waiting_since = now
+            self._waiting.extend(records)
+            due = now - self._waiting_since >= self.config.coalesce_millis
+            if not self._waiting or (len(self._waiting) < self.config.coalesce_events and not due):
+                return None
+            records, self._waiting = self._waiting, []
+        return self._forward(records, behind_ms)
+
+    def flush(self, behind_ms: int | None = None) -> Position | None:
+        """Forward whatever small deliveries are waiting (before a shutdown or a shard's end)."""
+        records, self._waiting = self._waiting, []
+        if not records or self.state is None:
+            return None
+        if self.fenced:
+            return self._while_fenced(records, behind_ms)
+        return self._forward(records, behind_ms)
+
+    def _forward(self, records: Sequence[SourceRecord], behind_ms: int | None) -> Position | None:
+        """Forward records now, chunk by chunk (see :meth:`process`)."""
         committed: Position | None = None
         parts = chunks(records, self.chunk_events)
         for i, chunk in enumerate(parts):
@@ -484,7 +541,7 @@ class ShardWorker:
         self.window = DedupWindow(self.config.dedup_window_ms, self.config.dedup_window_max_events)
         self._load_window()
         held, self._held = self._held, []
-        return self.process(held, behind_ms)
+        return self._forward(held, behind_ms)
 
     def _process_chunk(self, records: Sequence[SourceRecord], behind_ms: int | None) -> Position | None:
         state = self.state
@@ -613,6 +670,7 @@ class ShardWorker:
         it holds; if it cannot, it must not checkpoint SHARD_END (the daemon
         would never read the shard again), and the daemon retries the shard later.
         """
+        self.flush()
         if self.state is not None and self.fenced and self._held:
             self._take_back(None)
         if self.fenced or self.state is None:

@@ -145,12 +145,15 @@ class InMemoryStreams:
     def shard_map(self, stream: str) -> ShardMap:
         return ShardMap.of(even_shards(self.shard_counts.get(stream, 1)))
 
-    def put_records(self, stream: str, entries: Sequence[tuple[str, bytes]]) -> list[str | None]:
+    def put_records(
+        self, stream: str, entries: Sequence[tuple[str, bytes] | tuple[str, bytes, str | None]]
+    ) -> list[str | None]:
         self.put_calls += 1
-        land, error = self.fault(stream, list(entries))
+        pairs = [(entry[0], entry[1]) for entry in entries]
+        land, error = self.fault(stream, pairs)
         routes = self.shard_map(stream)
         out: list[str | None] = []
-        for (pk, data), ok in zip(entries, land, strict=True):
+        for (pk, data), ok in zip(pairs, land, strict=True):
             if ok:
                 shard = shard_number(routes.shard_for(pk) or shard_id_of(0))
                 self.records.setdefault(stream, []).append((pk, data, self.clock.now_ms(), shard))

@@ -248,8 +248,8 @@ class DedupWindow:
 
     def add(self, digests: Iterable[int], arrival_ms: int) -> None:
         """Remember digests forwarded by a batch whose newest arrival is ``arrival_ms``."""
-        values = list(digests)
-        self.add_columns(array("Q", [d & LOW_MASK for d in values]), array("H", [d >> 64 for d in values]), arrival_ms)
+        values = digests if isinstance(digests, list) else list(digests)
+        self.add_columns([d & LOW_MASK for d in values], [d >> 64 for d in values], arrival_ms)
 
     def add_columns(self, low: Iterable[int], high: Iterable[int], arrival_ms: int) -> None:
         """:meth:`add` from the two columns of a stored digest list (``copier.packing``), without int objects."""

@@ -17,7 +17,7 @@ from tests.conftest import Pipeline
 from tests.support.backend import read_stream
 from tests.support.fakes import config
 
-ENTRIES = [(f"k{i}", f'{{"eventId": "e{i}"}}'.encode()) for i in range(40)]
+ENTRIES = [(f"k{i}", f'{{"eventId": "e{i}"}}'.encode(), None) for i in range(40)]
 
 
 def always(kind: str) -> FaultWindow:

@@ -27,14 +27,17 @@ from hypothesis import strategies as st
 from copier.errors import AmbiguousPutError
 from copier.plan import SourceRecord
 from copier.positions import Position
-from tests.support.fakes import SimulatedCrash, SimulatedPause, World, rec
+from tests.support.fakes import SimulatedCrash, SimulatedPause, World, config, rec
 
 FAULTS = st.sampled_from(["none", "none", "throttle", "ambiguous", "crash_mid_put", "crash_store", "pause", "race"])
 
 
 def run(data: st.DataObject, records: list[SourceRecord]) -> World:
     """Drive successive workers over ``records`` with drawn batches, checkpoints and faults."""
-    world = World(chunk_events=data.draw(st.integers(1, 4), label="chunk size"))
+    coalescing = data.draw(st.booleans(), label="small deliveries wait")
+    daemon = {"callProcessRecordsEvenForEmptyRecordList": "true"} if coalescing else {}
+    cfg = config(daemon, coalesceEvents=data.draw(st.integers(2, 6), label="coalesce events"), coalesceMillis=300)
+    world = World(cfg, chunk_events=data.draw(st.integers(1, 4), label="chunk size"))
     worker = world.worker()
     checkpoint = 0  # number of records up to the last checkpoint
     position = 0
@@ -50,8 +53,10 @@ def run(data: st.DataObject, records: list[SourceRecord]) -> World:
         wake_in -= 1
         if position >= len(records):
             break
-        size = data.draw(st.integers(1, 8), label="batch size")
+        idle = data.draw(st.booleans(), label="an empty call of an idle shard")
+        size = 0 if idle else data.draw(st.integers(1, 8), label="batch size")
         batch = records[position : position + size]
+        world.clock.advance(data.draw(st.sampled_from([0, 0, 100, 400]), label="ms since the last call"))
         fault = data.draw(FAULTS, label="fault") if fault_budget > 0 else "none"
         if fault != "none":
             fault_budget -= 1
@@ -95,8 +100,8 @@ def run(data: st.DataObject, records: list[SourceRecord]) -> World:
         position += len(batch)
         if committed is not None and data.draw(st.booleans(), label="checkpointed"):
             checkpoint = position
-    world.clock.advance(3 * world.config.lease_millis)  # later: a fenced worker's next call takes the shard back
-    worker.process([])
+    world.clock.advance(3 * world.config.lease_millis)  # later: a fenced worker's next call takes the shard back,
+    worker.process([])  # and what waits goes out
     return world
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -73,3 +74,36 @@ def test_id_and_content_digests_are_separate_domains() -> None:
     assert id_digest("abc") != content_digest("", b"abc")
     assert 0 <= id_digest("abc") < 2**80 and 0 <= content_digest("", b"abc") < 2**80
     assert id_digest("abc") == id_digest("abc")
+
+
+JSONISH = st.one_of(
+    st.binary(max_size=60), st.text(max_size=60).map(str.encode), st.from_regex(r"\s*\{.*\}\s*").map(str.encode)
+)
+
+
+@given(JSONISH)
+def test_the_fast_json_parse_agrees_with_json_loads_on_utf8(data: bytes) -> None:
+    """parse_json accepts exactly what json.loads accepts of UTF-8 text, with the same value."""
+    import json
+
+    from copier.identity import parse_json
+
+    try:
+        expected = json.loads(data.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        expected = ValueError
+    try:
+        got = parse_json(data)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        got = ValueError
+    assert got == expected or (got != got and expected != expected)  # NaN is unequal to itself
+
+
+def test_the_fast_json_parse_rejects_what_is_not_one_json_value() -> None:
+    """Trailing data, two values, and nothing at all are not JSON; surrounding whitespace is."""
+    from copier.identity import parse_json
+
+    assert parse_json(b' \n{"a": 1}\t ') == {"a": 1}
+    for bad in (b'{"a": 1} x', b"{} {}", b"", b"   ", b"\xff"):
+        with pytest.raises((ValueError, UnicodeDecodeError)):
+            parse_json(bad)

@@ -448,3 +448,75 @@ def test_a_fenced_processor_gives_up_past_its_cap() -> None:
     first.process([rec(2, "b")])
     with pytest.raises(FencedBacklogError):
         first.process([rec(3 + i, f"e{i}") for i in range(MAX_HELD_RECORDS)])
+
+
+# -- small deliveries forwarded together -----------------------------------------------------------
+
+COALESCING = {"callProcessRecordsEvenForEmptyRecordList": "true"}
+
+
+def test_small_deliveries_wait_and_go_out_together() -> None:
+    """Deliveries of 2 wait until 5 events are waiting: then one digest batch and one commit for all 6."""
+    world = World(config(COALESCING, coalesceEvents=5, coalesceMillis=200))
+    owner = world.worker()
+    writes = world.store.write_requests
+    assert owner.process([rec(1, "a"), rec(2, "b")]) is None
+    assert owner.process([rec(3, "c"), rec(4, "d")]) is None, "acknowledged, not committed: no checkpoint"
+    assert world.target_ids() == Counter()
+    assert owner.process([rec(5, "e"), rec(6, "f")]) == Position(6)
+    assert world.store.write_requests == writes + 2
+    assert world.target_ids() == Counter({k: 1 for k in "abcdef"})
+
+
+def test_a_waiting_delivery_goes_out_on_an_empty_call_after_the_delay() -> None:
+    """An idle shard's daemon calls with no records: what waited longer than coalesceMillis is forwarded."""
+    world = World(config(COALESCING, coalesceEvents=500, coalesceMillis=200))
+    owner = world.worker()
+    assert owner.process([rec(1, "a")]) is None
+    world.clock.advance(150)
+    assert owner.process([]) is None
+    world.clock.advance(60)
+    assert owner.process([]) == Position(1)
+    assert world.target_ids() == Counter({"a": 1})
+
+
+def test_without_empty_calls_from_the_daemon_nothing_waits() -> None:
+    """callProcessRecordsEvenForEmptyRecordList off: a record could wait behind an idle shard, so none does."""
+    world = World(config(coalesceEvents=500, coalesceMillis=200))
+    owner = world.worker()
+    assert owner.process([rec(1, "a")]) == Position(1)
+
+
+def test_a_shutdown_forwards_what_waits_and_a_lost_lease_drops_it() -> None:
+    """flush() before a checkpoint on shutdown; after lease_lost the next owner replays what waited."""
+    world = World(config(COALESCING, coalesceEvents=500, coalesceMillis=200))
+    owner = world.worker()
+    owner.process([rec(1, "a")])
+    assert owner.flush() == Position(1)
+    owner.process([rec(2, "b")])
+    owner.lose_lease()
+    assert owner.flush() is None
+    assert world.target_ids() == Counter({"a": 1})
+
+
+def test_a_grandchild_after_a_split_and_a_merge_inherits_its_grandparents_window() -> None:
+    """Shard 1 splits into 2 and 3, then 3 merges with 4 into 5: a duplicate of shard 1's event on 5 is dropped.
+
+    (Chaos seed 6 found 21 late duplicates forwarded: only direct parents' windows were loaded, and a
+    child's digest batches hold only what the child itself forwarded.)
+    """
+    world = World()
+    world.worker("shardId-1").process([rec(1, "forwarded-on-the-grandparent")])
+    world.streams.shard_parents.update({"shardId-2": ["shardId-1"], "shardId-3": ["shardId-1"]})
+    world.worker("shardId-3").process([rec(5, "on-the-child")])
+    world.worker("shardId-4").process([rec(7, "on-the-other-parent")])
+    world.streams.shard_parents["shardId-5"] = ["shardId-3", "shardId-4"]
+    with capture_logs() as logs:
+        grandchild = world.worker("shardId-5")
+    loaded = [e for e in logs if e["event"] == "window_loaded"][0]
+    assert set(loaded["parents"]) == {"shardId-3", "shardId-4", "shardId-1"}
+    names = ["forwarded-on-the-grandparent", "on-the-child", "on-the-other-parent", "new"]
+    grandchild.process([rec(9 + i, name) for i, name in enumerate(names)])
+    assert world.target_ids() == Counter(
+        {"forwarded-on-the-grandparent": 1, "on-the-child": 1, "on-the-other-parent": 1, "new": 1}
+    )

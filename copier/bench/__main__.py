@@ -31,6 +31,7 @@ class Profile:
     cpu_cases: tuple[tuple[int, int, int], ...]  # (payload bytes, batch, events)
     cpu_repeats: int
     cost_batches: tuple[int, ...]
+    cost_coalesced: tuple[int, ...]  # delivered batch sizes measured again with default coalescing
     cost_events: int
     windows: tuple[int, ...]
     window_events: int
@@ -38,7 +39,6 @@ class Profile:
     e2e_rate: int
     e2e_seconds: float
     e2e_burst: int
-    plots: bool = True
 
 
 FULL = Profile(
@@ -46,6 +46,7 @@ FULL = Profile(
     + tuple((2048, b, 20_000) for b in (100, 1000, 10_000)),
     cpu_repeats=3,
     cost_batches=(10, 100, 500, 1000, 10_000),
+    cost_coalesced=(10, 100),
     cost_events=20_000,
     windows=(10_000, 100_000, 400_000, 1_200_000, 3_600_000),
     window_events=20_000,
@@ -55,9 +56,10 @@ FULL = Profile(
     e2e_burst=10_000,
 )
 SMOKE = Profile(
-    cpu_cases=((200, 100, 300),),
+    cpu_cases=((200, 100, 300), (200, 1000, 1000)),
     cpu_repeats=1,
     cost_batches=(10, 100),
+    cost_coalesced=(10,),
     cost_events=200,
     windows=(1000,),
     window_events=200,
@@ -65,7 +67,6 @@ SMOKE = Profile(
     e2e_rate=20,
     e2e_seconds=2.0,
     e2e_burst=100,
-    plots=False,
 )
 
 
@@ -121,21 +122,28 @@ def run(profile: Profile, workdir: Path, command: str) -> Results:
 
         kinesis = boto3.session.Session(region_name="us-east-1").client("kinesis", endpoint_url=backend.endpoint)
         # A copier processor looks its shard up in ListShards: each processor gets a real shard of its own.
-        shards = len(profile.cpu_cases) * profile.cpu_repeats * 2 + len(profile.windows)
+        shards = len(profile.cpu_cases) * profile.cpu_repeats * 3 + len(profile.windows)
         for name, count in (("bench-staging", shards), ("bench-target", 4)):
             kinesis.create_stream(StreamName=name, ShardCount=count)
             kinesis.get_waiter("stream_exists").wait(StreamName=name)
-        props = local_properties(
-            workdir / "bench.properties",
-            backend.endpoint,
-            "bench",
-            "bench-staging",
-            "bench-target",
-            COPIER,
-            logLevel="INFO",
-            checkpointIntervalMillis="60000",
-            dedupWindowMaxEvents="10000000",
-        )
+
+        def properties(name: str, **more: str) -> Path:
+            return local_properties(
+                workdir / f"{name}.properties",
+                backend.endpoint,
+                "bench",
+                "bench-staging",
+                "bench-target",
+                COPIER,
+                logLevel="INFO",
+                checkpointIntervalMillis="60000",
+                dedupWindowMaxEvents="10000000",
+                kcl=None,
+                **more,
+            )
+
+        props = properties("bench")
+        uncoalesced = properties("bench-uncoalesced", coalesceEvents="1")
         config = load_config(props)
         store = DynamoStateStore(config)
         store.create_table()
@@ -144,7 +152,8 @@ def run(profile: Profile, workdir: Path, command: str) -> Results:
         for payload_bytes, batch, events in profile.cpu_cases:
             _say(f"cpu: {payload_bytes} B, batches of {batch}, {events} events, x{profile.cpu_repeats} each")
             case = cpu.CpuCase(payload_bytes, batch, events)
-            results.cpu.append(cpu.run_case(props, plain, case, profile.cpu_repeats, shard_ids).to_json())
+            alone = uncoalesced if config.coalescing and batch < config.coalesce_events else None
+            results.cpu.append(cpu.run_case(props, alone, plain, case, profile.cpu_repeats, shard_ids).to_json())
         for size, shard in zip(profile.windows, shard_ids, strict=False):
             _say(f"window: {size} IDs")
             results.window.append(
@@ -163,10 +172,12 @@ def run(profile: Profile, workdir: Path, command: str) -> Results:
                     profile.e2e_burst,
                 )
                 results.e2e.append(outcome.to_json())
-    _say(f"cost: batches {profile.cost_batches}, {profile.cost_events} events each")
+    _say(f"cost: batches {profile.cost_batches}, coalesced {profile.cost_coalesced}, {profile.cost_events} events each")
     cost_dir = workdir / "cost"
     cost_dir.mkdir(exist_ok=True)
-    results.cost = cost.measure_costs(cost_dir, list(profile.cost_batches), profile.cost_events).to_json()
+    results.cost = cost.measure_costs(
+        cost_dir, list(profile.cost_batches), list(profile.cost_coalesced), profile.cost_events
+    ).to_json()
     results.method["minutes"] = round((time.monotonic() - started) / 60, 1)
     return results
 
@@ -186,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="copier-bench-") as workdir:
         results = run(SMOKE if args.smoke else FULL, Path(workdir), command.strip())
     (out / "benchmarks.json").write_text(json.dumps(results.__dict__, indent=1) + "\n")
-    write(results.__dict__, out, plots=not args.smoke)
+    write(results.__dict__, out)
     _say(f"wrote {out / 'benchmarks.md'}")
     return 0
 

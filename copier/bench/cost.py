@@ -8,7 +8,10 @@ side believes it wrote.
 
 * copier: ``copier process``, driven over its pipes, forwards batches of a
   given size; everything it writes to its state table counts (digest
-  batches, commits, lease renewals).
+  batches, commits, lease renewals). The batch sizes are measured with
+  coalescing off (``copier.coalesceEvents = 1``), so that each delivery is
+  one forwarded batch; the smallest is measured again as configured by
+  default, where deliveries wait to go out together.
 * per-record idempotency, as AWS Lambda Powertools' idempotency utility
   does it: per event, a conditional PutItem of an ``INPROGRESS`` record
   (key ``<function>#<MD5 of the event>``, expiry, in-progress expiry), then
@@ -30,6 +33,7 @@ from typing import Any
 
 import boto3
 
+from copier.bench.cpu import DRAIN_WAIT_S
 from copier.local.backend import DUMMY_ENV, spawned
 from copier.local.billing import billed_writes
 from copier.local.multilang import COPIER, Processor, records_message
@@ -42,17 +46,23 @@ PER_MILLION = 1_000_000
 
 @dataclass(frozen=True)
 class CostResult:
-    """Write units per million events: copier by batch size, and the per-record baseline."""
+    """Write units per million events: copier by delivered batch size, and the per-record baseline."""
 
-    copier: dict[int, float]  # batch size -> units per 1,000,000 events
+    copier: dict[int, float]  # delivered batch size, coalescing off -> units per 1,000,000 events
+    coalesced: dict[int, float]  # delivered batch size, default coalescing -> units per 1,000,000 events
     per_record: float
     events: int  # events measured per case
 
     def to_json(self) -> dict[str, Any]:
+        def fewer(cases: dict[int, float]) -> dict[str, float]:
+            return {str(k): round(self.per_record / v, 1) for k, v in cases.items()}
+
         return {
             "copier_units_per_million": {str(k): round(v) for k, v in self.copier.items()},
+            "coalesced_units_per_million": {str(k): round(v) for k, v in self.coalesced.items()},
             "per_record_idempotency_units_per_million": round(self.per_record),
-            "times_fewer": {str(k): round(self.per_record / v, 1) for k, v in self.copier.items()},
+            "times_fewer": fewer(self.copier),
+            "coalesced_times_fewer": fewer(self.coalesced),
             "events_per_case": self.events,
         }
 
@@ -103,41 +113,55 @@ def _per_record(client: Any, table: str, events: int) -> None:
         )
 
 
-def measure_costs(workdir: Path, batch_sizes: list[int], events: int) -> CostResult:
-    """Forward ``events`` events at each batch size with copier, and run the baseline on ``events`` events."""
+def measure_costs(workdir: Path, batch_sizes: list[int], coalesced_sizes: list[int], events: int) -> CostResult:
+    """Forward ``events`` events at each batch size with copier, and run the baseline on ``events`` events.
+
+    ``coalesced_sizes``: delivered batch sizes measured again with coalescing as configured by default.
+    """
     recording = workdir / "recording.jsonl"
-    copier: dict[int, float] = {}
+    cases = [(size, False) for size in batch_sizes] + [(size, True) for size in coalesced_sizes]
+    results: dict[bool, dict[int, float]] = {False: {}, True: {}}
     with spawned(**DUMMY_ENV, MOTO_ENABLE_RECORDING="True", MOTO_RECORDER_FILEPATH=str(recording)) as endpoint:
         os.environ.update({k: v for k, v in DUMMY_ENV.items() if k not in os.environ})
         session = boto3.session.Session(region_name="us-east-1")
         kinesis = session.client("kinesis", endpoint_url=endpoint)
         dynamodb = session.client("dynamodb", endpoint_url=endpoint)
         # Each batch size runs on a shard of its own (a processor looks its shard up in ListShards).
-        for name, shards in (("cost-staging", len(batch_sizes)), ("cost-target", 4)):
+        for name, shards in (("cost-staging", len(cases)), ("cost-target", 4)):
             kinesis.create_stream(StreamName=name, ShardCount=shards)
             kinesis.get_waiter("stream_exists").wait(StreamName=name)
-        props = local_properties(
-            workdir / "cost.properties", endpoint, "cost", "cost-staging", "cost-target", COPIER, logLevel="WARNING"
-        )
-        subprocess.run([COPIER, "init", "--properties", str(props)], check=True, capture_output=True)
+        properties = {
+            coalesced: local_properties(
+                workdir / f"cost-{coalesced}.properties",
+                endpoint,
+                "cost",
+                "cost-staging",
+                "cost-target",
+                COPIER,
+                logLevel="WARNING",
+                kcl=None,
+                **({} if coalesced else {"coalesceEvents": "1"}),
+            )
+            for coalesced in (False, True)
+        }
+        subprocess.run([COPIER, "init", "--properties", str(properties[False])], check=True, capture_output=True)
         table = "cost-copier-state"
         seq = 1
-        for shard, size in enumerate(batch_sizes):
-            proc = Processor(props, f"cost-{size}")
+        for shard, (size, coalesced) in enumerate(cases):
+            proc = Processor(properties[coalesced], f"cost-{size}-{coalesced}")
             try:
                 proc.initialize(f"shardId-{shard:012d}")  # a takeover is not steady state: not counted
                 recording.write_text("")
-                records = []
-                for n in range(events):
-                    event_id, data = _event(seq + n, f"copier-{size}")
-                    records.append((event_id, data))
+                records = [_event(seq + n, f"copier-{size}-{coalesced}") for n in range(events)]
                 for first in range(0, events, size):
                     proc.process_json(records_message(records[first : first + size], seq + first))
-                copier[size] = _units(recording, table) / events * PER_MILLION
+                time.sleep(DRAIN_WAIT_S)  # then an empty delivery, as the daemon sends: nothing is left waiting
+                proc.process_json(records_message([], seq + events))
+                results[coalesced][size] = _units(recording, table) / events * PER_MILLION
                 seq += events
             finally:
                 proc.close()
         recording.write_text("")
         _per_record(dynamodb, "cost-idempotency", events)
         per_record = _units(recording, "cost-idempotency") / events * PER_MILLION
-    return CostResult(copier, per_record, events)
+    return CostResult(results[False], results[True], per_record, events)

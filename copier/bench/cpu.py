@@ -8,14 +8,24 @@ processor process's own user + system CPU time (``/proc/<pid>/stat``)
 across the measured batches, divided by the events: the protocol parsing,
 de-serialisation and PutRecords that both pay, and what copier adds
 (event IDs, digests, the window, its state writes). Runs alternate between
-the two processors and repeat; the median is kept, and the ratio is taken
+the processors and repeat; the median is kept, and the ratio is taken
 within a repetition, so a noisy machine moves both alike.
+
+copier coalesces deliveries smaller than ``copier.coalesceEvents`` (500) by
+default. For those batch sizes it is measured twice: as configured by
+default, and with coalescing off (``copier.coalesceEvents = 1``: each
+delivery forwarded and committed alone), so the table shows what the
+coalescing buys and what the rest costs. After the last batch the driver
+waits out ``copier.coalesceMillis`` and sends an empty delivery, as the
+daemon does, so that events still waiting are forwarded inside the
+measurement.
 """
 
 from __future__ import annotations
 
 import json
 import statistics
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,9 +48,11 @@ class CpuCase:
 class CpuResult:
     case: CpuCase
     plain_us: float  # median CPU microseconds per event
-    copier_us: float
+    copier_us: float  # copier as configured by default (coalescing small deliveries)
     ratio: float  # median of the per-repetition ratios copier / plain
     repeats: int
+    alone_us: float | None = None  # copier with coalescing off, where the batch is below coalesceEvents
+    alone_ratio: float | None = None
 
     @property
     def copier_events_per_core_s(self) -> float:
@@ -55,6 +67,8 @@ class CpuResult:
             "copier_us_per_event": round(self.copier_us, 2),
             "ratio": round(self.ratio, 3),
             "copier_events_per_core_s": round(self.copier_events_per_core_s),
+            "uncoalesced_us_per_event": None if self.alone_us is None else round(self.alone_us, 2),
+            "uncoalesced_ratio": None if self.alone_ratio is None else round(self.alone_ratio, 3),
             "repeats": self.repeats,
         }
 
@@ -86,27 +100,55 @@ def _measure(command: list[str] | None, properties: Path, case: CpuCase, shard: 
         before = proc.cpu_seconds()
         for message in lines:
             proc.process_json(message)
+        time.sleep(DRAIN_WAIT_S)  # then an empty delivery: whatever still waits to be coalesced goes out
+        proc.process_json(records_message([], 1_000_000 + case.events))
         spent = proc.cpu_seconds() - before
     finally:
         proc.close()
     return spent / case.events
 
 
+#: Longer than the ``copier.coalesceMillis`` default (200 ms) the benchmark runs with.
+DRAIN_WAIT_S = 0.3
+
+
 def run_case(
-    properties: Path, plain_command: list[str], case: CpuCase, repeats: int, shards: Iterator[str]
+    properties: Path,
+    uncoalesced: Path | None,
+    plain_command: list[str],
+    case: CpuCase,
+    repeats: int,
+    shards: Iterator[str],
 ) -> CpuResult:
-    """Both processors, ``repeats`` times each, alternating; medians and the median ratio."""
-    plain: list[float] = []
-    copier: list[float] = []
+    """Each processor ``repeats`` times, in rotating order; medians and the median ratios.
+
+    ``uncoalesced``: a properties file with coalescing off, to measure copier that way too.
+    """
+    runs: list[tuple[str, list[str] | None, Path]] = [
+        ("plain", plain_command, properties),
+        ("copier", None, properties),
+    ]
+    if uncoalesced is not None:
+        runs.append(("alone", None, uncoalesced))
+    spent: dict[str, list[float]] = {kind: [] for kind, _, _ in runs}
     for r in range(repeats):
         run = uuid.uuid4().hex[:8]
-        order = (
-            [("plain", plain_command), ("copier", None)] if r % 2 == 0 else [("copier", None), ("plain", plain_command)]
-        )
-        for kind, command in order:
-            per_event = _measure(command, properties, case, next(shards), f"{run}-{kind}")
-            (plain if kind == "plain" else copier).append(per_event)
-    ratios = [c / p for c, p in zip(copier, plain, strict=True)]
+        for kind, command, props in runs[r % len(runs) :] + runs[: r % len(runs)]:
+            spent[kind].append(_measure(command, props, case, next(shards), f"{run}-{kind}"))
+
+    def ratio(kind: str) -> float:
+        return statistics.median(c / p for c, p in zip(spent[kind], spent["plain"], strict=True))
+
+    def median_us(kind: str) -> float:
+        return statistics.median(spent[kind]) * 1e6
+
+    alone = uncoalesced is not None
     return CpuResult(
-        case, statistics.median(plain) * 1e6, statistics.median(copier) * 1e6, statistics.median(ratios), repeats
+        case,
+        median_us("plain"),
+        median_us("copier"),
+        ratio("copier"),
+        repeats,
+        median_us("alone") if alone else None,
+        ratio("alone") if alone else None,
     )

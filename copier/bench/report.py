@@ -19,13 +19,19 @@ COST_GOAL = 130
 
 def _cpu_table(rows: list[dict[str, Any]]) -> list[str]:
     out = [
-        "| payload | batch | plain copier µs/event | copier µs/event | ratio | copier events/s per core |",
-        "|---|---|---|---|---|---|",
+        "| payload | batch | plain copier µs/event | copier µs/event | ratio | copier events/s per core "
+        "| copier, coalescing off: µs/event | ratio |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        alone = r.get("uncoalesced_us_per_event")
         out.append(
             f"| {r['payload_bytes']} B | {r['batch']} | {r['plain_us_per_event']} | {r['copier_us_per_event']} | "
-            f"{r['ratio']} | {r['copier_events_per_core_s']:,} |"
+            f"{r['ratio']} | {r['copier_events_per_core_s']:,} | "
+            + ("(same)" if alone is None else str(alone))
+            + " | "
+            + ("" if alone is None else str(r["uncoalesced_ratio"]))
+            + " |"
         )
     return out
 
@@ -41,18 +47,27 @@ def _verdicts(data: dict[str, Any]) -> list[str]:
             f"goal at most {CPU_GOAL_RATIO}); slowest {slowest['copier_events_per_core_s']:,} events/s per core "
             f"({slowest['payload_bytes']} B, batches of {slowest['batch']}; goal at least {CPU_GOAL_EVENTS:,})."
         )
+        alone = [r for r in goal_rows if r.get("uncoalesced_ratio") is not None]
+        if alone:
+            worst_alone = max(alone, key=lambda r: r["uncoalesced_ratio"])
+            lines.append(
+                f"- CPU with coalescing off: worst ratio {worst_alone['uncoalesced_ratio']} "
+                f"({worst_alone['payload_bytes']} B, batches of {worst_alone['batch']})."
+            )
     if data["cost"]:
-        fewer = data["cost"]["times_fewer"]
+        cost = data["cost"]
         lines.append(
             "- DynamoDB: "
-            + ", ".join(f"{v}x fewer write units with batches of {k}" for k, v in fewer.items())
+            + ", ".join(f"{v}x fewer write units with batches of {k}" for k, v in cost["times_fewer"].items())
+            + ", and with coalescing: "
+            + ", ".join(f"{v}x with batches of {k}" for k, v in cost["coalesced_times_fewer"].items())
             + f" (goal at least {COST_GOAL}x)."
         )
     return lines
 
 
-def write(data: dict[str, Any], out: Path, plots: bool = True) -> None:
-    """benchmarks.md (and, with ``plots``, the PNG figures) in ``out``."""
+def write(data: dict[str, Any], out: Path) -> None:
+    """benchmarks.md and its PNG figures in ``out``."""
     method = data["method"]
     machine, versions = method["machine"], method["versions"]
     lines = [
@@ -75,14 +90,15 @@ def write(data: dict[str, Any], out: Path, plots: bool = True) -> None:
         "(`copier.local.multilang`), against the same backend: `copier process`, and a plain at-least-once",
         "amazon-kclpy copier (`copier.bench.plain`: PutRecords, checkpoints, no event IDs, no state). What is",
         "measured is the processor process's own user + system CPU over the measured batches, divided by the",
-        "events; runs alternate between the two, repeat, and the medians are shown (the ratio is the median",
-        "of the per-repetition ratios). Events are JSON with a UUID event ID.",
+        "events; runs rotate between the processors, repeat, and the medians are shown (a ratio is the median",
+        "of the per-repetition ratios against the plain copier). Events are JSON with a UUID event ID.",
+        "copier coalesces deliveries smaller than `copier.coalesceEvents` (500) by default: for those batch",
+        "sizes it is also measured with coalescing off, each delivery forwarded and committed alone.",
         "",
         *_cpu_table(data["cpu"]),
         "",
     ]
-    if plots:
-        lines += ["![CPU per event](bench-cpu.png)", ""]
+    lines += ["![CPU per event](bench-cpu.png)", ""]
     if data["cost"]:
         cost = data["cost"]
         lines += [
@@ -92,19 +108,24 @@ def write(data: dict[str, Any], out: Path, plots: bool = True) -> None:
             "`copier.local.billing`: item sizes, 1 KB units, an UpdateItem at the larger of the item before and",
             "after). Per-record idempotency is what AWS Lambda Powertools' idempotency utility does per event: a",
             "conditional PutItem of an `INPROGRESS` record, then an UpdateItem to `COMPLETED` with the result.",
-            f"Measured over {cost['events_per_case']:,} events per case.",
+            f"Measured over {cost['events_per_case']:,} events per case. copier's rows are each delivery forwarded",
+            "alone (coalescing off), then the small deliveries again as configured by default (coalesced).",
             "",
-            "| batch | copier | per-record idempotency | times fewer |",
+            "| batch delivered | copier | per-record idempotency | times fewer |",
             "|---|---|---|---|",
             *(
                 f"| {b} | {cost['copier_units_per_million'][b]:,} | "
                 f"{cost['per_record_idempotency_units_per_million']:,} | {cost['times_fewer'][b]} |"
                 for b in cost["copier_units_per_million"]
             ),
+            *(
+                f"| {b}, coalesced | {cost['coalesced_units_per_million'][b]:,} | "
+                f"{cost['per_record_idempotency_units_per_million']:,} | {cost['coalesced_times_fewer'][b]} |"
+                for b in cost["coalesced_units_per_million"]
+            ),
             "",
         ]
-        if plots:
-            lines += ["![Write units per million events](bench-cost.png)", ""]
+        lines += ["![Write units per million events](bench-cost.png)", ""]
     if data["window"]:
         lines += [
             "## 3. The dedup window",
@@ -124,8 +145,7 @@ def write(data: dict[str, Any], out: Path, plots: bool = True) -> None:
             ),
             "",
         ]
-        if plots:
-            lines += ["![The window as it grows](bench-window.png)", ""]
+        lines += ["![The window as it grows](bench-window.png)", ""]
     if data["e2e"]:
         lines += [
             "## 4. End to end with the real daemon",
@@ -144,11 +164,9 @@ def write(data: dict[str, Any], out: Path, plots: bool = True) -> None:
             ),
             "",
         ]
-        if plots:
-            lines += ["![End to end](bench-e2e.png)", ""]
+        lines += ["![End to end](bench-e2e.png)", ""]
     (out / "benchmarks.md").write_text("\n".join(lines))
-    if plots:
-        _plots(data, out)
+    _plots(data, out)
 
 
 def _plots(data: dict[str, Any], out: Path) -> None:
@@ -163,6 +181,9 @@ def _plots(data: dict[str, Any], out: Path) -> None:
         batches = [r["batch"] for r in rows]
         ax.plot(batches, [r["plain_us_per_event"] for r in rows], "o--", label=f"plain copier, {payload} B")
         ax.plot(batches, [r["copier_us_per_event"] for r in rows], "o-", label=f"copier, {payload} B")
+        alone = [(r["batch"], r["uncoalesced_us_per_event"]) for r in rows if r.get("uncoalesced_us_per_event")]
+        if alone:
+            ax.plot(*zip(*alone, strict=True), "x:", label=f"copier, coalescing off, {payload} B")
     ax.set(xscale="log", xlabel="events a batch", ylabel="CPU µs per event", title="Processor CPU per event")
     ax.legend()
     fig.tight_layout()

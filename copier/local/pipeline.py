@@ -41,6 +41,7 @@ FAST_KCL = {
     "taskBackoffTimeMillis": "200",
     "listShardsBackoffTimeInMillis": "200",
     "shutdownGraceMillis": "5000",
+    "callProcessRecordsEvenForEmptyRecordList": "true",
 }
 
 

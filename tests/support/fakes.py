@@ -25,7 +25,7 @@ class SimulatedPause(BaseException):
     """The process freezes here; what it was about to write is held and may land much later."""
 
 
-def config(**copier: object) -> Config:
+def config(daemon: dict[str, object] | None = None, **copier: object) -> Config:
     keys = {
         "targetStreamName": "target",
         "dedupKey": "json:eventId",
@@ -35,6 +35,7 @@ def config(**copier: object) -> Config:
         **copier,
     }
     text = "applicationName = app\nstreamName = staging\nregionName = us-east-1\nfailoverTimeMillis = 5000\n"
+    text += "".join(f"{k} = {v}\n" for k, v in (daemon or {}).items())
     text += "".join(f"copier.{k} = {v}\n" for k, v in keys.items())
     return parse_config(text, "test.properties")
 

@@ -1,0 +1,71 @@
+"""The benchmark harness runs end to end at tiny sizes (``python -m copier.bench --smoke``), so it cannot rot.
+
+The numbers of a smoke run are too small to mean anything about speed; what
+is checked is that every part ran against its baseline and that the parts
+which count (write units, events) count what they say.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.protocol, pytest.mark.timeout(900)]
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("bench")
+    done = subprocess.run(
+        [sys.executable, "-m", "copier.bench", "--smoke", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return out, json.loads((out / "benchmarks.json").read_text())
+
+
+def test_every_part_writes_its_numbers_table_and_plot(smoke: tuple[Path, dict]) -> None:
+    out, data = smoke
+    text = (out / "benchmarks.md").read_text()
+    for heading in ("## 1. Processor CPU", "## 2. DynamoDB write units", "## 3. The dedup window", "## 4. End to end"):
+        assert heading in text
+    for plot in ("bench-cpu.png", "bench-cost.png", "bench-window.png", "bench-e2e.png"):
+        assert (out / plot).stat().st_size > 1000, plot
+    assert data["method"]["versions"]["amazon-kclpy"] and data["method"]["machine"]["cores"]
+
+
+def test_cpu_is_measured_for_both_processors_and_uncoalesced_only_below_the_coalescing_size(
+    smoke: tuple[Path, dict],
+) -> None:
+    _, data = smoke
+    rows = {r["batch"]: r for r in data["cpu"]}
+    assert set(rows) == {100, 1000}
+    for row in rows.values():
+        assert row["plain_us_per_event"] > 0 and row["copier_us_per_event"] > 0
+    assert rows[100]["uncoalesced_us_per_event"] > 0
+    assert rows[1000]["uncoalesced_us_per_event"] is None  # a delivery of 1,000 is never held back
+
+
+def test_write_units_come_from_the_backend_and_fall_with_batching(smoke: tuple[Path, dict]) -> None:
+    """Per-record idempotency bills two writes an event; copier's units fall as batches grow and coalesce."""
+    _, data = smoke
+    cost = data["cost"]
+    assert cost["per_record_idempotency_units_per_million"] == 2_000_000
+    units = {int(k): v for k, v in cost["copier_units_per_million"].items()}
+    assert 0 < units[100] < units[10] < cost["per_record_idempotency_units_per_million"]
+    assert 0 < cost["coalesced_units_per_million"]["10"] < units[10]
+
+
+def test_the_window_and_the_end_to_end_runs_report_what_they_measured(smoke: tuple[Path, dict]) -> None:
+    _, data = smoke
+    (window,) = data["window"]
+    assert window["ids"] == 1000 and 8 < window["loaded_bytes_per_id"] < 64 and window["takeover_s"] > 0
+    assert {(r["kind"], r["shards"]) for r in data["e2e"]} == {("plain", 1), ("copier", 1)}
+    for run in data["e2e"]:
+        assert run["throughput_eps"] > 0 and 0 < run["latency_p50_ms"] <= run["latency_p99_ms"]
