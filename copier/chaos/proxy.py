@@ -168,6 +168,7 @@ class FaultProxy:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out in two writes: no delayed-ACK stall between them
     owner: FaultProxy
     _upstream = threading.local()
 

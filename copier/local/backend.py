@@ -171,8 +171,12 @@ class LocalBackend:
         if self._thread is not None:
             raise RuntimeError("LocalBackend already started")
         app = make_app()  # imports moto and patches it before any request can arrive
-        sock = socket.socket(self._family, socket.SOCK_STREAM)
+        # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets whose proto says TCP.
+        # Without it each response on a kept-alive connection (headers, then body) waits for
+        # the client's delayed ACK: measured 45 ms a request instead of 3.
+        sock = socket.socket(self._family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((self._host, self._requested_port))
             sock.listen(128)
