@@ -5,18 +5,21 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 EXTRAS ?= test,lint,spark,bench
 
-.PHONY: install test test-fast demo lint chaos bench clean
+.PHONY: install test test-fast demo lint chaos bench dist clean
 
 install: $(STAMP)
 
 # amazon-kclpy is an sdist whose build downloads the KCL MultiLangDaemon jars
-# from Maven Central (KCL_MVN_REPO_SEARCH_URL overrides the base URL); the
-# last line checks that they arrived.
+# from Maven Central (KCL_MVN_REPO_SEARCH_URL overrides the base URL); copier.jars
+# --check checks that they arrived.
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
 	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'
 	$(BIN)/python -m copier.jars --check
+	@# systemd-analyze checks the units in the tests (Debian's systemd package, installed if missing).
+	command -v systemd-analyze >/dev/null 2>&1 || { sudo=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
+		$$sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q systemd; }
 	touch $@
 
 test: install
@@ -37,9 +40,20 @@ chaos: install
 bench: install
 	$(BIN)/python -m copier.bench --out docs
 
+# The release bundle scripts/copier.yaml installs from: the wheel, the installer, the units, the sample config.
+VERSION = $(shell sed -n 's/^version = //p' setup.cfg)
+dist: install
+	rm -rf dist/copier-$(VERSION) && mkdir -p dist/copier-$(VERSION)/scripts dist/copier-$(VERSION)/properties
+	$(BIN)/python -m pip wheel --quiet --no-deps --no-build-isolation -w dist/copier-$(VERSION) .
+	cp scripts/install.sh scripts/copier.service scripts/copier-scale-in.service scripts/copier.env dist/copier-$(VERSION)/scripts/
+	cp properties/copier.properties dist/copier-$(VERSION)/properties/
+	cp README.md dist/copier-$(VERSION)/
+	tar -C dist -czf dist/copier-$(VERSION).tar.gz copier-$(VERSION)
+	@echo "dist/copier-$(VERSION).tar.gz: upload it to S3 and give its bucket and key to scripts/copier.yaml"
+
 lint: install
 	$(BIN)/ruff check copier tests
 	$(BIN)/mypy copier
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache
+	rm -rf dist build *.egg-info $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache

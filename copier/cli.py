@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from copier import demo, produce, verify
+from copier import demo, produce, scalein, verify
 from copier.config import Config, load_config
 from copier.errors import ConfigError, CopierError
 
@@ -78,7 +78,20 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_process(args: argparse.Namespace) -> int:
-    """The record processor. stdout carries the protocol only: stray prints go to stderr."""
+    """The record processor. stdout carries the protocol only: stray prints go to stderr.
+
+    SIGTERM and SIGINT are ignored: the daemon alone ends a processor's life
+    (shutdown_requested: finish the batch, checkpoint, release; then the end of
+    its input). A signal sent to the whole process group (systemd's
+    KillMode=control-group, Ctrl-C in a terminal) would otherwise kill every
+    processor before the daemon asks it to release its shard, and each
+    successor would sleep out a lease. An orphan (daemon SIGKILLed) still ends:
+    its input closes.
+    """
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     protocol_out = sys.stdout
     sys.stdout = sys.stderr
     config = _config(args.properties)
@@ -86,6 +99,7 @@ def cmd_process(args: argparse.Namespace) -> int:
     from copier.dynamo import DynamoStateStore
     from copier.kinesis import KinesisStreams
     from copier.logs import configure_logging
+    from copier.metrics import emitter_for
     from copier.processor import CopierRecordProcessor, kcl_process, tune_gc
     from copier.shard import ShardWorker
 
@@ -93,12 +107,15 @@ def cmd_process(args: argparse.Namespace) -> int:
     store = DynamoStateStore(config)
     streams = KinesisStreams(config)
 
+    emitter = emitter_for(config)
+
     def make_worker() -> ShardWorker:
-        return ShardWorker(config, store, streams)
+        return ShardWorker(config, store, streams, metrics=emitter)
 
     processor = CopierRecordProcessor(make_worker, config.checkpoint_interval_millis)
     tune_gc()
     kcl_process(processor, sys.stdin, protocol_out, sys.stderr).run()
+    processor.input_closed()
     return 0
 
 
@@ -144,6 +161,10 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("local-backend", help="serve local Kinesis and DynamoDB on 127.0.0.1 (for tests and demos)")
     p.add_argument("--port", type=int, default=4566)
     p.set_defaults(func=lambda a: _local_backend(["--port", str(a.port)]))
+
+    p = sub.add_parser("scale-in-watch", help="on Auto Scaling scale-in, stop copier.service, then let it go on")
+    scalein.add_arguments(p)
+    p.set_defaults(func=scalein.main)
 
     p = sub.add_parser("check-config", help="validate a properties file")
     p.add_argument("file", metavar="FILE")

@@ -27,6 +27,7 @@ T = TypeVar("T")
 _STREAM_NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
 _TABLE_NAME = re.compile(r"^[a-zA-Z0-9_.-]{3,255}$")
 _JSON_PATH = re.compile(r"^[^.\s]+(\.[^.\s]+)*$")
+_NAMESPACE = re.compile(r"^[a-zA-Z0-9._#:/-]{1,255}$")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
@@ -74,6 +75,10 @@ class Config:
     coalesce_events: int
     coalesce_millis: int
     empty_batches: bool  # the daemon's callProcessRecordsEvenForEmptyRecordList
+    metrics: Literal["none", "emf"] = "none"
+    metrics_agent_endpoint: str = "tcp://127.0.0.1:25888"
+    metrics_namespace: str = "copier"
+    metrics_interval_seconds: int = 60
 
     @property
     def dedup_window_ms(self) -> int:
@@ -131,6 +136,12 @@ def _boolean(value: str) -> bool:
     return value.lower() == "true"
 
 
+def _agent_endpoint(value: str) -> str:
+    if not re.match(r"^(tcp|udp)://[^\s/:]+:\d+$", value):
+        raise ValueError(f"expected tcp://HOST:PORT or udp://HOST:PORT (the CloudWatch agent), got {value!r}")
+    return value
+
+
 def _endpoint(value: str) -> str:
     if not re.match(r"^https?://[^\s/]+(:\d+)?/?$", value):
         raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
@@ -162,6 +173,10 @@ DEFAULTS: dict[str, str | None] = {
     "copier.coalesceMillis": "200",
     "copier.logLevel": "INFO",
     "copier.jvmArgs": "",
+    "copier.metrics": "none",
+    "copier.metricsAgentEndpoint": "tcp://127.0.0.1:25888",
+    "copier.metricsNamespace": "copier",
+    "copier.metricsIntervalSeconds": "60",
 }
 COPIER_KEYS = tuple(DEFAULTS)
 
@@ -281,6 +296,10 @@ def parse_config(text: str, path: str = "<string>") -> Config:
         coalesce_events=r.copier_need("copier.coalesceEvents", _int_between(1, 10_000)),
         coalesce_millis=r.copier_need("copier.coalesceMillis", _int_between(0, _MINUTE_MS)),
         empty_batches=r.need("callProcessRecordsEvenForEmptyRecordList", _boolean, "false"),
+        metrics="emf" if r.copier_need("copier.metrics", _one_of("none", "emf")) == "emf" else "none",
+        metrics_agent_endpoint=r.copier_need("copier.metricsAgentEndpoint", _agent_endpoint),
+        metrics_namespace=r.copier_need("copier.metricsNamespace", _matching(_NAMESPACE, "CloudWatch namespace")),
+        metrics_interval_seconds=r.copier_need("copier.metricsIntervalSeconds", _int_between(1, 3600)),
     )
 
 

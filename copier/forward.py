@@ -19,6 +19,7 @@ sees it while the host's other shards go on. Everything else is retried.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -64,7 +65,7 @@ class Forwarder:
         clock_skew_ms: int,
         max_backoff_ms: int,
         on_retry: Callable[[str, int, int], None] = lambda code, entries, attempt: None,
-        on_request: Callable[[str, int, int], None] = lambda stream, entries, failed: None,
+        on_request: Callable[[str, int, int, float | None], None] = lambda stream, entries, failed, ms: None,
         on_stall: Callable[[FatalAwsError, int], None] = lambda error, attempt: None,
         discount: Callable[[int], Counter[int]] = lambda started: Counter(),
     ) -> None:
@@ -104,13 +105,14 @@ class Forwarder:
             for request in split_requests(left, _size_bound):
                 self.ensure_lease()
                 stats.requests += 1
+                sent = time.monotonic()
                 try:
                     results = self.streams.put_records(stream, [(o.partition_key, o.data, o.b64) for o in request])
                 except AmbiguousPutError as exc:
                     stats.ambiguous_requests += 1
                     unknown.extend(request)
                     codes[exc.code] += len(request)
-                    self.on_request(stream, len(request), -1)
+                    self.on_request(stream, len(request), -1, None)
                     continue
                 except FatalAwsError as exc:
                     if exc.host_wide:
@@ -122,7 +124,7 @@ class Forwarder:
                 except TransientAwsError as exc:
                     failed.extend(request)
                     codes[exc.code] += len(request)
-                    self.on_request(stream, len(request), len(request))
+                    self.on_request(stream, len(request), len(request), None)
                     continue
                 before = len(failed)
                 for entry, code in zip(request, results, strict=True):
@@ -131,7 +133,7 @@ class Forwarder:
                     else:
                         failed.append(entry)
                         codes[code] += 1
-                self.on_request(stream, len(request), len(failed) - before)
+                self.on_request(stream, len(request), len(failed) - before, (time.monotonic() - sent) * 1000)
             if unknown:
                 failed.extend(self._verify(destination, stream, unknown, started_ms, landed, stats))
             if failed:
@@ -161,9 +163,7 @@ class Forwarder:
         shards = self.shards_of(destination, unknown)
         identity = self.identity_for(destination)
         since = started_ms - self.clock_skew_ms
-        found = self.retrying(
-            "verify_put", lambda: self.streams.read_identities(stream, shards, since, None, identity)
-        )
+        found = self.retrying("verify_put", lambda: self.streams.read_identities(stream, shards, since, None, identity))
         stats.records_read += found.records_read
         identities = found.identities
         if destination == "target":  # identical unkeyed copies of the chunks before (see copier.recovery)

@@ -181,6 +181,23 @@ class CopierRecordProcessor(processor.RecordProcessorBase):  # type: ignore[misc
 
         self._guard("shardEnded", run)
 
+    def input_closed(self) -> None:
+        """The daemon closed this processor's input (it exited or died): give the lease up on the way out.
+
+        A daemon stopping gracefully may hand this processor a shard moments
+        before it exits (measured with KCL 3.1.3: a released lease taken back
+        by the same worker during its shutdown) and never ask it to shut down;
+        without this, the next owner would sleep out that lease. Records
+        waiting to be coalesced are not committed, so the next owner replays
+        them from the KCL checkpoint.
+        """
+        if self.worker is None:
+            return
+        try:
+            self.worker.release(retry=False)
+        except CopierError as exc:
+            self._logger().warning("release_failed", error=str(exc))
+
     def shutdown_requested(self, shutdown_requested_input: Any) -> None:
         def run() -> None:
             worker = self.worker

@@ -36,10 +36,11 @@ from typing import Any, TypeVar
 import structlog
 
 from copier.config import Config
-from copier.errors import FatalAwsError, FencedBacklogError, FencedError, TransientAwsError
+from copier.errors import AwsError, FatalAwsError, FencedBacklogError, FencedError, TransientAwsError
 from copier.forward import Forwarder
 from copier.identity import content_digest, identity_of
 from copier.limits import MAX_CHUNK_EVENTS
+from copier.metrics import MetricsEmitter, ShardMetrics
 from copier.packing import digest_columns, pack_digests, unpack_digests
 from copier.plan import BatchPlan, Outgoing, PlanSettings, Redo, SourceRecord, chunks, plan_batch
 from copier.ports import Clock, Found, Identity, Streams
@@ -86,6 +87,7 @@ class ShardWorker:
         owner: str | None = None,
         log: Any = None,
         chunk_events: int = MAX_CHUNK_EVENTS,
+        metrics: MetricsEmitter | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -94,6 +96,8 @@ class ShardWorker:
         self.owner = owner or worker_id()
         self.log = log or structlog.get_logger("copier")
         self.chunk_events = chunk_events
+        self.emitter = metrics
+        self.metrics = ShardMetrics(last_emit_ms=self.clock.now_ms())
         self.shard_id = ""
         self.key = ""
         self.state: ShardState | None = None
@@ -116,9 +120,7 @@ class ShardWorker:
             config.clock_skew_millis,
             config.max_backoff_millis,
             on_retry=self._on_put_retry,
-            on_request=lambda stream, entries, failed: self.log.debug(
-                "put_request", stream=stream, entries=entries, failed=failed
-            ),
+            on_request=self._on_put_request,
             on_stall=lambda error, attempt: self._on_stall("PutRecords", error, attempt),
             discount=lambda started: earlier_copies(started, config.clock_skew_millis, reversed(self._recent)),
         )
@@ -151,11 +153,18 @@ class ShardWorker:
                 return None  # every shard: the same as no bound
         return numbers
 
+    def _on_put_request(self, stream: str, entries: int, failed: int, millis: float | None) -> None:
+        self.metrics.saw_put(millis)
+        self.log.debug("put_request", stream=stream, entries=entries, failed=failed, millis=millis)
+
     def _on_put_retry(self, code: str, entries: int, attempt: int) -> None:
+        self.metrics.put_retries[code] += entries
         log = self.log.warning if attempt >= 3 else self.log.info
         log("put_retry", code=code, entries=entries, attempt=attempt)
 
     def _on_stall(self, call: str, error: FatalAwsError, attempt: int) -> None:
+        self.metrics.stalled = True
+        self._emit()
         self.log.error(
             "shard_stalled",
             call=call,
@@ -437,7 +446,27 @@ class ShardWorker:
 
     # -- records -----------------------------------------------------------------
 
+    def _emit(self, now: bool = False) -> None:
+        """Send this interval's metrics if one has passed (or ``now``); nothing when metrics are off."""
+        if self.emitter is None or self.state is None:
+            return
+        at = self.clock.now_ms()
+        if not now and not self.metrics.due(at, self.config.metrics_interval_seconds):
+            return
+        window = self.window.stats()
+        span_s = (window.newest_ms - window.oldest_ms) / 1000 if window.ids else 0.0
+        values = self.metrics.take(self.state.counters, window.ids, span_s, at)
+        self.emitter.emit(self.shard_id, values, self.metrics.take_retries())
+
     def process(self, records: Sequence[SourceRecord], behind_ms: int | None = None) -> Position | None:
+        """:meth:`_process`, then this interval's metrics if it has passed."""
+        self.metrics.saw_behind(behind_ms)
+        try:
+            return self._process(records, behind_ms)
+        finally:
+            self._emit()
+
+    def _process(self, records: Sequence[SourceRecord], behind_ms: int | None = None) -> Position | None:
         """Forward a batch, chunk by chunk; return the committed position, or None if fenced or nothing moved.
 
         ``behind_ms`` is the daemon's millisBehindLatest for the batch, kept
@@ -641,6 +670,8 @@ class ShardWorker:
             self._write(commit)
         except FencedError:
             if plan.send and self.clock.now_ms() > lease_end:
+                self.metrics.possible_duplicates += len(plan.send)
+                self._emit(now=True)
                 self.log.error(
                     "possible_duplicates",
                     batch=index,
@@ -649,6 +680,7 @@ class ShardWorker:
                     detail="the lease ran out during the put; a successor may have verified the batch before it landed",
                 )
             raise
+        self.metrics.stalled = False
         if plan.send:
             self._recent.append((now, plan.unkeyed_digests))
         self.log.debug(
@@ -681,20 +713,34 @@ class ShardWorker:
             self._fence("shard_ended")
             return False
         self.log.info("shard_ended", position=str(self.state.position))
+        self._emit(now=True)
         return True
 
-    def release(self) -> Position | None:
-        """On a requested shutdown: give the lease up so a successor need not sleep; return the position."""
-        if self.fenced or self.state is None:
+    def release(self, retry: bool = True) -> Position | None:
+        """On a requested shutdown: give the lease up so a successor need not sleep; return the position.
+
+        ``retry=False`` when the process is on its way out (the daemon is
+        gone): one attempt, and a failure only costs the successor the wait.
+        """
+        if self.fenced or self.state is None or self.state.lease_until_ms == 0:
             return None
         owner = self.state
         position = owner.position
         released = replace(owner, lease_until_ms=0, version=owner.version + 1)
         try:
-            self._retrying("release", lambda: self.store.write(self.key, owner, released))
+            if retry:
+                self._retrying("release", lambda: self.store.write(self.key, owner, released))
+            else:
+                self.store.write(self.key, owner, released)
         except FencedError:
             self._fence("shutdown_requested")
             return None
+        except AwsError as exc:
+            if retry:
+                raise
+            self.log.warning("release_failed", error=str(exc), detail="the next owner sleeps out the lease")
+            return None
+        self._emit(now=True)
         self.state = released
         self.log.info("released", position=str(position) if position else None)
         return position

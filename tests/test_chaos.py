@@ -44,6 +44,9 @@ def test_the_report_has_a_summary_and_a_row_a_seed() -> None:
     text = render([good, bad], "python -m copier.chaos --seeds 2", 120.0)
     assert "| 2 | 1 | 15 |" in text and "| kill_host | 2 |" in text
     assert "FAILED: lost 1: e-1" in text and "`python -m copier.chaos --seeds 2`" in text
+    assert "In progress" not in text, "a complete run says nothing of progress"
+    partial = render([good, bad], "python -m copier.chaos --seeds 5", 120.0, planned=5)
+    assert "In progress or interrupted: 2 of 5 seeds ran." in partial
 
 
 @pytest.mark.protocol

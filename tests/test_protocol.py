@@ -286,3 +286,19 @@ def test_a_child_shard_after_a_split_drops_a_duplicate_of_a_parent_event(pipelin
     assert target_ids(pipeline) == exactly_once(["a", "b", "c"])
     loaded = child.wait_for("window_loaded")[0]
     assert loaded["parents"] == [shard["ShardId"]] and loaded["parent_batches"] == 1
+
+
+def test_a_processor_whose_daemon_goes_away_gives_its_lease_up(pipeline: Pipeline, processors: Any) -> None:
+    """End of input without shutdown_requested (the daemon exited or died): the processor releases its lease
+    on the way out, and a successor takes over without sleeping it out."""
+    first = processors(pipeline, "first")
+    first.initialize(SHARD)
+    first.process([event(1, "a"), event(2, "b")])
+    assert first.close() == 0
+    released = first.wait_for("released")
+    assert released[-1]["position"] == "2/0"
+    second = processors(pipeline, "second")
+    second.initialize(SHARD, seq="1")
+    assert not second.events("waiting_for_lease"), "no lease left to sleep out"
+    second.process([event(2, "b"), event(3, "c")])
+    assert target_ids(pipeline) == exactly_once(["a", "b", "c"])

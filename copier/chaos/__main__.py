@@ -58,22 +58,25 @@ def main(argv: list[str] | None = None) -> int:
             result = run_seed(plan, backend.endpoint, seed_dir)
             (seed_dir / "result.json").write_text(json.dumps(result.to_json(), indent=1))
             results.append(result)
+            _write(args, results, command, time.monotonic() - started, len(seeds))  # survives an interrupted run
             verdict = "ok" if result.ok else "FAILED: " + "; ".join(result.failures)
             print(
                 f"seed {seed}: {verdict} (events {result.events}, lost {result.lost}, duplicated {result.duplicated}, "
                 f"caught up {result.caught_up_s} s, {result.total_s} s)",
                 flush=True,
             )
-    elapsed = time.monotonic() - started
-    if args.json_path:
-        Path(args.json_path).write_text(
-            json.dumps({"command": command, "results": [r.to_json() for r in results]}, indent=1) + "\n"
-        )
-    if args.report:
-        Path(args.report).write_text(render(results, command, elapsed))
     failed = [r.seed for r in results if not r.ok]
     print(f"{len(results)} seeds, {len(failed)} failed{': ' + str(failed) if failed else ''}; logs in {workdir}")
     return 1 if failed else 0
+
+
+def _write(args: argparse.Namespace, results: list[SeedResult], command: str, elapsed: float, planned: int) -> None:
+    """The report and the raw results so far (rewritten after each seed)."""
+    if args.json_path:
+        raw = {"command": command, "planned_seeds": planned, "results": [r.to_json() for r in results]}
+        Path(args.json_path).write_text(json.dumps(raw, indent=1) + "\n")
+    if args.report:
+        Path(args.report).write_text(render(results, command, elapsed, planned))
 
 
 if __name__ == "__main__":

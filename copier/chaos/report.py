@@ -15,8 +15,8 @@ def _faults(faults: dict[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(faults.items())) or "-"
 
 
-def render(results: Sequence[SeedResult], command: str, elapsed_s: float) -> str:
-    """The Markdown report."""
+def render(results: Sequence[SeedResult], command: str, elapsed_s: float, planned: int | None = None) -> str:
+    """The Markdown report (of the seeds run so far, when fewer than ``planned``)."""
     total: Counter[str] = Counter()
     for r in results:
         total.update(r.faults)
@@ -35,6 +35,11 @@ def render(results: Sequence[SeedResult], command: str, elapsed_s: float) -> str
         "",
         "## Summary",
         "",
+        *(
+            [f"**In progress or interrupted: {len(results)} of {planned} seeds ran.**", ""]
+            if planned is not None and len(results) < planned
+            else []
+        ),
         "| seeds | failed | events | events written | lost | duplicated | explained duplicates | out of order |",
         "|---|---|---|---|---|---|---|---|",
         f"| {len(results)} | {len(failed)} | {sum(r.events for r in results)} | "

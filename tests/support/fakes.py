@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from copier.config import Config, parse_config
 from copier.errors import FencedError
+from copier.metrics import MetricsEmitter
 from copier.plan import SourceRecord
 from copier.positions import Position
 from copier.shard import ShardWorker
@@ -91,6 +92,7 @@ class World:
         self.streams = InMemoryStreams(self.clock, {"target": target_shards})
         self.chunk_events = chunk_events
         self.workers = 0
+        self.metrics: MetricsEmitter | None = None
 
     def worker(self, shard: str = SHARD) -> ShardWorker:
         """A new processor (a new owner ID) that takes the shard over."""
@@ -102,6 +104,7 @@ class World:
             self.clock,
             owner=f"worker-{self.workers}",
             chunk_events=self.chunk_events,
+            metrics=self.metrics,
         )
         w.initialize(shard)
         return w

@@ -1,0 +1,233 @@
+"""Deployment: the systemd units, the installer, the CloudFormation template and its least-privilege role.
+
+The graceful stop is signalled as systemd signals (SIGTERM to the whole
+control group, the default KillMode) and checked in the copier's own logs;
+the role is checked against every DynamoDB and Kinesis call a real daemon
+and copier made against the recording local backend.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from copier.local.pipeline import LocalPipeline
+from copier.local.producer import produce
+from tests.support.backend import local_backend
+from tests.support.iam import ACCOUNT, REGION, Call, allowed, recorded_calls, role_policy
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "scripts"
+UNITS = ("copier.service", "copier-scale-in.service")
+
+
+def _verify_unit(unit: Path, root: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """systemd-analyze verify, the unit's /opt/copier and /etc/copier paths moved under ``root``."""
+    text = unit.read_text().replace("/opt/copier", f"{root}/opt/copier").replace("/etc/copier", f"{root}/etc/copier")
+    checked = tmp_path / unit.name
+    checked.write_text(text)
+    return subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", str(checked)], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_the_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
+    """No error and no warning (an unknown key is only a warning, so any output fails)."""
+    root = tmp_path / "root"
+    (root / "opt/copier/venv/bin").mkdir(parents=True)
+    executable = root / "opt/copier/venv/bin/copier"
+    shutil.copy(Path(sys.executable).with_name("copier"), executable)
+    for unit in UNITS:
+        result = _verify_unit(SCRIPTS / unit, root, tmp_path)
+        assert (result.returncode, result.stdout + result.stderr) == (0, ""), unit
+
+
+def test_systemd_analyze_catches_a_bad_unit(tmp_path: Path) -> None:
+    """The check above can fail: a misspelt key is reported."""
+    bad = tmp_path / "bad" / "copier.service"
+    bad.parent.mkdir()
+    bad.write_text((SCRIPTS / "copier.service").read_text().replace("KillMode=", "KillMod="))
+    result = _verify_unit(bad, tmp_path, tmp_path)
+    assert "Unknown key" in result.stderr
+
+
+def test_the_unit_stops_gracefully_as_the_daemon_expects() -> None:
+    """KillMode=mixed and TimeoutStopSec above the properties' shutdownGraceMillis plus a put."""
+    unit = (SCRIPTS / "copier.service").read_text()
+    settings = dict(line.split("=", 1) for line in unit.splitlines() if "=" in line and not line.startswith("#"))
+    properties = (ROOT / "properties" / "copier.properties").read_text()
+    grace_ms = int(next(line.split("=")[1] for line in properties.splitlines() if line.startswith("shutdownGrace")))
+    assert settings["KillMode"] == "mixed" and settings["Restart"] == "always"
+    assert settings["StartLimitIntervalSec"] == "0", "never gives up restarting"
+    assert int(settings["TimeoutStopSec"].rstrip("s")) * 1000 > grace_ms + 5000
+
+
+def test_the_template_passes_cfn_lint() -> None:
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("cfn-lint")), str(SCRIPTS / "copier.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_policy_check_refuses_what_the_role_does_not_grant() -> None:
+    """The evaluator can say no: other tables, other streams, other actions."""
+    policy = role_policy({"ApplicationName": "app", "StagingStreamName": "s", "TargetStreamName": "t"})
+    table = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/"
+    stream = f"arn:aws:kinesis:{REGION}:{ACCOUNT}:stream/"
+    assert allowed(policy, Call("dynamodb:PutItem", table + "app-copier-state"))
+    assert allowed(policy, Call("kinesis:PutRecords", stream + "t"))
+    assert not allowed(policy, Call("dynamodb:DeleteTable", table + "app-copier-state"))
+    assert not allowed(policy, Call("dynamodb:PutItem", table + "other"))
+    assert not allowed(policy, Call("kinesis:PutRecords", stream + "s")), "staging is read-only"
+    assert not allowed(policy, Call("kinesis:PutRecords", stream + "deadletter")), "no dead-letter stream given"
+    assert not any(s["Action"] == "*" or s["Action"] == ["*"] for s in policy)
+
+
+@pytest.mark.protocol
+@pytest.mark.timeout(600)
+def test_the_role_allows_every_call_of_a_real_run_and_sigterm_to_the_group_is_graceful(tmp_path: Path) -> None:
+    """A daemon and its processors copy, reshard and stop as systemd stops them; the role covers every call.
+
+    SIGTERM goes to the whole process group, as systemd's default
+    KillMode=control-group sends it: processors ignore it and leave the stop to
+    the daemon, so each gets shutdown_requested, checkpoints and releases.
+    """
+    recording = tmp_path / "recording.jsonl"
+    with local_backend(MOTO_ENABLE_RECORDING="True", MOTO_RECORDER_FILEPATH=str(recording)) as endpoint:
+        pipeline = LocalPipeline(
+            endpoint,
+            tmp_path / "run",
+            staging="iam-staging",
+            target="iam-target",
+            application="iam-app",
+            copier={"unkeyedPolicy": "deadletter", "deadLetterStreamName": "iam-deadletter"},
+        )
+        try:
+            pipeline.create(staging_shards=2, target_shards=2)
+            pipeline.kinesis.create_stream(StreamName="iam-deadletter", ShardCount=1)
+            produced = produce(pipeline.kinesis, pipeline.staging, 400, run="iam", seed=1)
+            pipeline.kinesis.put_record(StreamName=pipeline.staging, Data=b"not json", PartitionKey="poison")
+            worker = pipeline.start_worker("a")
+            assert pipeline.wait(lambda: pipeline.caught_up(produced.last), 240), f"see the logs in {tmp_path}"
+            children = pipeline.split(sorted(pipeline.shard_states())[0])
+            produce(pipeline.kinesis, pipeline.staging, 400, run="iam", seed=2, start=400, out=produced)
+            assert pipeline.wait(lambda: pipeline.caught_up(produced.last), 240), f"see the logs in {tmp_path}"
+            status = subprocess.run(
+                [pipeline.copier_bin, "status", "--properties", str(pipeline.properties)],
+                capture_output=True,
+                text=True,
+                env={**os.environ, **{"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}},
+                timeout=60,
+            )
+            assert status.returncode == 0, status.stderr
+            # The verification read of the target (a successor's, after an ambiguous put): the adapter's own path.
+            from copier.identity import identity_of
+            from copier.kinesis import KinesisStreams
+
+            KinesisStreams(pipeline.config).read_identities(
+                pipeline.target, None, 0, None, lambda pk, data: identity_of(pipeline.config.dedup_key, pk, data)
+            )
+
+            owned = pipeline.shards_owned().get("a", 0)
+            assert owned >= 2
+            os.killpg(worker.proc.pid, signal.SIGTERM)  # systemd's KillMode=control-group
+            assert worker.proc.wait(timeout=60) == 143
+            log = worker.log_path.read_text()
+            assert log.count('"event": "released"') >= owned, "every processor running released its shard"
+            assert "Child process failed to complete shutdown notification" not in log
+            # A daemon stopping may hand a shard to a new processor just before it exits (KCL 3 takes its own
+            # released lease back); that processor gives the lease up when its input closes, moments later.
+            def leases() -> dict[str, int]:
+                return {k: s.lease_until_ms for k, s in pipeline.shard_states().items() if k in children}
+
+            assert pipeline.wait(lambda: not any(leases().values()), 20), f"leases not given up: {leases()}"
+        finally:
+            pipeline.stop_all()
+
+    calls = recorded_calls(recording.read_text().splitlines())
+    used = {c.action for c in calls}
+    assert {"kinesis:PutRecords", "kinesis:GetRecords", "dynamodb:PutItem", "dynamodb:Query"} <= used
+    assert any(c.resource.endswith("table/iam-app") for c in calls), "the KCL's own calls are in the recording"
+    policy = role_policy(
+        {
+            "ApplicationName": "iam-app",
+            "StagingStreamName": "iam-staging",
+            "TargetStreamName": "iam-target",
+            "DeadLetterStreamName": "iam-deadletter",
+        }
+    )
+    # The test's own calls, not the service's: creating the streams, writing and splitting staging (the
+    # producer), creating the state table (copier init here, the template's StateTable in AWS).
+    arn = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/iam-app-copier-state"
+    setup = {"kinesis:CreateStream", "kinesis:DescribeStream", "kinesis:PutRecord", "kinesis:SplitShard"}
+    setup_calls = {
+        Call("kinesis:PutRecords", f"arn:aws:kinesis:{REGION}:{ACCOUNT}:stream/iam-staging"),
+        Call("dynamodb:CreateTable", arn),
+        Call("dynamodb:UpdateTimeToLive", arn),
+    }
+    refused = sorted(
+        (c.action, c.resource)
+        for c in calls
+        if c.action not in setup and c not in setup_calls and not allowed(policy, c)
+    )
+    assert refused == [], f"calls the instance role would refuse: {refused}"
+
+
+@pytest.mark.timeout(900)
+def test_install_sh_twice_into_a_root_is_idempotent_and_keeps_the_config(tmp_path: Path) -> None:
+    """The installer builds /opt/copier/venv with the KCL jars, writes the config once, enables the units."""
+    dist = tmp_path / "dist"
+    build = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(dist)]
+    subprocess.run([*build, str(ROOT)], check=True, timeout=300)
+    (wheel,) = dist.glob("copier-*.whl")
+    root = tmp_path / "root"
+    install = [str(SCRIPTS / "install.sh"), str(wheel), "--root", str(root), "--python", sys.executable]
+
+    first = subprocess.run(install, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr
+    copier = root / "opt/copier/venv/bin/copier"
+    config = root / "etc/copier/copier.properties"
+    assert config.read_text() == (ROOT / "properties/copier.properties").read_text()
+    config.write_text(config.read_text() + "\n# edited by the operator\n")
+    for unit in UNITS:
+        assert (root / "etc/systemd/system" / unit).is_file()
+        link = root / "etc/systemd/system/multi-user.target.wants" / unit
+        assert link.is_symlink() and str(link.readlink()) == f"/etc/systemd/system/{unit}", f"{unit} enabled"
+        result = _verify_unit(root / "etc/systemd/system" / unit, root, tmp_path)
+        assert (result.returncode, result.stdout + result.stderr) == (0, ""), unit
+
+    second = subprocess.run(install, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stderr
+    assert "keeping the existing" in second.stderr
+    assert config.read_text().endswith("# edited by the operator\n"), "an existing config is never overwritten"
+    check = subprocess.run(
+        [str(copier.with_name("python")), "-m", "copier.jars", "--check"], capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stderr
+    help_text = subprocess.run([str(copier), "--help"], capture_output=True, text=True, check=True).stdout
+    assert "scale-in-watch" in help_text
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "message"),
+    [
+        ([], 2, "WHEEL_OR_VERSION"),
+        (["0.1.0", "--root", "x"], 1, "PIP_INDEX_URL"),
+        (["nonexistent.whl", "--root", "x"], 1, "neither a wheel file nor a version"),
+    ],
+)
+def test_install_sh_refuses_bad_arguments_clearly(args: list[str], status: int, message: str, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    result = subprocess.run(
+        [str(SCRIPTS / "install.sh"), *args], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60
+    )
+    assert result.returncode == status and message in result.stderr, result.stderr

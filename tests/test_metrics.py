@@ -1,0 +1,180 @@
+"""CloudWatch metrics: EMF documents sent to the agent's socket, checked against the format, never on stdout."""
+
+from __future__ import annotations
+
+import json
+import socket
+import socketserver
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from copier.errors import ConfigError
+from copier.metrics import EmfEmitter
+from tests.support.fakes import World, config, rec
+from tests.support.serving import serving
+
+SCHEMA = json.loads((Path(__file__).parent / "support" / "emf_schema.json").read_text())
+
+
+class _Agent(socketserver.ThreadingTCPServer):
+    """The CloudWatch agent's EMF listener (not served by the local backend): keeps each line it receives."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        server = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                for line in self.rfile:
+                    server.lines.append(line.decode())
+
+        super().__init__(("127.0.0.1", 0), Handler)
+
+
+@pytest.fixture
+def agent() -> Iterator[_Agent]:
+    with serving(_Agent()) as server:
+        yield server
+
+
+def _check_format(doc: dict[str, Any]) -> None:
+    """The schema, plus what a schema cannot say: every name a directive uses is a member of the document."""
+    jsonschema.validate(doc, SCHEMA)
+    for directive in doc["_aws"]["CloudWatchMetrics"]:
+        for dimension_set in directive["Dimensions"]:
+            for name in dimension_set:
+                assert isinstance(doc.get(name), str), f"dimension {name} is not a string member"
+        for metric in directive["Metrics"]:
+            value = doc.get(metric["Name"])
+            values = value if isinstance(value, list) else [value]
+            assert 1 <= len(values) <= 100 and all(isinstance(v, int | float) for v in values), metric["Name"]
+
+
+def _wait_for(agent: _Agent, count: int) -> list[dict[str, Any]]:
+    for _ in range(200):
+        if len(agent.lines) >= count:
+            break
+        threading.Event().wait(0.01)
+    return [json.loads(line) for line in agent.lines]
+
+
+def test_a_shard_sends_its_metrics_as_emf_to_the_agent_and_nothing_to_stdout(
+    agent: _Agent, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Counts per interval, put latency, lag, retries by error code; every document valid EMF."""
+    port = agent.server_address[1]
+    cfg = config(metrics="emf", metricsAgentEndpoint=f"tcp://127.0.0.1:{port}", metricsIntervalSeconds=60)
+    world = World(cfg)
+    world.metrics = EmfEmitter(cfg, worker="host-a")
+    throttled = [True]
+
+    def one_throttled(stream: str, entries: list[tuple[str, bytes]]) -> tuple[list[bool], BaseException | None]:
+        if throttled:  # the first request's last entry is throttled once
+            throttled.clear()
+            return [True] * (len(entries) - 1) + [False], None
+        return [True] * len(entries), None
+
+    world.streams.fault = one_throttled
+    worker = world.worker()
+    worker.process([rec(1, "a"), rec(2, "b"), rec(3, "c")], behind_ms=1500)
+    worker.process([rec(4, "a"), rec(5, "d")], behind_ms=700)  # "a" again: a duplicate
+    assert agent.lines == [], "nothing before the interval has passed"
+    world.clock.advance(61_000)
+    worker.process([rec(6, "e")], behind_ms=200)
+    worker.process([rec(7, "f")], behind_ms=100)
+    worker.release()  # a release sends what is left at once
+
+    docs = _wait_for(agent, 3)
+    for doc in docs:
+        _check_format(doc)
+    shard_docs = [d for d in docs if "EventsForwarded" in d]
+    retry_docs = [d for d in docs if "PutRetries" in d]
+    assert len(shard_docs) == 2, "one at the interval, one at the release"
+    first, last = shard_docs
+    assert first["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [
+        ["Application"],
+        ["Application", "ShardId"],
+        ["Application", "WorkerId"],
+    ]
+    assert (first["Application"], first["ShardId"], first["WorkerId"]) == ("app", worker.shard_id, "host-a")
+    assert (first["EventsForwarded"], first["DuplicatesDropped"], first["MillisBehindLatest"]) == (5, 1, 1500)
+    assert (last["EventsForwarded"], last["DuplicatesDropped"], last["MillisBehindLatest"]) == (1, 0, 100)
+    assert sum(d["EventsForwarded"] for d in shard_docs) == len(world.target_ids()) == 6
+    assert first["DedupWindowIds"] == 5 and first["ShardStalled"] == 0 and first["PossibleDuplicates"] == 0
+    latencies = first["PutLatency"] if isinstance(first["PutLatency"], list) else [first["PutLatency"]]
+    assert len(latencies) == 4 and all(v >= 0 for v in latencies), "one value per put request (one retried)"
+    units = {m["Name"]: m.get("Unit") for m in first["_aws"]["CloudWatchMetrics"][0]["Metrics"]}
+    assert units["PutLatency"] == "Milliseconds" and units["EventsForwarded"] == "Count"
+    assert [(d["ErrorCode"], d["PutRetries"]) for d in retry_docs] == [("ProvisionedThroughputExceededException", 1)]
+    assert retry_docs[0]["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["Application", "ErrorCode"]]
+    out, _ = capfd.readouterr()
+    assert "_aws" not in out, "no EMF on stdout: it is the MultiLang protocol channel"
+
+
+def test_a_stalled_shard_reports_it_while_it_waits(agent: _Agent) -> None:
+    """ShardStalled is 1 while AWS rejects the shard's requests (the alarm's signal), 0 once it moves."""
+    from copier.errors import FatalAwsError
+
+    port = agent.server_address[1]
+    cfg = config(metrics="emf", metricsAgentEndpoint=f"tcp://127.0.0.1:{port}", metricsIntervalSeconds=1)
+    world = World(cfg)
+    world.metrics = EmfEmitter(cfg, worker="host-a")
+    rejections = [2]
+
+    def rejected(stream: str, entries: list[tuple[str, bytes]]) -> tuple[list[bool], BaseException | None]:
+        if rejections[0]:
+            rejections[0] -= 1
+            world.clock.advance(2000)
+            return [False] * len(entries), FatalAwsError("PutRecords", "ValidationException", "rejected")
+        return [True] * len(entries), None
+
+    world.streams.fault = rejected
+    worker = world.worker()
+    worker.process([rec(1, "a")])
+    world.clock.advance(2000)
+    worker.process([rec(2, "b")])
+    docs = [d for d in _wait_for(agent, 3) if "ShardStalled" in d]
+    assert [d["ShardStalled"] for d in docs][:1] == [1] and docs[-1]["ShardStalled"] == 0
+    assert world.target_ids() == Counter({"a": 1, "b": 1})
+
+
+def test_no_agent_costs_a_warning_not_an_event(unused_port: int) -> None:
+    """Metrics are best effort: with nothing listening, every event is still forwarded."""
+    cfg = config(metrics="emf", metricsAgentEndpoint=f"tcp://127.0.0.1:{unused_port}", metricsIntervalSeconds=1)
+    world = World(cfg)
+    world.metrics = EmfEmitter(cfg)
+    worker = world.worker()
+    for i in range(1, 4):
+        worker.process([rec(i, f"e{i}")])
+        world.clock.advance(1500)
+    assert world.target_ids() == Counter({"e1": 1, "e2": 1, "e3": 1})
+
+
+@pytest.fixture
+def unused_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("metrics", "cloudwatch", "expected one of none, emf"),
+        ("metricsAgentEndpoint", "127.0.0.1:25888", "expected tcp://HOST:PORT"),
+        ("metricsIntervalSeconds", "0", "from 1 to 3600"),
+        ("metricsNamespace", "bad namespace", "not a valid CloudWatch namespace"),
+    ],
+)
+def test_bad_metrics_settings_are_refused(key: str, value: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        config(**{key: value})
