@@ -26,13 +26,18 @@ def _config(path: str) -> Config:
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
+    """Validate the file (exit 2); with a target role, also assume it and describe the target (exit 3)."""
     config = _config(args.file)
     print(
         f"{config.path}: ok: {config.stream_name} -> {config.target_stream_name}, "
         f"state table {config.state_table_name}, dedupKey {config.dedup_key}, "
         f"window {config.dedup_window_seconds} s (at most {config.dedup_window_max_events} IDs), "
-        f"lease {config.lease_millis} ms"
+        f"lease {config.lease_millis} ms, ordering {config.ordering}"
     )
+    if config.target_role_arn is not None and not args.offline:
+        from copier.target import check_target
+
+        print(f"{config.path}: {check_target(config)}")
     return 0
 
 
@@ -49,9 +54,15 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """Exec the daemon; a target reached through a role is checked first (one line and exit 3 if it fails)."""
     from copier.daemon import run_daemon
 
-    return run_daemon(_config(args.properties), args.properties)
+    config = _config(args.properties)
+    if config.target_role_arn is not None:
+        from copier.target import check_target
+
+        sys.stderr.write(f"copier: {check_target(config)}\n")
+    return run_daemon(config, args.properties)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -166,8 +177,9 @@ def _parser() -> argparse.ArgumentParser:
     scalein.add_arguments(p)
     p.set_defaults(func=scalein.main)
 
-    p = sub.add_parser("check-config", help="validate a properties file")
+    p = sub.add_parser("check-config", help="validate a properties file (and reaching a target through a role)")
     p.add_argument("file", metavar="FILE")
+    p.add_argument("--offline", action="store_true", help="only the file: do not assume copier.targetRoleArn")
     p.set_defaults(func=cmd_check_config)
     return parser
 

@@ -28,6 +28,10 @@ _STREAM_NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
 _TABLE_NAME = re.compile(r"^[a-zA-Z0-9_.-]{3,255}$")
 _JSON_PATH = re.compile(r"^[^.\s]+(\.[^.\s]+)*$")
 _NAMESPACE = re.compile(r"^[a-zA-Z0-9._#:/-]{1,255}$")
+_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
+_ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
+_EXTERNAL_ID = re.compile(r"^[\w+=,.@:/-]{2,1224}$")
+_SESSION_NAME = re.compile(r"^[\w+=,.@-]{2,64}$")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
@@ -79,6 +83,12 @@ class Config:
     metrics_agent_endpoint: str = "tcp://127.0.0.1:25888"
     metrics_namespace: str = "copier"
     metrics_interval_seconds: int = 60
+    ordering: Literal["partitionKey", "none"] = "partitionKey"
+    target_region: str = ""  # region of the target and dead-letter streams (default regionName)
+    target_role_arn: str | None = None  # assumed to reach the target (another account)
+    target_external_id: str | None = None
+    target_role_session_name: str = "copier"
+    target_role_session_seconds: int = 3600
 
     @property
     def dedup_window_ms(self) -> int:
@@ -177,6 +187,12 @@ DEFAULTS: dict[str, str | None] = {
     "copier.metricsAgentEndpoint": "tcp://127.0.0.1:25888",
     "copier.metricsNamespace": "copier",
     "copier.metricsIntervalSeconds": "60",
+    "copier.ordering": "partitionKey",
+    "copier.targetRegionName": "",
+    "copier.targetRoleArn": "",
+    "copier.targetExternalId": "",
+    "copier.targetRoleSessionName": "",
+    "copier.targetRoleSessionSeconds": "3600",
 }
 COPIER_KEYS = tuple(DEFAULTS)
 
@@ -266,11 +282,20 @@ def parse_config(text: str, path: str = "<string>") -> Config:
             "while the window still needs them; set it above copier.dedupWindowSeconds plus the staging "
             "stream's retention",
         )
+    ordering = r.copier_need("copier.ordering", _one_of("partitionKey", "none"))
+    region = r.need("regionName", _matching(_REGION, "region"))
+    role = r.copier("copier.targetRoleArn", _matching(_ROLE_ARN, "IAM role ARN (arn:aws:iam::ACCOUNT:role/NAME)"))
+    external_id = r.copier("copier.targetExternalId", _matching(_EXTERNAL_ID, "external ID (2-1224 characters)"))
+    session_name = r.copier("copier.targetRoleSessionName", _matching(_SESSION_NAME, "role session name"))
+    if role is None:
+        for key, value in (("copier.targetExternalId", external_id), ("copier.targetRoleSessionName", session_name)):
+            if value is not None:
+                raise r.fail(key, "needs copier.targetRoleArn (it is used only to assume that role)")
     return Config(
         path=path,
         application_name=application_name,
         stream_name=stream_name,
-        region=r.need("regionName", str),
+        region=region,
         kinesis_endpoint=kinesis_endpoint,
         dynamodb_endpoint=dynamodb_endpoint,
         target_endpoint=r.copier("copier.targetEndpoint", _endpoint) or kinesis_endpoint,
@@ -300,6 +325,12 @@ def parse_config(text: str, path: str = "<string>") -> Config:
         metrics_agent_endpoint=r.copier_need("copier.metricsAgentEndpoint", _agent_endpoint),
         metrics_namespace=r.copier_need("copier.metricsNamespace", _matching(_NAMESPACE, "CloudWatch namespace")),
         metrics_interval_seconds=r.copier_need("copier.metricsIntervalSeconds", _int_between(1, 3600)),
+        ordering="none" if ordering == "none" else "partitionKey",
+        target_region=r.copier("copier.targetRegionName", _matching(_REGION, "region")) or region,
+        target_role_arn=role,
+        target_external_id=external_id,
+        target_role_session_name=session_name or f"copier-{application_name}"[:64],
+        target_role_session_seconds=r.copier_need("copier.targetRoleSessionSeconds", _int_between(900, 43200)),
     )
 
 

@@ -8,6 +8,12 @@ resent: after the put timeout has passed, the destination is read, only
 in the shards those entries hash to and only from the chunk's start, and
 only the entries not found there are retried.
 
+With ``copier.ordering = partitionKey`` (the default) a round sends only the
+earliest unlanded entry of each partition key, so a key's entries land in
+staging order through partial failures, throttling and ambiguous puts; a
+key with many entries in a chunk takes as many rounds (measured cost:
+docs/benchmarks.md). ``none`` sends everything at once.
+
 It returns only when everything landed. It raises
 :class:`~copier.errors.FencedError` when the lease cannot be renewed (the
 shard was taken over) and a host-wide :class:`~copier.errors.FatalAwsError`
@@ -25,10 +31,11 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from copier.batching import split_requests
+from copier.batching import first_per_key, split_requests
 from copier.errors import AmbiguousPutError, FatalAwsError, TransientAwsError
 from copier.plan import Outgoing
 from copier.ports import Clock, Identity, Streams
+from copier.positions import Position
 from copier.retry import backoff_ms
 
 __all__ = ["ForwardStats", "Forwarder"]
@@ -41,6 +48,14 @@ class ForwardStats:
     ambiguous_requests: int = 0
     verified_landed: int = 0
     records_read: int = 0
+
+
+def _partition_key(entry: Outgoing) -> str:
+    return entry.partition_key
+
+
+def _position(entry: Outgoing) -> Position:
+    return entry.position
 
 
 def _size_bound(entry: Outgoing) -> int:
@@ -68,6 +83,7 @@ class Forwarder:
         on_request: Callable[[str, int, int, float | None], None] = lambda stream, entries, failed, ms: None,
         on_stall: Callable[[FatalAwsError, int], None] = lambda error, attempt: None,
         discount: Callable[[int], Counter[int]] = lambda started: Counter(),
+        ordered: bool = True,
     ) -> None:
         self.streams = streams
         self.clock = clock
@@ -83,6 +99,7 @@ class Forwarder:
         self.on_request = on_request
         self.on_stall = on_stall
         self.discount = discount
+        self.ordered = ordered
 
     def forward(self, outgoing: Sequence[Outgoing], started_ms: int) -> ForwardStats:
         stats = ForwardStats()
@@ -96,13 +113,16 @@ class Forwarder:
         stream = self.stream_names[destination]
         landed: Counter[int] = Counter()
         left = list(entries)
+        ordered = self.ordered and destination == "target"
         attempt = 0
         while left:
+            # copier.ordering = partitionKey: one entry per key in flight (see first_per_key).
+            sending, waiting = first_per_key(left, _partition_key) if ordered else (left, [])
             failed: list[Outgoing] = []
             unknown: list[Outgoing] = []
             codes: Counter[str] = Counter()
             stalled: FatalAwsError | None = None
-            for request in split_requests(left, _size_bound):
+            for request in split_requests(sending, _size_bound):
                 self.ensure_lease()
                 stats.requests += 1
                 sent = time.monotonic()
@@ -147,7 +167,7 @@ class Forwarder:
                 else:
                     self.clock.sleep_ms(backoff_ms(attempt, self.max_backoff_ms))
                 attempt += 1
-            left = failed
+            left = sorted(failed + waiting, key=_position) if waiting else failed
 
     def _verify(
         self,

@@ -26,9 +26,10 @@ import botocore.exceptions
 from copier.aws import convert_aws_error
 from copier.awsjson import JsonClient, Unanswered, usable
 from copier.config import Config
-from copier.errors import AmbiguousPutError, AwsError, TransientAwsError
+from copier.errors import AmbiguousPutError, AwsError, FatalAwsError, TransientAwsError
 from copier.ports import Found, Identity
 from copier.shardmap import ShardMap, descendants, shard_id_of
+from copier.target import target_session
 
 __all__ = ["GET_RECORDS_LIMIT", "KinesisStreams", "PutEntry", "paged_shards"]
 
@@ -47,13 +48,14 @@ _AMBIGUOUS = (
 )
 
 
-def _client(config: Config, endpoint: str | None, *, attempts: int | None, read_timeout: float) -> Any:
+def _client(
+    session: boto3.session.Session, endpoint: str | None, *, attempts: int | None, read_timeout: float
+) -> Any:
     retries: dict[str, Any] = {"mode": "standard"}
     if attempts is not None:
         retries["total_max_attempts"] = attempts
-    return boto3.session.Session().client(
+    return session.client(
         "kinesis",
-        region_name=config.region,
         endpoint_url=endpoint,
         config=botocore.config.Config(retries=retries, connect_timeout=5, read_timeout=read_timeout),  # type: ignore[arg-type]
     )
@@ -86,12 +88,16 @@ class KinesisStreams:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
-        # The target and dead-letter streams may be behind another endpoint than the staging stream.
-        self._put = _client(config, config.target_endpoint, attempts=1, read_timeout=config.put_timeout_millis / 1000)
-        self._read = _client(config, config.target_endpoint, attempts=None, read_timeout=30)
-        self._staging = _client(config, config.kinesis_endpoint, attempts=None, read_timeout=30)
+        # The target and dead-letter streams may be in another region or account (copier.target),
+        # behind another endpoint than the staging stream.
+        target = target_session(config)
+        put_timeout = config.put_timeout_millis / 1000
+        self._put = _client(target, config.target_endpoint, attempts=1, read_timeout=put_timeout)
+        self._read = _client(target, config.target_endpoint, attempts=None, read_timeout=30)
+        staging = boto3.session.Session(region_name=config.region)
+        self._staging = _client(staging, config.kinesis_endpoint, attempts=None, read_timeout=30)
         self._fast: JsonClient | None = None
-        credentials = boto3.session.Session().get_credentials()
+        credentials = target.get_credentials()
         if credentials is not None and usable(self._put.meta.endpoint_url):
             self._fast = JsonClient(self._put, credentials, 5.0, config.put_timeout_millis / 1000)
         self._sleep = sleep
@@ -101,6 +107,28 @@ class KinesisStreams:
 
     def put_records(self, stream: str, entries: Sequence[PutEntry]) -> list[str | None]:
         """One PutRecords attempt; returns each entry's error code, None where it landed."""
+        try:
+            return self._put_records(stream, entries)
+        except FatalAwsError as exc:
+            raise self._naming_the_key(stream, exc, "kms:GenerateDataKey") from exc
+
+    def _naming_the_key(self, stream: str, exc: FatalAwsError, permission: str) -> FatalAwsError:
+        """A KMS error, with the stream's key (AWS's own message may not name it) and what the role needs."""
+        if not exc.code.startswith("KMS"):
+            return exc
+        try:
+            summary = self._read.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]
+            key = summary.get("KeyId") or "its KMS key"
+        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError):
+            key = "its KMS key (DescribeStreamSummary failed too)"
+        return FatalAwsError(
+            exc.operation,
+            exc.code,
+            f"stream {stream} is encrypted with {key}, which this role cannot use: it needs {permission} "
+            f"on that key (key policy and IAM policy). AWS said: {exc}",
+        )
+
+    def _put_records(self, stream: str, entries: Sequence[PutEntry]) -> list[str | None]:
         if self._fast is not None:
             records = [
                 {"Data": text if text is not None else base64.b64encode(data).decode(), "PartitionKey": pk}
@@ -198,7 +226,10 @@ class KinesisStreams:
         for shard in listed:
             if shard["ShardId"] in wanted:
                 found.shards_read += 1
-                self._read_shard(stream, shard["ShardId"], since_ms, until_ms, identity, found)
+                try:
+                    self._read_shard(stream, shard["ShardId"], since_ms, until_ms, identity, found)
+                except FatalAwsError as exc:
+                    raise self._naming_the_key(stream, exc, "kms:Decrypt") from exc
         return found
 
     def _iterator(self, stream: str, shard_id: str, since_ms: int, after: str | None) -> str | None:

@@ -123,6 +123,7 @@ class ShardWorker:
             on_request=self._on_put_request,
             on_stall=lambda error, attempt: self._on_stall("PutRecords", error, attempt),
             discount=lambda started: earlier_copies(started, config.clock_skew_millis, reversed(self._recent)),
+            ordered=config.ordering == "partitionKey",
         )
 
     # -- helpers -------------------------------------------------------------

@@ -48,6 +48,7 @@ from copier.identity import EventId, extract_event_id
 from copier.kinesis import paged_shards
 from copier.kpl import as_daemon_delivers
 from copier.retry import backoff_ms
+from copier.target import target_session
 
 __all__ = [
     "Progress",
@@ -150,11 +151,13 @@ def lineage_order(shards: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def make_client(config: Config, target: bool = False) -> Any:
     """A Kinesis client for reads of staging, or of the target side (target and dead-letter streams).
 
-    botocore may retry reads itself: a read cannot duplicate anything.
+    botocore may retry reads itself: a read cannot duplicate anything. The
+    target side is read in its own region and, if one is configured, as the
+    role copier assumes to reach it.
     """
-    return boto3.session.Session().client(
+    session = target_session(config) if target else boto3.session.Session(region_name=config.region)
+    return session.client(
         "kinesis",
-        region_name=config.region,
         endpoint_url=config.target_endpoint if target else config.kinesis_endpoint,
         config=botocore.config.Config(retries={"mode": "standard"}, connect_timeout=5, read_timeout=30),
     )

@@ -33,7 +33,8 @@ def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
 def test_every_part_writes_its_numbers_table_and_plot(smoke: tuple[Path, dict]) -> None:
     out, data = smoke
     text = (out / "benchmarks.md").read_text()
-    for heading in ("## 1. Processor CPU", "## 2. DynamoDB write units", "## 3. The dedup window", "## 4. End to end"):
+    headings = ("## 1. Processor CPU", "## 2. DynamoDB write units", "## 3. The dedup window", "## 4. End to end")
+    for heading in (*headings, "## 5. Order per partition key"):
         assert heading in text
     for plot in ("bench-cpu.png", "bench-cost.png", "bench-window.png", "bench-e2e.png"):
         assert (out / plot).stat().st_size > 1000, plot
@@ -69,3 +70,10 @@ def test_the_window_and_the_end_to_end_runs_report_what_they_measured(smoke: tup
     assert {(r["kind"], r["shards"]) for r in data["e2e"]} == {("plain", 1), ("copier", 1)}
     for run in data["e2e"]:
         assert run["throughput_eps"] > 0 and 0 < run["latency_p50_ms"] <= run["latency_p99_ms"]
+
+
+def test_ordering_is_measured_against_none_with_distinct_and_hot_keys(smoke: tuple[Path, dict]) -> None:
+    _, data = smoke
+    cases = {(r["keys"], r["ordering"]): r for r in data["ordering"]}
+    assert set(cases) == {(k, o) for k in ("distinct", "hot (5 keys)") for o in ("none", "partitionKey")}
+    assert all(r["events"] == 200 and r["events_per_s"] > 0 for r in cases.values())

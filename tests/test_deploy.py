@@ -68,9 +68,13 @@ def test_the_unit_stops_gracefully_as_the_daemon_expects() -> None:
     assert int(settings["TimeoutStopSec"].rstrip("s")) * 1000 > grace_ms + 5000
 
 
-def test_the_template_passes_cfn_lint() -> None:
+def test_the_templates_pass_cfn_lint() -> None:
     result = subprocess.run(
-        [str(Path(sys.executable).with_name("cfn-lint")), str(SCRIPTS / "copier.yaml")],
+        [
+            str(Path(sys.executable).with_name("cfn-lint")),
+            str(SCRIPTS / "copier.yaml"),
+            str(SCRIPTS / "copier-target-role.yaml"),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -90,6 +94,26 @@ def test_the_policy_check_refuses_what_the_role_does_not_grant() -> None:
     assert not allowed(policy, Call("kinesis:PutRecords", stream + "s")), "staging is read-only"
     assert not allowed(policy, Call("kinesis:PutRecords", stream + "deadletter")), "no dead-letter stream given"
     assert not any(s["Action"] == "*" or s["Action"] == ["*"] for s in policy)
+
+
+def test_with_a_target_role_the_instance_role_only_assumes_it() -> None:
+    """Cross-account: sts:AssumeRole on the target role, no direct access to a target stream; the target
+    role (scripts/copier-target-role.yaml) trusts the instance role only with the external ID."""
+    from cfnlint.decode import decode_str
+
+    role = "arn:aws:iam::111111111111:role/copier-target"
+    policy = role_policy(
+        {"ApplicationName": "app", "StagingStreamName": "s", "TargetStreamName": "t", "TargetRoleArn": role}
+    )
+    assert allowed(policy, Call("sts:AssumeRole", role))
+    assert not allowed(policy, Call("sts:AssumeRole", "arn:aws:iam::111111111111:role/other"))
+    assert not allowed(policy, Call("kinesis:PutRecords", f"arn:aws:kinesis:{REGION}:{ACCOUNT}:stream/t"))
+    template, problems = decode_str((SCRIPTS / "copier-target-role.yaml").read_text())
+    assert not problems
+    trust = template["Resources"]["TargetRole"]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert [(t["Principal"]["AWS"], t["Condition"]["StringEquals"]["sts:ExternalId"]) for t in trust] == [
+        ({"Ref": "CopierInstanceRoleArn"}, {"Ref": "ExternalId"})
+    ]
 
 
 @pytest.mark.protocol
@@ -144,6 +168,7 @@ def test_the_role_allows_every_call_of_a_real_run_and_sigterm_to_the_group_is_gr
             log = worker.log_path.read_text()
             assert log.count('"event": "released"') >= owned, "every processor running released its shard"
             assert "Child process failed to complete shutdown notification" not in log
+
             # A daemon stopping may hand a shard to a new processor just before it exits (KCL 3 takes its own
             # released lease back); that processor gives the lease up when its input closes, moments later.
             def leases() -> dict[str, int]:

@@ -178,3 +178,21 @@ def test_a_crash_after_a_put_landed_is_verified_not_resent() -> None:
     successor.process([rec(1, "a"), rec(2, "b"), rec(3, "c")])
     assert world.target_ids() == Counter({"a": 1, "b": 1, "c": 1})
     assert world.clock.slept, "the successor slept out the dead owner's lease"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_each_partition_key_keeps_its_staging_order_whatever_fails(data: st.DataObject) -> None:
+    """copier.ordering = partitionKey: events of a key land in staging order through throttling, ambiguous
+    puts, crashes and takeovers (hot keys: few keys, many events each)."""
+    keys = data.draw(st.lists(st.sampled_from("KLM"), min_size=1, max_size=40), label="partition keys")
+    records = [
+        SourceRecord(Position(10 + i), key, json.dumps({"eventId": f"e{i}"}).encode(), i * 1000)
+        for i, key in enumerate(keys)
+    ]
+    world = run(data, records)
+    landed = [(pk, json.loads(payload)["eventId"]) for pk, payload, _, _ in world.streams.records["target"]]
+    assert Counter(event_id for _, event_id in landed) == Counter(f"e{i}" for i in range(len(keys)))
+    for key in set(keys):
+        order = [int(event_id[1:]) for pk, event_id in landed if pk == key]
+        assert order == sorted(order), (key, order)

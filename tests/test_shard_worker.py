@@ -520,3 +520,43 @@ def test_a_grandchild_after_a_split_and_a_merge_inherits_its_grandparents_window
     assert world.target_ids() == Counter(
         {"forwarded-on-the-grandparent": 1, "on-the-child": 1, "on-the-other-parent": 1, "new": 1}
     )
+
+
+def _keyed(seq: int, key: str, event_id: str) -> SourceRecord:
+    return SourceRecord(Position(seq), key, json.dumps({"eventId": event_id}).encode(), 0)
+
+
+@pytest.mark.parametrize(("ordering", "kept"), [("partitionKey", True), ("none", False)])
+def test_a_failed_entry_holds_back_the_later_entries_of_its_key(ordering: str, kept: bool) -> None:
+    """With partitionKey, K2 is not sent until K1 has landed; with none, a throttled K1 lands after K2."""
+    world = World(config(ordering=ordering))
+    requests: list[list[str]] = []
+
+    def first_entry_throttled(stream: str, entries: list[tuple[str, bytes]]) -> tuple[list[bool], None]:
+        requests.append([json.loads(data)["eventId"] for _, data in entries])
+        return [len(requests) > 1 or i > 0 for i in range(len(entries))], None
+
+    world.streams.fault = first_entry_throttled
+    world.worker().process([_keyed(1, "K", "k1"), _keyed(2, "K", "k2"), _keyed(3, "J", "j1"), _keyed(4, "K", "k3")])
+    landed = [json.loads(data)["eventId"] for pk, data, _, _ in world.streams.records["target"] if pk == "K"]
+    assert sorted(landed) == ["k1", "k2", "k3"]
+    assert (landed == ["k1", "k2", "k3"]) is kept, (landed, requests)
+    if kept:
+        assert requests == [["k1", "j1"], ["k1"], ["k2"], ["k3"]], "one entry of a key in flight at a time"
+
+
+def test_ordering_keeps_a_key_behind_an_ambiguous_put_until_it_is_verified() -> None:
+    """An ambiguous put of K1: K2 waits for the verification (K1 found landed) and is then sent once."""
+    world = World()
+    calls = {"n": 0}
+
+    def first_ambiguous(stream: str, entries: list[tuple[str, bytes]]) -> tuple[list[bool], BaseException | None]:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return [True] * len(entries), AmbiguousPutError("PutRecords", "ReadTimeoutError", "injected")
+        return [True] * len(entries), None
+
+    world.streams.fault = first_ambiguous
+    world.worker().process([_keyed(1, "K", "k1"), _keyed(2, "K", "k2")])
+    landed = [json.loads(data)["eventId"] for _, data, _, _ in world.streams.records["target"]]
+    assert landed == ["k1", "k2"]

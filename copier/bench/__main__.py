@@ -39,6 +39,8 @@ class Profile:
     e2e_rate: int
     e2e_seconds: float
     e2e_burst: int
+    ordering_events: int
+    ordering_hot_keys: int
 
 
 FULL = Profile(
@@ -54,6 +56,8 @@ FULL = Profile(
     e2e_rate=200,
     e2e_seconds=20.0,
     e2e_burst=10_000,
+    ordering_events=10_000,
+    ordering_hot_keys=20,
 )
 SMOKE = Profile(
     cpu_cases=((200, 100, 300), (200, 1000, 1000)),
@@ -67,6 +71,8 @@ SMOKE = Profile(
     e2e_rate=20,
     e2e_seconds=2.0,
     e2e_burst=100,
+    ordering_events=200,
+    ordering_hot_keys=5,
 )
 
 
@@ -76,6 +82,7 @@ class Results:
     cost: dict[str, Any] = field(default_factory=dict)
     window: list[dict[str, Any]] = field(default_factory=list)
     e2e: list[dict[str, Any]] = field(default_factory=list)
+    ordering: list[dict[str, Any]] = field(default_factory=list)
     method: dict[str, Any] = field(default_factory=dict)
 
 
@@ -103,7 +110,7 @@ def _machine() -> dict[str, Any]:
 
 def run(profile: Profile, workdir: Path, command: str) -> Results:
     """Every part, in order; returns the raw numbers."""
-    from copier.bench import cost, cpu, e2e, window
+    from copier.bench import cost, cpu, e2e, ordering, window
     from copier.config import load_config
     from copier.dynamo import DynamoStateStore
     from copier.kinesis import paged_shards
@@ -122,7 +129,7 @@ def run(profile: Profile, workdir: Path, command: str) -> Results:
 
         kinesis = boto3.session.Session(region_name="us-east-1").client("kinesis", endpoint_url=backend.endpoint)
         # A copier processor looks its shard up in ListShards: each processor gets a real shard of its own.
-        shards = len(profile.cpu_cases) * profile.cpu_repeats * 3 + len(profile.windows)
+        shards = len(profile.cpu_cases) * profile.cpu_repeats * 3 + len(profile.windows) + 4
         for name, count in (("bench-staging", shards), ("bench-target", 4)):
             kinesis.create_stream(StreamName=name, ShardCount=count)
             kinesis.get_waiter("stream_exists").wait(StreamName=name)
@@ -159,6 +166,19 @@ def run(profile: Profile, workdir: Path, command: str) -> Results:
             results.window.append(
                 window.measure_window(props, store, "bench-staging", shard, size, profile.window_events).to_json()
             )
+        for hot_keys in (0, profile.ordering_hot_keys):
+            for mode in ("none", "partitionKey"):
+                _say(f"ordering {mode}: {profile.ordering_events} events, {hot_keys or 'distinct'} keys")
+                order_props = properties(f"bench-order-{mode}", ordering=mode, coalesceEvents="1")
+                measured = ordering.measure(
+                    order_props,
+                    next(shard_ids),
+                    mode,
+                    hot_keys,
+                    profile.ordering_events,
+                    min(1000, profile.ordering_events),
+                )
+                results.ordering.append(measured.to_json())
         for shards_count in profile.e2e_shards:
             for kind in ("plain", "copier"):
                 _say(f"end to end: {kind}, {shards_count} shards")

@@ -71,6 +71,9 @@ def role_policy(parameters: Mapping[str, str], stack: str = "prod") -> list[dict
         "HasDeadLetter": bool(refs["DeadLetterStreamName"]),
         "HasKms": bool(refs["KmsKeyArns"]),
         "HasAlarmTopic": bool(refs["AlarmTopicArn"]),
+        "HasTargetRole": bool(refs["TargetRoleArn"]),
+        "TargetHere": not refs["TargetRoleArn"],
+        "HasTargetRegion": bool(refs["TargetRegion"]),
     }
     assert set(conditions) == set(template["Conditions"]), "every condition of the template is evaluated here"
     table = _resolve(template["Resources"]["StateTable"]["Properties"]["TableName"], refs, conditions, {})
