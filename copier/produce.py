@@ -16,6 +16,8 @@ before the query fails.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from typing import Any
 
 from copier.config import load_config
@@ -50,6 +52,11 @@ def _session(master: str | None) -> Any:
     if master or not SparkConf().contains("spark.master"):
         # run directly, not by spark-submit: local mode, a failed task tried up to 4 times as on a cluster
         builder = builder.master(master or "local[*, 4]")
+        if not os.environ.get("PYSPARK_PYTHON"):
+            # Python workers run `python3` from PATH by default (SparkContext reads PYSPARK_PYTHON, not
+            # spark.pyspark.python), which need not have copier or pyspark: started outside the source
+            # tree they fail with ModuleNotFoundError. In local mode they are this interpreter's.
+            os.environ["PYSPARK_PYTHON"] = sys.executable
     return builder.getOrCreate()
 
 

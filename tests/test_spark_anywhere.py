@@ -1,0 +1,40 @@
+"""``copier produce`` started outside the source tree, as a user would: its Spark workers find copier.
+
+PySpark's Python workers run ``python3`` from PATH unless told otherwise;
+from the repository root they would import copier from the source tree by
+accident, which is how a job that fails everywhere else can pass its tests.
+This one runs from an empty temporary directory with PYSPARK_PYTHON unset.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from copier.demo import write_input
+from copier.local.backend import DUMMY_ENV
+from copier.local.multilang import COPIER
+from tests.support.backend import client, create_stream, local_backend, read_stream
+from tests.support.props import write_properties
+
+pytestmark = [pytest.mark.protocol, pytest.mark.timeout(600)]
+
+
+def test_produce_runs_from_any_directory_without_pyspark_python(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    with local_backend() as endpoint:
+        create_stream(client("kinesis", endpoint), "staging-anywhere", 1)
+        props = write_properties(tmp_path / "p.properties", endpoint, "staging-anywhere", "target", "anywhere-state")
+        ids = write_input(tmp_path / "input", 300, per_file=100, redelivered=0)
+        env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+        env.update(DUMMY_ENV, SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH="")
+        command = [COPIER, "produce", "--properties", str(props), "--input", str(tmp_path / "input")]
+        command += ["--checkpoint", str(tmp_path / "checkpoint"), "--once", "--id-column", "eventId"]
+        job = subprocess.run(command, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=500)
+        assert job.returncode == 0, job.stderr[-3000:]
+        written = {r["PartitionKey"] for r in read_stream(client("kinesis", endpoint), "staging-anywhere")}
+    assert written == set(ids)
