@@ -40,11 +40,14 @@ chaos: install
 bench: install
 	$(BIN)/python -m copier.bench --out docs
 
-# The release bundle scripts/copier.yaml installs from: the wheel, the installer, the units, the sample config.
+# The release bundle scripts/copier.yaml installs from: the wheel, the installer, the units, the sample config;
+# and the .zip that spark-submit --py-files ships to a cluster (README, "The staging writer").
 VERSION = $(shell sed -n 's/^version = //p' setup.cfg)
 dist: install
 	rm -rf dist/copier-$(VERSION) && mkdir -p dist/copier-$(VERSION)/scripts dist/copier-$(VERSION)/properties
 	$(BIN)/python -m pip wheel --quiet --no-deps --no-build-isolation -w dist/copier-$(VERSION) .
+	@# The same wheel under a name Spark's Python workers import from (spark-submit --py-files).
+	cp dist/copier-$(VERSION)/copier-$(VERSION)-py3-none-any.whl dist/copier-$(VERSION)/copier-$(VERSION)-py3-none-any.zip
 	cp scripts/install.sh scripts/copier.service scripts/copier-scale-in.service scripts/copier.env dist/copier-$(VERSION)/scripts/
 	cp properties/copier.properties dist/copier-$(VERSION)/properties/
 	cp README.md dist/copier-$(VERSION)/

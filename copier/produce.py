@@ -34,7 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--schema", metavar="DDL", help="the files' schema (default: inferred from the files there now)"
     )
-    parser.add_argument("--id-column", metavar="COL", help="column holding the event ID (default: derived)")
+    parser.add_argument(
+        "--id-column",
+        metavar="COL",
+        help="column holding the event ID; a null or empty value fails the task (InvalidRowError). Default: the "
+        "row's field at the dedup path if it has one, else a SHA-256 of the row (identical rows are one event)",
+    )
     parser.add_argument("--partition-key-column", metavar="COL", help="partition key column (default: the event ID)")
     parser.add_argument("--aggregate", action="store_true", help="pack small events into KPL aggregated records")
     parser.add_argument("--partitions", type=int, metavar="N", help="repartition each micro-batch into N writers")

@@ -79,6 +79,19 @@ def test_derived_id_is_the_sha256_of_canonical_json() -> None:
     assert encode_row(dict(reversed(list(row.items()))), _settings(), position=5).event_id == entry.event_id
 
 
+def test_an_id_the_row_already_carries_at_the_dedup_path_is_its_id() -> None:
+    """Without id_column, a row with a field at the dedup path keeps it as its ID (never overwritten by a
+    derived one); a null there fails the task like a null ID column; rows without the field get derived IDs."""
+    entry = encode_row({"eventId": "abc", "n": 1}, _settings(), position=0)
+    assert (entry.event_id, json.loads(entry.data)["eventId"]) == ("abc", "abc")
+    nested = encode_row({"meta": {"id": 42}, "n": 1}, _settings(id_path=("meta", "id")), position=0)
+    assert nested.event_id == "42"
+    with pytest.raises(InvalidRowError, match=r"row 2: the row's eventId \(the dedup path\) is null"):
+        encode_row({"eventId": None, "n": 1}, _settings(), position=2)
+    identical = [encode_row({"n": 1}, _settings(), position=i).event_id for i in range(2)]
+    assert identical[0] == identical[1] == event_id_of({"n": 1}), "identical rows are one event"
+
+
 def test_null_or_empty_id_fails_naming_the_row() -> None:
     """A null or empty id_column value is an error naming the row position, never a silent skip."""
     for bad in (None, ""):

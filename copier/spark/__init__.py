@@ -8,8 +8,10 @@ reach. So:
 
 * each row becomes a JSON payload (the row as a dict, sorted keys, compact,
   UTF-8) with its event ID set at ``id_path``: the ``id_column``'s value as a
-  string, or, without one, ``event_id_of(row)``, the SHA-256 hex digest of the
-  row's canonical JSON. A replayed micro-batch therefore writes the same IDs.
+  string; without one, the value the row already has at ``id_path`` (never
+  overwritten); without either, ``event_id_of(row)``, the SHA-256 hex digest
+  of the row's canonical JSON (identical rows are then one event). A
+  replayed micro-batch therefore writes the same IDs.
   A row whose ID or partition key is null or empty fails the task, naming
   the row's position, instead of being skipped;
 * the partition key is the ``partition_key_column``'s value, or the event ID,

@@ -72,7 +72,9 @@ def event_id_of(row: Mapping[str, Any]) -> str:
     ``","`` and ``":"``, non-ASCII characters as themselves, encoded as
     UTF-8. The same row gives the same ID in every task attempt and every
     replayed micro-batch; two rows with identical values get the same ID
-    (they are one event as far as the copier is concerned).
+    (they are one event as far as the copier is concerned: it forwards one).
+    Used only for rows that carry no field at the dedup path: a row that
+    has one is identified by it (see :func:`encode_row`).
     """
     return hashlib.sha256(canonical_json(json_safe(row))).hexdigest()
 
@@ -98,6 +100,16 @@ def _text(value: Any, what: str) -> str:
     return text
 
 
+def _get_path(payload: Mapping[str, Any], path: Sequence[str]) -> tuple[bool, Any]:
+    """(whether the row has a field at ``path``, its value): a null field counts as present."""
+    node: Any = payload
+    for part in path:
+        if not isinstance(node, Mapping) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
 def _set_path(payload: dict[str, Any], path: Sequence[str], value: str) -> None:
     node = payload
     for i, part in enumerate(path[:-1]):
@@ -116,7 +128,11 @@ def encode_row(row: Any, settings: WriterSettings, position: int, partition: int
     try:
         values = row.asDict(recursive=True) if hasattr(row, "asDict") else dict(row)
         payload = json_safe(values)
-        if settings.id_column is None:
+        carried, value = _get_path(payload, settings.id_path)
+        if settings.id_column is None and carried:
+            # The row already has an ID where the copier looks for it: that is its ID (never overwritten).
+            event_id = _text(value, f"the row's {'.'.join(settings.id_path)} (the dedup path)")
+        elif settings.id_column is None:
             event_id = hashlib.sha256(canonical_json(payload)).hexdigest()
         else:
             if settings.id_column not in values:
