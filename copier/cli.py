@@ -11,9 +11,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from copier import demo, produce, scalein, verify
+from copier import demo, export, produce, scalein, verify
 from copier.config import Config, load_config
 from copier.errors import ConfigError, CopierError
+from copier.spark import audit as spark_audit
 
 __all__ = ["main"]
 
@@ -160,6 +161,14 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify", help="audit the target (and dead-letter) stream against what was produced")
     verify.add_arguments(p)
     p.set_defaults(func=verify.main)
+
+    p = sub.add_parser("export", help="a stream (or a time range of it) to JSON-lines files for copier audit")
+    export.add_arguments(p)
+    p.set_defaults(func=export.main)
+
+    p = sub.add_parser("audit", help="the exactly-once audit as a Spark job, over exported or Firehose files")
+    spark_audit.add_arguments(p)
+    p.set_defaults(func=spark_audit.main)
 
     p = sub.add_parser("produce", help="the PySpark job writing JSON-lines files to the staging stream")
     produce.add_arguments(p)

@@ -281,7 +281,7 @@ class StreamReader:
 
 def record_event_id(key: DedupKey, record: KinesisRecord) -> str | None:
     """The record's event ID as the copier would see it, or None when it has none."""
-    return _event_id(key, record["PartitionKey"], bytes(record["Data"]))
+    return event_id_in(key, record["PartitionKey"], bytes(record["Data"]))
 
 
 def dead_letter_event_id(key: DedupKey, partition_key: str, data: bytes) -> str | None:
@@ -486,13 +486,14 @@ def read_staging(config: Config, reader: StreamReader) -> list[StagedRecord]:
 
     def staged(shard_id: str, r: KinesisRecord) -> StagedRecord:
         view = as_daemon_delivers(bytes(r["Data"]), r["PartitionKey"], ranges.get(shard_id))
-        ids = [_event_id(key, pk, data) for pk, data in view.written]  # what the daemon drops is lost
+        ids = [event_id_in(key, pk, data) for pk, data in view.written]  # what the daemon drops is lost
         return StagedRecord(shard_id, r["SequenceNumber"], ids, view.aggregated, view.problem)
 
     return reader.read(config.stream_name, "staging", staged)
 
 
-def _event_id(key: DedupKey, partition_key: str, data: bytes) -> str | None:
+def event_id_in(key: DedupKey, partition_key: str, data: bytes) -> str | None:
+    """A record's event ID as the copier reads it (None: it has none)."""
     found = extract_event_id(key, partition_key, data)
     return found.value if isinstance(found, EventId) else None
 

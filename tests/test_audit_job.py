@@ -1,0 +1,130 @@
+"""``copier export`` and ``copier audit`` (Spark, local mode) against ``copier verify`` on the same data.
+
+The target is built by hand on the local backend with one of each problem:
+a lost event, a duplicate, an unexpected event, a record without an ID, two
+events of one partition key out of production order, and an event that went
+to the dead-letter stream. verify reads the streams; audit reads what export
+wrote from them (and, as Firehose would deliver it, the bare records): the
+reports must agree, count for count and example for example.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from copier.local.backend import DUMMY_ENV
+from copier.local.multilang import COPIER
+from tests.support.backend import client, create_stream, local_backend
+from tests.support.props import write_properties
+
+pytestmark = [pytest.mark.protocol, pytest.mark.timeout(600)]
+
+REPORT_KEYS = (
+    "expected",
+    "produced",
+    "found",
+    "dead_letter_records",
+    "lost",
+    "duplicated",
+    "extra_copies",
+    "unexpected",
+    "unkeyed",
+    "dead_lettered",
+    "out_of_order",
+    "examples",
+    "ok",
+)
+
+
+def _run(*args: str) -> tuple[int, str, str]:
+    env = {**os.environ, **DUMMY_ENV, "SPARK_LOCAL_IP": "127.0.0.1"}
+    done = subprocess.run([COPIER, *args], capture_output=True, text=True, env=env, timeout=500)
+    return done.returncode, done.stdout, done.stderr
+
+
+def _event(event_id: str) -> bytes:
+    return json.dumps({"eventId": event_id, "v": 1}).encode()
+
+
+def _build(endpoint: str, tmp_path: Path) -> tuple[Path, Path]:
+    kinesis = client("kinesis", endpoint)
+    create_stream(kinesis, "audit-target", 2)
+    create_stream(kinesis, "audit-dlq", 1)
+    produced = [f"e{n}" for n in range(60)] + ["e3"]  # a producer retry of e3: one event
+    landed: list[tuple[str, bytes]] = [(f"k{n}", _event(f"e{n}")) for n in range(60) if n not in (5, 30, 31, 40)]
+    landed += [("k7", _event("e7")), ("kx", _event("x1")), ("ku", b"not json")]  # duplicate, unexpected, no ID
+    landed += [("hot", _event("e31")), ("hot", _event("e30"))]  # one key, produced 30 then 31: out of order
+    for key, data in landed:
+        kinesis.put_record(StreamName="audit-target", PartitionKey=key, Data=data)
+    envelope = {"reason": "oversize", "partitionKey": "k40", "data": base64.b64encode(_event("e40")).decode()}
+    kinesis.put_record(StreamName="audit-dlq", PartitionKey="k40", Data=json.dumps(envelope).encode())
+    manifest = tmp_path / "manifest" / "ids-000.txt"
+    manifest.parent.mkdir()
+    manifest.write_text("".join(f"{i}\n" for i in produced))
+    props = write_properties(
+        tmp_path / "p.properties",
+        endpoint,
+        "audit-staging",
+        "audit-target",
+        "audit-state",
+        deadLetterStreamName="audit-dlq",
+    )
+    return props, manifest.parent
+
+
+def _report(stdout: str) -> dict[str, Any]:
+    data = json.loads(stdout)
+    return {k: data[k] for k in REPORT_KEYS}
+
+
+def test_audit_and_verify_report_the_same_on_the_same_data(tmp_path: Path) -> None:
+    with local_backend() as endpoint:
+        props, manifest = _build(endpoint, tmp_path)
+        status, out, err = _run(
+            "verify", "--properties", str(props), "--manifest", str(manifest / "ids-000.txt"), "--json"
+        )
+        assert status == 1, err
+        verified = _report(out)
+        for stream, where in (("target", "target"), ("deadletter", "dlq")):
+            status, _, err = _run(
+                "export", "--properties", str(props), "--stream", stream, "--out", str(tmp_path / where), "--gzip"
+            )
+            assert status == 0, err
+    assert (verified["lost"], verified["duplicated"], verified["unexpected"], verified["unkeyed"]) == (1, 1, 1, 1)
+    assert (verified["out_of_order"], verified["dead_lettered"]) == (1, 1)
+
+    audit = ["audit", "--properties", str(props), "--manifest", str(manifest), "--json"]
+    status, out, err = _run(*audit, "--target", str(tmp_path / "target"), "--dead-letter", str(tmp_path / "dlq"))
+    assert status == 1, err[-3000:]
+    assert _report(out) == verified
+
+    # The same records as a Firehose delivery writes them: each record alone on its line, gzip.
+    firehose = tmp_path / "firehose"
+    firehose.mkdir()
+    for source, name in ((tmp_path / "target", "target"), (tmp_path / "dlq", "dlq")):
+        lines = [json.loads(line) for f in sorted(source.iterdir()) for line in gzip.open(f, "rt")]
+        with gzip.open(firehose / f"{name}.gz", "wt") as out_file:
+            out_file.writelines(base64.b64decode(line["data"]).decode(errors="replace") + "\n" for line in lines)
+    status, out, err = _run(
+        *audit,
+        "--format",
+        "firehose",
+        "--target",
+        str(firehose / "target.gz"),
+        "--dead-letter",
+        str(firehose / "dlq.gz"),
+    )
+    assert status == 1, err[-3000:]
+    bare = _report(out)
+    for key in ("expected", "produced", "found", "lost", "duplicated", "extra_copies", "unexpected", "unkeyed"):
+        assert bare[key] == verified[key], key
+    assert bare["out_of_order"] == 0, "Firehose files carry no partition key: order is not measured"
+    assert bare["examples"]["lost"] == verified["examples"]["lost"]
