@@ -60,19 +60,30 @@ def _arrival_ms(record: dict[str, Any]) -> int:
 
 
 def export_stream(
-    reader: StreamReader, stream: str, out: Path, compress: bool, since_ms: int | None, until_ms: int | None
+    reader: StreamReader,
+    stream: str,
+    out: Path,
+    compress: bool,
+    since_ms: int | None,
+    until_ms: int | None,
+    progress: Progress | None = None,
 ) -> tuple[int, int]:
-    """Write the stream's records; returns (records written, files)."""
+    """Write the stream's records; returns (records written, files). Progress lines go to stderr."""
     out.mkdir(parents=True, exist_ok=True)
     order = 0
     files = 0
-    for shard in reader.shards(stream):
+    shards = reader.shards(stream)
+    if progress is not None:
+        progress.start(stream, len(shards))
+    for shard in shards:
         shard_id = shard["ShardId"]
         path = out / f"{stream}-{shard_id}.jsonl{'.gz' if compress else ''}"
         handle: IO[str] = gzip.open(path, "wt", encoding="utf-8") if compress else path.open("w", encoding="utf-8")
         files += 1
         with handle:
             for page in reader.pages(stream, shard_id):
+                if progress is not None:
+                    progress.records(stream, len(page))
                 for record in page:
                     arrival = _arrival_ms(record)
                     if (since_ms is not None and arrival < since_ms) or (until_ms is not None and arrival >= until_ms):
@@ -87,6 +98,8 @@ def export_stream(
                     }
                     handle.write(json.dumps(line, separators=(",", ":")) + "\n")
                     order += 1
+        if progress is not None:
+            progress.shard_done(stream)
     return order, files
 
 
@@ -97,7 +110,8 @@ def main(args: argparse.Namespace) -> int:
         names["deadletter"] = config.dead_letter_stream_name
     stream = names.get(args.stream, args.stream)
     target_side = stream in (config.target_stream_name, config.dead_letter_stream_name)
-    reader = StreamReader(make_client(config, target_side), Progress())
-    written, files = export_stream(reader, stream, Path(args.out), args.gzip, args.since, args.until)
+    progress = Progress()
+    reader = StreamReader(make_client(config, target_side), progress)
+    written, files = export_stream(reader, stream, Path(args.out), args.gzip, args.since, args.until, progress)
     print(f"export: {stream}: {written} records in {files} files under {args.out}", file=sys.stderr)
     return 0
