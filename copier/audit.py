@@ -27,7 +27,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["AuditReport", "OutOfOrder", "TargetRecord", "Unkeyed", "audit"]
+__all__ = [
+    "AuditReport",
+    "OutOfOrder",
+    "TargetRecord",
+    "Unkeyed",
+    "audit",
+    "first_copies",
+    "order_violations",
+    "production_index",
+]
 
 DEFAULT_EXAMPLES = 5
 
@@ -133,7 +142,9 @@ def production_index(produced: Iterable[str]) -> tuple[dict[str, int], int]:
     return index, occurrences
 
 
-def _out_of_order(target: list[TargetRecord], index: dict[str, int], limit: int) -> tuple[int, tuple[OutOfOrder, ...]]:
+def order_violations(
+    target: Iterable[TargetRecord], index: dict[str, int], limit: int
+) -> tuple[int, tuple[OutOfOrder, ...]]:
     """Count target records produced before the latest-produced record that precedes them under their key.
 
     Only records with a production index take part: an unkeyed or unexpected
@@ -154,6 +165,22 @@ def _out_of_order(target: list[TargetRecord], index: dict[str, int], limit: int)
         elif seen is None or position > seen[0]:
             latest[record.partition_key] = (position, record.event_id)
     return count, tuple(examples)
+
+
+def first_copies(target: Iterable[TargetRecord]) -> list[TargetRecord]:
+    """The target without the later copies of a duplicated ID (and without unkeyed records).
+
+    A duplicate's later copy is judged as a duplicate; whether the *first*
+    arrivals keep each key's order is the separate question that
+    ``copier.ordering = partitionKey`` answers.
+    """
+    seen: set[str] = set()
+    out: list[TargetRecord] = []
+    for record in target:
+        if record.event_id is not None and record.event_id not in seen:
+            seen.add(record.event_id)
+            out.append(record)
+    return out
 
 
 def audit(
@@ -182,7 +209,7 @@ def audit(
     dead_lettered = [i for i in index if i in in_dead_letter]
     duplicated = [(i, n) for i, n in copies.items() if n > 1]  # Counter keeps first-seen order
     unexpected = [i for i in copies if i not in index]
-    disorder, disorder_examples = _out_of_order(records, index, examples)
+    disorder, disorder_examples = order_violations(records, index, examples)
     return AuditReport(
         expected=len(index),
         produced=occurrences,

@@ -14,11 +14,14 @@ in staging) through the same pure audit as ``copier verify``. Then:
 * every poison record must be in the dead-letter stream exactly once, and
   nothing without an ID in the target;
 * the copier's logs must hold no ``fatal`` or ``unexpected_error``: nothing
-  in a chaos run is a fault that should end a process.
-
-Out-of-order events (per partition key) are counted and reported; they are
-not a failure: Kinesis does not keep order across a partial PutRecords
-failure, and the copier retries the failed entries.
+  in a chaos run is a fault that should end a process;
+* with ``copier.ordering = partitionKey`` (the default, and what the suite
+  runs), each key's events must arrive in the order they were produced: an
+  event whose first copy lands after a later-produced event of its key is a
+  failure (the producer writes each key to one shard in production order, so
+  production order is staging order). A duplicate's later copy is not
+  counted again: it is judged as a duplicate above. With ``none`` such
+  events are only counted.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from copier.audit import TargetRecord, audit
+from copier.audit import TargetRecord, audit, first_copies, order_violations, production_index
 from copier.chaos.producer import Produced
 from copier.config import Config
 from copier.verify import Progress, StreamReader, dead_letter_event_id, make_client, record_event_id
@@ -102,7 +105,6 @@ def check(config: Config, produced: Produced, log_paths: list[Path], examples: i
         dead_letter_records=report.dead_letter_records,
         lost=report.lost,
         duplicated=report.duplicated,
-        out_of_order=report.out_of_order,
         unkeyed_in_target=report.unkeyed,
     )
     if report.lost:
@@ -116,6 +118,11 @@ def check(config: Config, produced: Produced, log_paths: list[Path], examples: i
         out.failures.append(
             f"duplicated {len(unexplained)} without a possible_duplicates report: {unexplained[:examples]}"
         )
+    index, _ = production_index(produced.manifest)
+    out.out_of_order, disorder_examples = order_violations(first_copies(target), index, examples)
+    if out.out_of_order and config.ordering == "partitionKey":
+        shown = ", ".join(f"{o.event_id} after {o.after} (key {o.partition_key})" for o in disorder_examples)
+        out.failures.append(f"{out.out_of_order} events out of order per partition key: {shown}")
     if report.unkeyed:
         out.failures.append(f"{report.unkeyed} records without an event ID in the target (poison not dead-lettered)")
     fatal = [e for e in reports if e["event"] in ("fatal", "unexpected_error")]

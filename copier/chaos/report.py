@@ -28,7 +28,9 @@ def render(results: Sequence[SeedResult], command: str, elapsed_s: float, planne
         "a producer of plain and KPL-aggregated records with duplicates and poison records) under the faults",
         "its seed draws, then checks the target and dead-letter streams against what was produced.",
         "What each fault is: `copier/chaos/schedule.py` and `copier/chaos/proxy.py`; the check:",
-        "`copier/chaos/check.py`.",
+        "`copier/chaos/check.py`. A seed fails on a lost event, a duplicate the copier did not report",
+        "(`possible_duplicates`), an event whose first copy is out of its key's order, a poison record not",
+        "dead-lettered exactly once, a `fatal` log line, a crash loop, or a shard not caught up in time.",
         "",
         f"Command: `{command}` ({elapsed_s / 60:.0f} minutes on {platform.machine()}, "
         f"{platform.python_implementation()} {platform.python_version()}). Raw results: `docs/reliability.json`.",
