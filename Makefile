@@ -32,9 +32,11 @@ test-fast: install
 	$(BIN)/python -m pytest -m "not protocol"
 
 # The fault-injection suite: SEEDS seeds of the real pipeline under faults (a few minutes each).
+# An interrupted run goes on where it stopped when the code is the same (--resume);
+# remove docs/reliability.json to start over.
 SEEDS ?= 50
 chaos: install
-	$(BIN)/python -m copier.chaos --seeds $(SEEDS) --report docs/reliability.md --json docs/reliability.json
+	$(BIN)/python -m copier.chaos --seeds $(SEEDS) --report docs/reliability.md --json docs/reliability.json --resume
 
 # Benchmarks against baselines in one run: docs/benchmarks.md, .json and PNG plots (about half an hour).
 bench: install

@@ -35,6 +35,10 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         f"window {config.dedup_window_seconds} s (at most {config.dedup_window_max_events} IDs), "
         f"lease {config.lease_millis} ms, ordering {config.ordering}"
     )
+    from copier.daemon import daemon_warnings
+
+    for warning in daemon_warnings(config):
+        sys.stderr.write(f"copier: warning: {warning}\n")
     if config.target_role_arn is not None and not args.offline:
         from copier.target import check_target
 

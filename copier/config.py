@@ -79,6 +79,7 @@ class Config:
     coalesce_events: int
     coalesce_millis: int
     empty_batches: bool  # the daemon's callProcessRecordsEvenForEmptyRecordList
+    graceful_handoff: bool = True  # the daemon's isGracefulLeaseHandoffEnabled (KCL 3.x default: true)
     metrics: Literal["none", "emf"] = "none"
     metrics_agent_endpoint: str = "tcp://127.0.0.1:25888"
     metrics_namespace: str = "copier"
@@ -321,6 +322,7 @@ def parse_config(text: str, path: str = "<string>") -> Config:
         coalesce_events=r.copier_need("copier.coalesceEvents", _int_between(1, 10_000)),
         coalesce_millis=r.copier_need("copier.coalesceMillis", _int_between(0, _MINUTE_MS)),
         empty_batches=r.need("callProcessRecordsEvenForEmptyRecordList", _boolean, "false"),
+        graceful_handoff=r.need("isGracefulLeaseHandoffEnabled", _boolean, "true"),
         metrics="emf" if r.copier_need("copier.metrics", _one_of("none", "emf")) == "emf" else "none",
         metrics_agent_endpoint=r.copier_need("copier.metricsAgentEndpoint", _agent_endpoint),
         metrics_namespace=r.copier_need("copier.metricsNamespace", _matching(_NAMESPACE, "CloudWatch namespace")),

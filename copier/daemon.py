@@ -22,7 +22,7 @@ from copier.config import Config
 from copier.errors import ConfigError
 from copier.jars import MULTILANG_JAR_PREFIX, jar_dir, jars
 
-__all__ = ["MAIN_CLASS", "daemon_command", "run_daemon"]
+__all__ = ["MAIN_CLASS", "daemon_command", "daemon_warnings", "run_daemon"]
 
 MAIN_CLASS = "software.amazon.kinesis.multilang.MultiLangDaemon"
 LOGBACK = Path(__file__).resolve().parent / "logback.xml"
@@ -49,17 +49,31 @@ def daemon_command(config: Config, properties: str, env: Mapping[str, str], java
     ]
 
 
+def daemon_warnings(config: Config) -> list[str]:
+    """Daemon settings that work but that production should not run with, each with what to set instead."""
+    warnings = []
+    if config.shutdown_grace_millis <= 0:
+        warnings.append(
+            f"{config.path}: shutdownGraceMillis is 0, so SIGTERM gives processors no shutdown_requested "
+            "and no final checkpoint; set it (and keep systemd's TimeoutStopSec above it)"
+        )
+    if config.graceful_handoff:
+        warnings.append(
+            f"{config.path}: isGracefulLeaseHandoffEnabled is true (the KCL 3.x default): KCL 3.1.3 can leave "
+            "a lease stuck in a handoff that never completes, and its shard is then never processed "
+            "(docs/protocol.md, 'Lease moves'); set isGracefulLeaseHandoffEnabled = false"
+        )
+    return warnings
+
+
 def run_daemon(config: Config, properties: str) -> int:
     """Exec the daemon (never returns on success)."""
     java = shutil.which("java")
     if java is None:
         sys.stderr.write("copier: java is not on PATH: the KCL MultiLangDaemon needs Java 17 or later\n")
         return 3
-    if config.shutdown_grace_millis <= 0:
-        sys.stderr.write(
-            f"copier: warning: {config.path}: shutdownGraceMillis is 0, so SIGTERM gives processors no "
-            "shutdown_requested and no final checkpoint; set it (and keep systemd's TimeoutStopSec above it)\n"
-        )
+    for warning in daemon_warnings(config):
+        sys.stderr.write(f"copier: warning: {warning}\n")
     command = daemon_command(config, properties, os.environ, java)
     sys.stderr.flush()
     os.execv(java, command)

@@ -5,10 +5,12 @@ Each smoke seed is the real pipeline under faults: ``copier.chaos.run``.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from copier.chaos import __main__ as chaos_main
 from copier.chaos.proxy import FAULT_KINDS
 from copier.chaos.report import render
 from copier.chaos.run import SeedResult, run_seed
@@ -47,6 +49,31 @@ def test_the_report_has_a_summary_and_a_row_a_seed() -> None:
     assert "In progress" not in text, "a complete run says nothing of progress"
     partial = render([good, bad], "python -m copier.chaos --seeds 5", 120.0, planned=5)
     assert "In progress or interrupted: 2 of 5 seeds ran." in partial
+
+
+def test_resume_keeps_the_seeds_that_ran_on_the_same_code_and_only_those(tmp_path: Path) -> None:
+    """An interrupted run goes on with the seeds it has not run; results of other code or profile start over."""
+    raw = tmp_path / "reliability.json"
+    report = tmp_path / "reliability.md"
+    done = [SeedResult(s, "full", "3.x", 2, ok=True, events=100 * s).to_json() for s in (1, 2)]
+    code = chaos_main.code_digest()
+    raw.write_text(json.dumps({"code": code, "elapsed_s": 600.0, "planned_seeds": 2, "results": done}))
+    argv = ["--seeds", "2", "--json", str(raw), "--report", str(report), "--workdir", str(tmp_path), "--resume"]
+    assert chaos_main.main(argv) == 0, "both seeds were kept, none run again"
+    again = json.loads(raw.read_text())
+    assert [r["seed"] for r in again["results"]] == [1, 2] and again["code"] == code
+    assert "seed-1" not in {p.name for p in tmp_path.iterdir()}, "no seed ran"
+    assert "Code digest `" + code + "`" in report.read_text()
+
+    class Args:
+        json_path = str(raw)
+        profile = "smoke"
+
+    assert chaos_main._resumed(Args(), code) == ([], 0.0), "another profile starts over"  # type: ignore[arg-type]
+    Args.profile = "full"
+    assert chaos_main._resumed(Args(), "0" * 16) == ([], 0.0), "other code starts over"  # type: ignore[arg-type]
+    kept, elapsed = chaos_main._resumed(Args(), code)  # type: ignore[arg-type]
+    assert [r.seed for r in kept] == [1, 2] and elapsed > 600.0
 
 
 @pytest.mark.protocol

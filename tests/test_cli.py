@@ -54,6 +54,23 @@ def test_check_config_accepts_a_good_file_and_rejects_a_bad_one(tmp_path: Path) 
     assert bad.returncode == 2 and "copier.putTimeoutMillis" in bad.stderr
 
 
+def test_check_config_warns_of_settings_production_should_not_run_with(tmp_path: Path) -> None:
+    """The sample file draws no warning; the KCL defaults for graceful handoff and shutdown grace each draw one."""
+    sample = (ROOT / "properties" / "copier.properties").read_text()
+    assert run("check-config", str(ROOT / "properties" / "copier.properties")).stderr == ""
+    defaults = tmp_path / "defaults.properties"
+    defaults.write_text(
+        sample.replace("isGracefulLeaseHandoffEnabled = false", "").replace("shutdownGraceMillis = 20000", "")
+    )
+    result = run("check-config", str(defaults))
+    assert result.returncode == 0
+    warnings = result.stderr.splitlines()
+    assert len(warnings) == 2 and all(w.startswith(f"copier: warning: {defaults}: ") for w in warnings)
+    assert "shutdownGraceMillis is 0" in warnings[0]
+    assert "isGracefulLeaseHandoffEnabled is true" in warnings[1]
+    assert "set isGracefulLeaseHandoffEnabled = false" in warnings[1]
+
+
 def test_init_is_idempotent(pipeline: Pipeline) -> None:
     """init creates the table once and then reports that it exists."""
     again = pipeline.init()

@@ -3,15 +3,23 @@
     python -m copier.chaos --seeds 50                 # seeds 1..50, the full profile (make chaos)
     python -m copier.chaos --seed 7 --seed 12         # chosen seeds
     python -m copier.chaos --profile smoke --seeds 2  # the short run of make test
+    python -m copier.chaos --seeds 50 --json R --resume  # go on with an interrupted run
 
 Each seed's plan, results and worker logs go to ``--workdir/seed-N``; the
 summary and the per-seed table go to ``--report`` (Markdown) and ``--json``.
 Exit status 1 if any seed failed.
+
+``--resume`` keeps the seeds that ``--json`` already holds and runs only the
+others, when that file was written by the same code (a digest of the copier
+package and of setup.cfg's pins, recorded in it) and the same profile: 50
+seeds take longer than a working session on two cores, and a seed's
+verdict does not depend on when it ran. Any other file is started over.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -32,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", help="where each seed's logs go (default: a temporary directory)")
     parser.add_argument("--report", help="write the Markdown report here")
     parser.add_argument("--json", dest="json_path", help="write the raw results here")
+    parser.add_argument("--resume", action="store_true", help="keep the seeds --json holds for this code")
     args = parser.parse_args(argv)
     seeds = args.seed + list(range(1, args.seeds + 1))
     if not seeds:
@@ -46,10 +55,14 @@ def main(argv: list[str] | None = None) -> int:
     profile = FULL if args.profile == "full" else SMOKE
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="copier-chaos-"))
     command = "python -m copier.chaos " + " ".join(argv if argv is not None else sys.argv[1:])
-    results: list[SeedResult] = []
-    started = time.monotonic()
+    code = code_digest()
+    results, before = _resumed(args, code) if args.resume else ([], 0.0)
+    done = {r.seed for r in results}
+    if done:
+        print(f"resuming: {len(done)} seeds already ran on this code ({sorted(done)})", flush=True)
+    started = time.monotonic() - before
     with LocalBackend() as backend:
-        for seed in seeds:
+        for seed in [s for s in seeds if s not in done]:
             plan = draw(seed, profile)
             seed_dir = workdir / f"seed-{seed}"
             seed_dir.mkdir(parents=True, exist_ok=True)
@@ -58,25 +71,58 @@ def main(argv: list[str] | None = None) -> int:
             result = run_seed(plan, backend.endpoint, seed_dir)
             (seed_dir / "result.json").write_text(json.dumps(result.to_json(), indent=1))
             results.append(result)
-            _write(args, results, command, time.monotonic() - started, len(seeds))  # survives an interrupted run
+            _write(args, results, command, code, time.monotonic() - started, len(seeds))  # survives an interrupted run
             verdict = "ok" if result.ok else "FAILED: " + "; ".join(result.failures)
             print(
                 f"seed {seed}: {verdict} (events {result.events}, lost {result.lost}, duplicated {result.duplicated}, "
                 f"caught up {result.caught_up_s} s, {result.total_s} s)",
                 flush=True,
             )
+    _write(args, results, command, code, time.monotonic() - started, len(seeds))
     failed = [r.seed for r in results if not r.ok]
     print(f"{len(results)} seeds, {len(failed)} failed{': ' + str(failed) if failed else ''}; logs in {workdir}")
     return 1 if failed else 0
 
 
-def _write(args: argparse.Namespace, results: list[SeedResult], command: str, elapsed: float, planned: int) -> None:
+def code_digest() -> str:
+    """What a seed's verdict depends on: the copier package's source and the pinned versions (setup.cfg)."""
+    package = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    files = sorted(p for p in package.rglob("*") if p.suffix in (".py", ".xml") and "__pycache__" not in p.parts)
+    for path in [*files, package.parent / "setup.cfg"]:
+        if path.is_file():
+            digest.update(str(path.relative_to(package.parent)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _resumed(args: argparse.Namespace, code: str) -> tuple[list[SeedResult], float]:
+    """The results ``--json`` holds, if the same code and profile wrote them, and the time they took."""
+    path = Path(args.json_path) if args.json_path else None
+    if path is None or not path.is_file():
+        return [], 0.0
+    raw = json.loads(path.read_text())
+    results = [SeedResult.from_json(r) for r in raw.get("results", [])]
+    if raw.get("code") != code or any(r.profile != args.profile for r in results):
+        print(f"not resuming: {path} was written by other code or another profile; starting over", flush=True)
+        return [], 0.0
+    return results, float(raw.get("elapsed_s", 0.0))
+
+
+def _write(
+    args: argparse.Namespace, results: list[SeedResult], command: str, code: str, elapsed: float, planned: int
+) -> None:
     """The report and the raw results so far (rewritten after each seed)."""
     if args.json_path:
-        raw = {"command": command, "planned_seeds": planned, "results": [r.to_json() for r in results]}
+        raw = {
+            "command": command,
+            "code": code,
+            "elapsed_s": round(elapsed, 1),
+            "planned_seeds": planned,
+            "results": [r.to_json() for r in results],
+        }
         Path(args.json_path).write_text(json.dumps(raw, indent=1) + "\n")
     if args.report:
-        Path(args.report).write_text(render(results, command, elapsed, planned))
+        Path(args.report).write_text(render(results, command, elapsed, planned, code))
 
 
 if __name__ == "__main__":

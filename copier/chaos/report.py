@@ -15,8 +15,10 @@ def _faults(faults: dict[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(faults.items())) or "-"
 
 
-def render(results: Sequence[SeedResult], command: str, elapsed_s: float, planned: int | None = None) -> str:
-    """The Markdown report (of the seeds run so far, when fewer than ``planned``)."""
+def render(
+    results: Sequence[SeedResult], command: str, elapsed_s: float, planned: int | None = None, code: str = ""
+) -> str:
+    """The Markdown report (of the seeds run so far, when fewer than ``planned``); ``code``: the code digest."""
     total: Counter[str] = Counter()
     for r in results:
         total.update(r.faults)
@@ -34,6 +36,11 @@ def render(results: Sequence[SeedResult], command: str, elapsed_s: float, planne
         "",
         f"Command: `{command}` ({elapsed_s / 60:.0f} minutes on {platform.machine()}, "
         f"{platform.python_implementation()} {platform.python_version()}). Raw results: `docs/reliability.json`.",
+        *(
+            [f"Code digest `{code}` (the copier package and setup.cfg's pins; `copier/chaos/__main__.py`).", ""]
+            if code
+            else []
+        ),
         "",
         "## Summary",
         "",

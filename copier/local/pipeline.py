@@ -42,6 +42,7 @@ FAST_KCL = {
     "listShardsBackoffTimeInMillis": "200",
     "shutdownGraceMillis": "5000",
     "callProcessRecordsEvenForEmptyRecordList": "true",
+    "isGracefulLeaseHandoffEnabled": "false",  # KCL 3.1.3 can leave a lease stuck in a handoff
 }
 
 

@@ -28,6 +28,7 @@ def write_properties(
         f"kinesisEndpoint = {endpoint}",
         f"dynamoDBEndpoint = {endpoint}",
         f"failoverTimeMillis = {failover_ms}",
+        "isGracefulLeaseHandoffEnabled = false",
     ]
     lines += [f"copier.{k} = {v}" for k, v in keys.items() if v is not None]
     path.write_text("\n".join(lines) + "\n")
