@@ -6,6 +6,8 @@ Each smoke seed is the real pipeline under faults: ``copier.chaos.run``.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -59,7 +61,10 @@ def test_resume_keeps_the_seeds_that_ran_on_the_same_code_and_only_those(tmp_pat
     code = chaos_main.code_digest()
     raw.write_text(json.dumps({"code": code, "elapsed_s": 600.0, "planned_seeds": 2, "results": done}))
     argv = ["--seeds", "2", "--json", str(raw), "--report", str(report), "--workdir", str(tmp_path), "--resume"]
-    assert chaos_main.main(argv) == 0, "both seeds were kept, none run again"
+    # A child process: main() configures logging for the whole process.
+    run = subprocess.run([sys.executable, "-m", "copier.chaos", *argv], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "resuming: 2 seeds already ran on this code ([1, 2])" in run.stdout, "both seeds kept, none run again"
     again = json.loads(raw.read_text())
     assert [r["seed"] for r in again["results"]] == [1, 2] and again["code"] == code
     assert "seed-1" not in {p.name for p in tmp_path.iterdir()}, "no seed ran"
@@ -73,7 +78,7 @@ def test_resume_keeps_the_seeds_that_ran_on_the_same_code_and_only_those(tmp_pat
     Args.profile = "full"
     assert chaos_main._resumed(Args(), "0" * 16) == ([], 0.0), "other code starts over"  # type: ignore[arg-type]
     kept, elapsed = chaos_main._resumed(Args(), code)  # type: ignore[arg-type]
-    assert [r.seed for r in kept] == [1, 2] and elapsed > 600.0
+    assert [r.seed for r in kept] == [1, 2] and elapsed >= 600.0
 
 
 @pytest.mark.protocol
