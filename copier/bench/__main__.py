@@ -60,7 +60,7 @@ FULL = Profile(
     ordering_hot_keys=20,
 )
 SMOKE = Profile(
-    cpu_cases=((200, 100, 300), (200, 1000, 1000)),
+    cpu_cases=((200, 100, 3000), (200, 1000, 5000)),  # at least ~40 ms of CPU each: ticks are 10 ms
     cpu_repeats=1,
     cost_batches=(10, 100),
     cost_coalesced=(10,),

@@ -24,6 +24,7 @@ measurement.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 import uuid
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from copier.errors import CopierError
 from copier.local.multilang import Processor, records_message
 
 __all__ = ["CpuCase", "CpuResult", "messages", "payload", "run_case"]
@@ -105,7 +107,16 @@ def _measure(command: list[str] | None, properties: Path, case: CpuCase, shard: 
         spent = proc.cpu_seconds() - before
     finally:
         proc.close()
+    if spent < MIN_TICKS / os.sysconf("SC_CLK_TCK"):
+        raise CopierError(
+            f"{case.events} events of {case.payload_bytes} B took {spent * 1000:.0f} ms of CPU, under {MIN_TICKS} "
+            "clock ticks: too few to measure (CPU time is counted in ticks of 10 ms); run more events"
+        )
     return spent / case.events
+
+
+#: The least CPU time a measurement may take, in clock ticks, to be more than rounding.
+MIN_TICKS = 3
 
 
 #: Longer than the ``copier.coalesceMillis`` default (200 ms) the benchmark runs with.

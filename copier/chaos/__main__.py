@@ -85,10 +85,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def code_digest() -> str:
-    """What a seed's verdict depends on: the copier package's source and the pinned versions (setup.cfg)."""
+    """What a seed's verdict depends on: the copier package's source and the pinned versions (setup.cfg).
+
+    ``copier/bench`` is left out: nothing a seed runs imports it.
+    """
     package = Path(__file__).resolve().parents[1]
     digest = hashlib.sha256()
-    files = sorted(p for p in package.rglob("*") if p.suffix in (".py", ".xml") and "__pycache__" not in p.parts)
+    files = sorted(
+        p
+        for p in package.rglob("*")
+        if p.suffix in (".py", ".xml") and "__pycache__" not in p.parts and p.relative_to(package).parts[0] != "bench"
+    )
     for path in [*files, package.parent / "setup.cfg"]:
         if path.is_file():
             digest.update(str(path.relative_to(package.parent)).encode() + b"\0" + path.read_bytes() + b"\0")
