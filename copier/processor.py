@@ -7,7 +7,8 @@ are retried inside the worker until the batch is finished, and a fault AWS
 reports as final for one shard's request stalls that shard inside the
 worker; a fenced worker acknowledges without forwarding or checkpointing
 (it holds what it is given, to take the shard back if the owner that fenced
-it turns out to have lost the shard to the daemon; ``copier.shard``).
+it turns out to have lost the shard to the daemon, and at a shard's end it
+waits until it can, or until that owner has closed the shard; ``copier.shard``).
 What reaches this module is a fault no shard on the host can get past (a
 missing table or stream, denied access, a state table of another format),
 a malformed message from the daemon, or a bug: it ends the process with a

@@ -542,9 +542,16 @@ class ShardWorker:
         """
         assert self.state is not None
         seen = self._retrying("get_state", lambda: self.store.get(self.key))
+        return self._take_back_from(seen, behind_ms)
+
+    def _other_owner_gone_ms(self, seen: ShardState) -> int:
+        """When the owner that fenced this processor is gone: its lease, the clock margin, and for an announced
+        successor one more lease period to take over first."""
+        return seen.lease_until_ms + self.config.clock_skew_millis + (self.config.lease_millis if seen.successor else 0)
+
+    def _take_back_from(self, seen: ShardState | None, behind_ms: int | None) -> Position | None:
         now = self.clock.now_ms()
-        grace = self.config.clock_skew_millis + (self.config.lease_millis if seen and seen.successor else 0)
-        if seen is None or seen.lease_until_ms + grace > now:
+        if seen is None or self._other_owner_gone_ms(seen) > now:
             return None  # the other owner (or an announced successor) may still be at work
         new = replace(
             seen,
@@ -699,23 +706,57 @@ class ShardWorker:
     def end_shard(self) -> bool:
         """Mark the shard closed; True if the caller may checkpoint SHARD_END.
 
-        A fenced processor first tries to take the shard back and forward what
-        it holds; if it cannot, it must not checkpoint SHARD_END (the daemon
-        would never read the shard again), and the daemon retries the shard later.
+        The daemon asks once: KCL 3.1.3 measured, a processor that answers
+        ``shard_ended`` without a checkpoint has exited, and the daemon then
+        retries only its own end-of-shard check, once a second, holding the
+        lease with no processor behind it, forever (chaos seed 36). So a fenced
+        processor does not return until the shard is done: it waits until the
+        owner that fenced it has closed the shard (everything forwarded: the
+        checkpoint is due) or is gone (then it takes the shard back, forwards
+        what it holds and closes the shard itself).
         """
         self.flush()
-        if self.state is not None and self.fenced and self._held:
-            self._take_back(None)
-        if self.fenced or self.state is None:
+        if self.state is None:
             return False
-        try:
-            self._write(replace(self.state, closed=True))
-        except FencedError:
-            self._fence("shard_ended")
-            return False
+        while True:
+            if self.fenced and self._closed_by_other_owner():
+                return True
+            try:  # as its owner (taken back if it was fenced)
+                self._write(replace(self.state, closed=True))
+            except FencedError:
+                self._fence("shard_ended")
+                continue
+            break
         self.log.info("shard_ended", position=str(self.state.position))
         self._emit(now=True)
         return True
+
+    def _closed_by_other_owner(self) -> bool:
+        """Fenced at the shard's end: True once the other owner has closed the shard, False once this processor
+        has taken it back (and forwarded what it held); in between, sleep until the other owner's lease is over.
+
+        The other owner either keeps its lease because it is at work, and then
+        it reaches the end and closes the shard, or it is gone, and then its
+        lease runs out. (If the daemon has moved this lease meanwhile, the
+        checkpoint that follows fails harmlessly.)
+        """
+        waiting_for: tuple[str | None, int] | None = None
+        while True:
+            seen = self._retrying("get_state", lambda: self.store.get(self.key))
+            if seen is not None and seen.closed:
+                self.log.info("shard_ended_by_other_owner", owner=seen.owner, epoch=seen.epoch, held=len(self._held))
+                self._held = []
+                return True
+            self._take_back_from(seen, None)
+            if not self.fenced:
+                return False
+            wait = self.config.lease_millis
+            if seen is not None:
+                wait = min(max(self._other_owner_gone_ms(seen) - self.clock.now_ms(), 100), wait)
+                if waiting_for != (seen.owner, seen.epoch):
+                    waiting_for = (seen.owner, seen.epoch)
+                    self.log.info("waiting_to_end_shard", owner=seen.owner, epoch=seen.epoch, held=len(self._held))
+            self.clock.sleep_ms(wait)
 
     def release(self, retry: bool = True) -> Position | None:
         """On a requested shutdown: give the lease up so a successor need not sleep; return the position.

@@ -10,7 +10,7 @@ over, whose write then lands at a drawn later moment (a zombie's leftover),
 and a lease race: a rival takes copier's lease (and may forward a few
 batches from the checkpoint) and then loses the daemon's lease, while the
 first worker keeps receiving batches, fenced, until it can take the shard
-back.
+back, and at the shard's end waits until it can.
 After a crash a new worker takes the shard over and the daemon replays from
 the last checkpoint, as the KCL does. Whatever was drawn, the target must
 hold each event ID exactly once.
@@ -100,8 +100,9 @@ def run(data: st.DataObject, records: list[SourceRecord]) -> World:
         position += len(batch)
         if committed is not None and data.draw(st.booleans(), label="checkpointed"):
             checkpoint = position
-    world.clock.advance(3 * world.config.lease_millis)  # later: a fenced worker's next call takes the shard back,
-    worker.process([])  # and what waits goes out
+    # The shard ends: the daemon asks its last processor once. A fenced one waits out the rival's lease (on the
+    # fake clock), takes the shard back and forwards what it holds before it answers; what waits goes out.
+    assert worker.end_shard(), "the last processor closes the shard"
     return world
 
 

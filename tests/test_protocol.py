@@ -205,6 +205,32 @@ def test_takeover_while_the_first_processor_still_gets_records(pipeline: Pipelin
     assert first.close() == 0
 
 
+def test_a_fenced_processor_asked_to_end_the_shard_takes_it_back_and_checkpoints(
+    pipeline: Pipeline, processors: Any
+) -> None:
+    """Chaos seed 36 over the real protocol: a rival took copier's lease, then its daemon lost the shard.
+
+    The first processor, fenced, is asked for the shard's end (the daemon asks once). It must not answer
+    until the shard is done: it sleeps out the rival's lease, takes the shard back, forwards what it held,
+    and checkpoints with no arguments. (Before: it answered without a checkpoint, and the daemon held the
+    lease with no processor behind it, forever.)
+    """
+    first = processors(pipeline, "first")
+    first.initialize(SHARD)
+    first.process([event(1, "a")])
+    rival = processors(pipeline, "rival")
+    rival.initialize(SHARD, seq="1")  # sleeps out the first's lease, takes over
+    rival.lease_lost()  # stops without giving copier's lease up
+    first.process([event(2, "b")])
+    first.wait_for("fenced")
+    checkpoints_before = list(first.checkpoints)
+    first.shard_ended()
+    assert first.checkpoints[len(checkpoints_before) :] == [(None, None)], "SHARD_END, no arguments"
+    assert [e["held"] for e in first.events("took_back")] == [1]
+    assert target_ids(pipeline) == exactly_once(["a", "b"])
+    assert rival.close() == 0 and first.close() == 0
+
+
 def test_kpl_aggregated_records_and_a_replay_from_the_middle_of_one(pipeline: Pipeline, processors: Any) -> None:
     """Sub-records of one aggregated record are separate events; a replay may start inside one."""
     aggregated = [event(500, f"k{i}", subseq=i) for i in range(8)] + [event(500, "k2", body="dup", subseq=8)]

@@ -439,6 +439,59 @@ def test_a_fenced_processor_that_keeps_the_daemons_lease_takes_the_shard_back() 
     assert not first.fenced
 
 
+def test_a_fenced_processor_at_the_shards_end_waits_to_take_the_shard_back_and_closes_it() -> None:
+    """The daemon asks for a shard's end once; a fenced processor must not answer before the shard is done.
+
+    Chaos seed 36: a processor fenced by a rival that then lost the daemon's lease got ``shard_ended`` while
+    the rival's lease was valid; it answered without a checkpoint and exited, and the daemon, still holding
+    the lease, retried its end-of-shard check once a second with no processor behind it: the shard and its
+    merge child never moved again. Now it sleeps out the rival's lease, takes the shard back, forwards what
+    it holds and closes the shard, so the checkpoint goes out.
+    """
+    world = World()
+    first = world.worker()
+    first.process([rec(1, "a")])
+    rival = world.worker()
+    rival.lose_lease()  # its daemon did not have the shard after all: it stops, without releasing
+    assert first.process([rec(2, "b")]) is None and first.fenced
+    slept = len(world.clock.slept)
+    with capture_logs() as logs:
+        assert first.end_shard(), "the shard ends with a checkpoint"
+    assert sum(world.clock.slept[slept:]) >= world.config.clock_skew_millis, "it slept out the rival's lease"
+    assert [e["held"] for e in logs if e["event"] == "took_back"] == [1]
+    assert [e["event"] for e in logs if e["event"] in ("waiting_to_end_shard", "shard_ended")] == [
+        "waiting_to_end_shard",
+        "shard_ended",
+    ]
+    assert world.target_ids() == Counter({"a": 1, "b": 1})
+    state = world.store.get(KEY)
+    assert state is not None and state.closed and state.owner == first.owner
+
+
+def test_a_fenced_processor_at_the_shards_end_checkpoints_once_the_rival_has_closed_the_shard() -> None:
+    """A rival at work keeps its lease and reaches the end itself: the fenced processor waits for the shard
+    to be closed, forwards nothing, and answers so that the checkpoint goes out."""
+    world = World()
+    first = world.worker()
+    first.process([rec(1, "a")])
+    rival = world.worker()
+    assert first.process([rec(2, "b")]) is None and first.fenced
+    sleep = world.clock.sleep_ms
+
+    def rival_finishes_meanwhile(ms: int) -> None:
+        if not rival.state or not rival.state.closed:
+            rival.process([rec(2, "b"), rec(3, "c")])
+            assert rival.end_shard()
+        sleep(ms)
+
+    world.clock.sleep_ms = rival_finishes_meanwhile  # type: ignore[method-assign]
+    with capture_logs() as logs:
+        assert first.end_shard()
+    assert [e["event"] for e in logs if e["event"] == "shard_ended_by_other_owner"] == ["shard_ended_by_other_owner"]
+    assert not [e for e in logs if e["event"] == "took_back"], "the rival's lease was never over"
+    assert world.target_ids() == Counter({"a": 1, "b": 1, "c": 1})
+
+
 def test_a_fenced_processor_gives_up_past_its_cap() -> None:
     """Held records are bounded: past the cap the process exits (the daemon replays from its checkpoint)."""
     world = World()
