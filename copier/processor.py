@@ -36,6 +36,9 @@ __all__ = ["CopierRecordProcessor", "EXIT_FATAL", "FastIO", "kcl_process"]
 
 EXIT_FATAL = 3
 _CHECKPOINT_RETRIES = 5
+# The names the daemon answers a failed checkpoint with (KCL's exception classes).
+_LEASE_GONE = "ShutdownException"  # another worker has the shard: it checkpoints from now on
+_TRANSIENT = ("ThrottlingException", "KinesisClientLibDependencyException")
 
 
 def _records(raw: list[dict[str, Any]]) -> list[SourceRecord]:
@@ -127,9 +130,18 @@ class CopierRecordProcessor(processor.RecordProcessorBase):  # type: ignore[misc
         """The worker's logger (bound to shard and epoch) once there is one."""
         return self.worker.log if self.worker is not None else self.log
 
-    def _checkpoint(self, checkpointer: Any, position: Position | None) -> None:
-        """Checkpoint to the KCL; failures are logged, never fatal: the state table is the truth."""
-        for attempt in range(_CHECKPOINT_RETRIES):
+    def _checkpoint(self, checkpointer: Any, position: Position | None, until_done: bool = False) -> None:
+        """Checkpoint to the KCL; failures are logged, never fatal: the state table is the truth.
+
+        A throttled or failed lease-table call is retried a few times; a later
+        checkpoint covers this one anyway. At a shard's end (``until_done``)
+        every failure but a lost lease is retried until the checkpoint passes:
+        the daemon asks for the end once, and a shard whose end is not
+        checkpointed is never read again, nor are the shards it split or
+        merged into (docs/protocol.md, "Endings").
+        """
+        attempt = 0
+        while True:
             try:
                 if position is None:
                     checkpointer.checkpoint()
@@ -140,10 +152,13 @@ class CopierRecordProcessor(processor.RecordProcessorBase):  # type: ignore[misc
                 return
             except kcl.CheckpointError as exc:
                 error = str(exc.value) if hasattr(exc, "value") else str(exc)
-                self.log.warning("checkpoint_failed", error=error, attempt=attempt)
-                if "Throttling" not in error or self.worker is None:
+                self._logger().warning("checkpoint_failed", error=error, attempt=attempt, shard_end=until_done)
+                if self.worker is None or _LEASE_GONE in error:
                     return
-                self.worker.clock.sleep_ms(200 * (attempt + 1))
+                if not until_done and (attempt + 1 >= _CHECKPOINT_RETRIES or not any(t in error for t in _TRANSIENT)):
+                    return
+                self.worker.clock.sleep_ms(min(200 * (attempt + 1), self.worker.config.max_backoff_millis))
+                attempt += 1
 
     def initialize(self, initialize_input: Any) -> None:
         def run() -> None:
@@ -178,7 +193,7 @@ class CopierRecordProcessor(processor.RecordProcessorBase):  # type: ignore[misc
         def run() -> None:
             assert self.worker is not None
             if self.worker.end_shard():
-                self._checkpoint(shard_ended_input.checkpointer, None)  # no arguments: KCL #211
+                self._checkpoint(shard_ended_input.checkpointer, None, until_done=True)  # no arguments: KCL #211
 
         self._guard("shardEnded", run)
 

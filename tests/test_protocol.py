@@ -314,6 +314,35 @@ def test_a_child_shard_after_a_split_drops_a_duplicate_of_a_parent_event(pipelin
     assert loaded["parents"] == [shard["ShardId"]] and loaded["parent_batches"] == 1
 
 
+def test_the_shards_end_is_checkpointed_through_lease_table_failures(pipeline: Pipeline, processors: Any) -> None:
+    """The daemon asks for a shard's end once: a checkpoint that fails is retried until it passes.
+
+    (Before, a failure other than throttling, or a sixth throttle, ended the attempt: the processor answered
+    without the checkpoint and the daemon held the lease of a shard, and of its children, that no one read.)
+    """
+    proc = processors(pipeline, "ending")
+    proc.initialize(SHARD)
+    proc.process([event(1, "a")])
+    before = len(proc.checkpoints)
+    failures: list[str | None] = ["KinesisClientLibDependencyException", "InvalidStateException"]
+    failures += ["ThrottlingException"] * 6
+    proc.shard_ended(checkpoint_error=[*failures, None])
+    assert proc.checkpoints[before:] == [(None, None)] * (len(failures) + 1)
+    assert [e["error"] for e in proc.events("checkpoint_failed")] == failures
+    assert proc.close() == 0
+
+
+def test_a_lost_lease_at_the_shards_end_is_not_retried(pipeline: Pipeline, processors: Any) -> None:
+    """ShutdownException: another worker has the shard and checkpoints its end; this processor answers."""
+    proc = processors(pipeline, "ending")
+    proc.initialize(SHARD)
+    proc.process([event(1, "a")])
+    before = len(proc.checkpoints)
+    proc.shard_ended(checkpoint_error=["ShutdownException", None])
+    assert proc.checkpoints[before:] == [(None, None)]
+    assert proc.close() == 0
+
+
 def test_a_processor_whose_daemon_goes_away_gives_its_lease_up(pipeline: Pipeline, processors: Any) -> None:
     """End of input without shutdown_requested (the daemon exited or died): the processor releases its lease
     on the way out, and a successor takes over without sleeping it out."""

@@ -143,8 +143,14 @@ class Processor:
         self.proc.stdin.write(json.dumps(message) + "\n")
         self.proc.stdin.flush()
 
-    def next_status(self, timeout: float, checkpoint_error: str | None = None) -> str | None:
-        """Serve checkpoint requests until a status arrives (its ``responseFor``) or ``timeout`` passes (None)."""
+    def next_status(self, timeout: float, checkpoint_error: str | list[str | None] | None = None) -> str | None:
+        """Serve checkpoint requests until a status arrives (its ``responseFor``) or ``timeout`` passes (None).
+
+        ``checkpoint_error``: the error every checkpoint is answered with, or
+        a list of answers for successive checkpoints (None: it passed; past
+        the list's end every checkpoint passes).
+        """
+        errors = list(checkpoint_error) if isinstance(checkpoint_error, list) else None
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()
@@ -171,7 +177,7 @@ class Processor:
                         "action": "checkpoint",
                         "sequenceNumber": reply.get("sequenceNumber"),
                         "subSequenceNumber": reply.get("subSequenceNumber"),
-                        "error": checkpoint_error,
+                        "error": (errors.pop(0) if errors else None) if errors is not None else checkpoint_error,
                     }
                 )
                 continue
@@ -179,7 +185,9 @@ class Processor:
                 return str(reply.get("responseFor"))
             raise ProtocolViolation(f"{self.name}: unexpected message {reply!r}")
 
-    def call(self, message: dict[str, Any], timeout: float = 60, checkpoint_error: str | None = None) -> None:
+    def call(
+        self, message: dict[str, Any], timeout: float = 60, checkpoint_error: str | list[str | None] | None = None
+    ) -> None:
         """Send an action and serve checkpoint requests until the child acknowledges it."""
         self._send(message)
         status = self.next_status(timeout, checkpoint_error)
@@ -219,8 +227,8 @@ class Processor:
         """Send a batch without waiting (to kill the child while it works on it)."""
         self._send({"action": "processRecords", "records": [r.to_json() for r in records], "millisBehindLatest": 0})
 
-    def shard_ended(self) -> None:
-        self.call({"action": "shardEnded"})
+    def shard_ended(self, checkpoint_error: str | list[str | None] | None = None) -> None:
+        self.call({"action": "shardEnded"}, checkpoint_error=checkpoint_error)
 
     def shutdown_requested(self) -> None:
         self.call({"action": "shutdownRequested"})
