@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 EXTRAS ?= test,lint,spark,bench
 
-.PHONY: install test test-fast demo lint chaos bench dist clean
+.PHONY: install test test-fast model-long demo lint chaos bench dist clean
 
 install: $(STAMP)
 
@@ -30,6 +30,10 @@ demo: install
 
 test-fast: install
 	$(BIN)/python -m pytest -m "not protocol"
+
+# The exactly-once model (tests/test_exactly_once_model.py) with 25 times the examples of make test (about 5 minutes).
+model-long: install
+	COPIER_MODEL_SCALE=25 $(BIN)/python -m pytest tests/test_exactly_once_model.py --hypothesis-show-statistics
 
 # The fault-injection suite: SEEDS seeds of the real pipeline under faults (a few minutes each).
 # An interrupted run goes on where it stopped when the code is the same (--resume);

@@ -25,6 +25,11 @@ Failures become copier errors here, in the classes copier decides on:
   :class:`ConditionFailed` for the caller to name (fenced, a conflict).
 
 No retries of its own: copier retries, knowing which attempts are ambiguous.
+
+``on_answer``, if given, is called with (local send time, local receive
+time, ``Date`` header) of every answer, error answers included, in epoch
+milliseconds: copier measures its clock against AWS with it
+(``copier.clockcheck``) at no cost of a request.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import socket
 import ssl
 import time
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -44,7 +50,7 @@ from botocore.awsrequest import AWSRequest
 from copier.aws import FATAL_CODES
 from copier.errors import AwsError, FatalAwsError, TransientAwsError
 
-__all__ = ["ConditionFailed", "JsonClient", "Unanswered", "usable"]
+__all__ = ["AnswerCallback", "ConditionFailed", "JsonClient", "Unanswered", "usable"]
 
 _PROTOCOLS = {
     "kinesis": ("Kinesis_20131202", "application/x-amz-json-1.1"),
@@ -52,6 +58,7 @@ _PROTOCOLS = {
 }
 IDLE_RECONNECT_S = 20.0  # servers close idle connections (AWS after about a minute): never send on a stale one
 _NOT_SENT = (ConnectionRefusedError, socket.gaierror)
+AnswerCallback = Callable[[int, int, str], None]  # (sent_ms, received_ms, Date header or "")
 
 
 class Unanswered(TransientAwsError):
@@ -75,7 +82,14 @@ class JsonClient:
     Not thread-safe: a record processor makes one call at a time.
     """
 
-    def __init__(self, botocore_client: Any, credentials: Any, connect_timeout: float, read_timeout: float) -> None:
+    def __init__(
+        self,
+        botocore_client: Any,
+        credentials: Any,
+        connect_timeout: float,
+        read_timeout: float,
+        on_answer: AnswerCallback | None = None,
+    ) -> None:
         meta = botocore_client.meta
         self.service = meta.service_model.endpoint_prefix
         self.region = meta.region_name
@@ -89,6 +103,7 @@ class JsonClient:
         self._connection: http.client.HTTPConnection | None = None
         self._last_used = 0.0
         self._tls: ssl.SSLContext | None = None
+        self.on_answer = on_answer
 
     def _connect(self) -> http.client.HTTPConnection:
         if self._connection is not None and time.monotonic() - self._last_used < IDLE_RECONNECT_S:
@@ -130,8 +145,10 @@ class JsonClient:
             self.close()
             raise TransientAwsError(operation, type(exc).__name__, str(exc)) from exc
         try:
+            sent_ms = time.time_ns() // 1_000_000
             connection.request("POST", "/", body=body, headers=dict(request.headers.items()))
             answer = connection.getresponse()
+            received_ms = time.time_ns() // 1_000_000
             data = answer.read()
         except (OSError, http.client.HTTPException) as exc:
             self.close()
@@ -139,6 +156,8 @@ class JsonClient:
                 raise TransientAwsError(operation, type(exc).__name__, str(exc)) from exc
             raise Unanswered(operation, type(exc).__name__, str(exc)) from exc
         self._last_used = time.monotonic()
+        if self.on_answer is not None:
+            self.on_answer(sent_ms, received_ms, answer.getheader("Date") or "")
         if answer.status == 200:
             parsed: dict[str, Any] = json.loads(data)
             return parsed

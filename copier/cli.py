@@ -112,6 +112,7 @@ def cmd_process(args: argparse.Namespace) -> int:
     sys.stdout = sys.stderr
     config = _config(args.properties)
 
+    from copier.clockcheck import ClockBounds
     from copier.dynamo import DynamoStateStore
     from copier.kinesis import KinesisStreams
     from copier.logs import configure_logging
@@ -120,13 +121,14 @@ def cmd_process(args: argparse.Namespace) -> int:
     from copier.shard import ShardWorker
 
     configure_logging(config.log_level)
-    store = DynamoStateStore(config)
-    streams = KinesisStreams(config)
+    clock_bounds = ClockBounds()  # this host's clock against AWS, from every answer the store and streams receive
+    store = DynamoStateStore(config, clock_bounds=clock_bounds)
+    streams = KinesisStreams(config, clock_bounds=clock_bounds)
 
     emitter = emitter_for(config)
 
     def make_worker() -> ShardWorker:
-        return ShardWorker(config, store, streams, metrics=emitter)
+        return ShardWorker(config, store, streams, metrics=emitter, clock_bounds=clock_bounds)
 
     processor = CopierRecordProcessor(make_worker, config.checkpoint_interval_millis)
     tune_gc()

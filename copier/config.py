@@ -19,7 +19,16 @@ from typing import Literal, TypeVar
 from copier.errors import ConfigError
 from copier.properties import parse_properties
 
-__all__ = ["COPIER_KEYS", "DEFAULTS", "RENAMED", "Config", "DedupKey", "load_config", "parse_config"]
+__all__ = [
+    "COPIER_KEYS",
+    "DEFAULTS",
+    "RENAMED",
+    "Config",
+    "DedupKey",
+    "load_config",
+    "parse_config",
+    "parse_dedup_key",
+]
 
 UnkeyedPolicy = Literal["forward", "deadletter"]
 T = TypeVar("T")
@@ -102,7 +111,8 @@ class Config:
         return self.empty_batches and self.coalesce_events > 1 and self.coalesce_millis > 0
 
 
-def _dedup_key(value: str) -> DedupKey:
+def parse_dedup_key(value: str) -> DedupKey:
+    """``json:<dotted.path>`` or ``partitionKey``; ValueError otherwise."""
     if value == "partitionKey":
         return DedupKey("partitionKey")
     if value.startswith("json:") and _JSON_PATH.match(value[5:]):
@@ -304,7 +314,7 @@ def parse_config(text: str, path: str = "<string>") -> Config:
         failover_time_millis=failover,
         target_stream_name=target,
         state_table_name=table or f"{application_name}-copier-state",
-        dedup_key=r.copier_need("copier.dedupKey", _dedup_key),
+        dedup_key=r.copier_need("copier.dedupKey", parse_dedup_key),
         lease_millis=lease,
         dedup_window_seconds=window_seconds,
         dedup_window_max_events=r.copier_need("copier.dedupWindowMaxEvents", _int_between(0, 100_000_000)),

@@ -29,7 +29,6 @@ from pathlib import Path
 __all__ = ["add_arguments", "main"]
 
 
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--events", type=int, default=20000, help="distinct events to produce (default 20000)")
     parser.add_argument("--timeout", type=float, default=150, help="seconds to wait for the copy (default 150)")

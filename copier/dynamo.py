@@ -41,6 +41,8 @@ from pynamodb.models import Model
 
 from copier.aws import convert_aws_error, pynamodb_code
 from copier.awsjson import ConditionFailed, JsonClient, usable
+from copier.clockcheck import ClockBounds
+from copier.clockhooks import watch_botocore
 from copier.config import Config
 from copier.errors import FencedError, IncompatibleStateError
 from copier.packing import pack_digests, pack_uints, unpack_digests, unpack_uints
@@ -81,6 +83,8 @@ def make_model(config: Config) -> Any:
         batches = NumberAttribute(null=True)
         redo_last = UnicodeAttribute(null=True)
         redo = BinaryAttribute(null=True, legacy_encoding=False)
+        redo_settings = UnicodeAttribute(null=True)
+        redo_suspect = BooleanAttribute(null=True)
         successor = UnicodeAttribute(null=True)
         closed = BooleanAttribute(null=True)
         counters: MapAttribute[str, Any] = MapAttribute(null=True)  # type: ignore[no-untyped-call]
@@ -90,6 +94,7 @@ def make_model(config: Config) -> Any:
         window_oldest_ms = NumberAttribute(null=True)
         window_newest_ms = NumberAttribute(null=True)
         window_cut = BooleanAttribute(null=True)
+        clock_bound_ms = NumberAttribute(null=True)  # both kinds: the writer's measured clock bound
         # digest batch
         last = UnicodeAttribute(null=True)
         started_ms = NumberAttribute(null=True)
@@ -99,6 +104,10 @@ def make_model(config: Config) -> Any:
         unkeyed = BinaryAttribute(null=True, legacy_encoding=False)
         deadletter = BinaryAttribute(null=True, legacy_encoding=False)
         shards = BinaryAttribute(null=True, legacy_encoding=False)
+        settings = UnicodeAttribute(null=True)
+        dead_ids = BinaryAttribute(null=True, legacy_encoding=False)
+        redo_ids = BinaryAttribute(null=True, legacy_encoding=False)
+        batch_redo_settings = UnicodeAttribute(null=True)
         expires_at = TTLAttribute(null=True)
 
     return CopierItem
@@ -116,13 +125,33 @@ def _position_from(text: str | None) -> Position | None:
 
 
 class DynamoStateStore(StateStore):
-    """StateStore on a DynamoDB table; see the module docstring for the layout."""
+    """StateStore on a DynamoDB table; see the module docstring for the layout.
 
-    def __init__(self, config: Config) -> None:
+    Every answer the store receives, through PynamoDB or the lean client,
+    feeds ``clock_bounds`` when given: this host's clock measured against
+    AWS (``copier.clockcheck``).
+    """
+
+    def __init__(self, config: Config, clock_bounds: ClockBounds | None = None) -> None:
         self.config = config
         self.model = make_model(config)
+        self.clock_bounds = clock_bounds
+        self._watched: Any = None  # PynamoDB's botocore client that feeds clock_bounds
         self._fast: JsonClient | None = None
         self._fast_checked = False
+
+    def _watch_pynamodb(self) -> None:
+        """Hook PynamoDB's botocore client to ``clock_bounds``, before each call that goes through it.
+
+        PynamoDB 6.1 takes no client or session of ours: it makes its own
+        client on first use (``Connection.client``), and a new one when the
+        old one has no credentials, so the current one is looked up each time
+        and hooked when it is new (a property read: nothing next to a call).
+        """
+        if self.clock_bounds is not None:
+            client = self.model._get_connection().connection.client
+            if client is not self._watched:
+                self._watched = watch_botocore(client, self.clock_bounds)
 
     def _fast_client(self) -> JsonClient | None:
         """The lean client for the hot writes, made on first use (None where a proxy is configured)."""
@@ -133,7 +162,8 @@ class DynamoStateStore(StateStore):
             client = session.client("dynamodb", region_name=self.config.region, endpoint_url=endpoint)
             credentials = session.get_credentials()
             if credentials is not None and usable(client.meta.endpoint_url):
-                self._fast = JsonClient(client, credentials, 5.0, 10.0)
+                on_answer = None if self.clock_bounds is None else self.clock_bounds.observe
+                self._fast = JsonClient(client, credentials, 5.0, 10.0, on_answer)
         return self._fast
 
     def _fast_put(
@@ -172,6 +202,8 @@ class DynamoStateStore(StateStore):
             batches=s.batches,
             redo_last=_position_str(s.redo_last),
             redo=pack_digests(s.redo_digests) or None,
+            redo_settings=s.redo_settings or None,
+            redo_suspect=s.redo_suspect or None,
             successor=s.successor,
             closed=s.closed or None,
             counters=dict(s.counters) or None,
@@ -181,6 +213,7 @@ class DynamoStateStore(StateStore):
             window_oldest_ms=s.window_oldest_ms or None,
             window_newest_ms=s.window_newest_ms or None,
             window_cut=s.window_cut or None,
+            clock_bound_ms=s.clock_bound_ms,
         )
 
     def _from_item(self, item: Any) -> ShardState:
@@ -199,6 +232,8 @@ class DynamoStateStore(StateStore):
             batches=int(item.batches or 0),
             redo_last=_position_from(item.redo_last),
             redo_digests=tuple(unpack_digests(item.redo)),
+            redo_settings=item.redo_settings or "",
+            redo_suspect=bool(item.redo_suspect),
             successor=item.successor,
             closed=bool(item.closed),
             counters=counters,
@@ -208,6 +243,7 @@ class DynamoStateStore(StateStore):
             window_oldest_ms=int(item.window_oldest_ms or 0),
             window_newest_ms=int(item.window_newest_ms or 0),
             window_cut=bool(item.window_cut),
+            clock_bound_ms=None if item.clock_bound_ms is None else int(item.clock_bound_ms),
         )
 
     def _batch_item(self, key: str, b: DigestBatch) -> Any:
@@ -223,7 +259,14 @@ class DynamoStateStore(StateStore):
             unkeyed=b.unkeyed or None,
             deadletter=b.deadletter or None,
             shards=pack_uints(b.target_shards) or None,
-            expires_at=datetime.fromtimestamp(b.started_ms / 1000, UTC) + timedelta(hours=self.config.digest_ttl_hours),
+            settings=b.settings or None,
+            dead_ids=b.dead_ids or None,
+            redo_ids=b.redo_ids or None,
+            batch_redo_settings=b.redo_settings or None,
+            clock_bound_ms=b.clock_bound_ms,
+            expires_at=datetime.fromtimestamp(b.expires_ms / 1000, UTC)
+            if b.expires_ms
+            else datetime.fromtimestamp(b.started_ms / 1000, UTC) + timedelta(hours=self.config.digest_ttl_hours),
         )
 
     @staticmethod
@@ -241,12 +284,19 @@ class DynamoStateStore(StateStore):
             arrival_min_ms=int(item.arrival_min_ms or 0),
             arrival_max_ms=int(item.arrival_max_ms or 0),
             target_shards=tuple(unpack_uints(item.shards)),
+            settings=item.settings or "",
+            dead_ids=item.dead_ids or b"",
+            redo_ids=item.redo_ids or b"",
+            redo_settings=item.batch_redo_settings or "",
+            expires_ms=int(item.expires_at.timestamp() * 1000) if item.expires_at else 0,
+            clock_bound_ms=None if item.clock_bound_ms is None else int(item.clock_bound_ms),
         )
 
     # -- calls ---------------------------------------------------------------
 
     def _call(self, operation: str, fn: Callable[[], T]) -> T:
         try:
+            self._watch_pynamodb()
             return fn()
         except _AWS_ERRORS as exc:
             raise convert_aws_error(operation, exc) from exc
@@ -254,6 +304,7 @@ class DynamoStateStore(StateStore):
     def _conditional_put(self, item: Any, condition: Any, conflict: Exception) -> None:
         """One conditional PutItem; ``conflict`` is raised when the condition fails, copier's errors otherwise."""
         try:
+            self._watch_pynamodb()
             item.save(condition=condition, add_version_condition=False)
         except _AWS_ERRORS as exc:
             if isinstance(exc, PynamoDBException) and pynamodb_code(exc)[0] == "ConditionalCheckFailedException":
@@ -338,6 +389,7 @@ class DynamoStateStore(StateStore):
             page_size=page_size,
         )
         try:
+            self._watch_pynamodb()
             for item in query:
                 yield self._batch_from(item)
         except _AWS_ERRORS as exc:

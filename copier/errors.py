@@ -21,7 +21,6 @@ the AWS error code, so the protocol code decides on copier's own terms::
     │                            it retries slowly and logs, the host's other shards
     │                            go on (one child's exit would restart them all)
     ├── IncompatibleStateError   the state table was written by another copier format
-    ├── FencedBacklogError       a fenced processor kept receiving records past its cap
     └── ProtocolError            the MultiLang peer sent something copier cannot act on
 """
 
@@ -33,7 +32,6 @@ __all__ = [
     "ConfigError",
     "CopierError",
     "FatalAwsError",
-    "FencedBacklogError",
     "FencedError",
     "HOST_WIDE_CODES",
     "IncompatibleStateError",
@@ -109,14 +107,6 @@ class FatalAwsError(AwsError):
     def host_wide(self) -> bool:
         """True when every shard on the host fails alike (see the module docstring)."""
         return self.code in HOST_WIDE_CODES
-
-
-class FencedBacklogError(CopierError):
-    """A fenced processor held more records than its cap while another owner kept the shard.
-
-    Exiting restarts the daemon, which replays from the KCL checkpoint: safe,
-    where dropping the records could lose them and holding more could exhaust memory.
-    """
 
 
 class IncompatibleStateError(CopierError):

@@ -6,7 +6,12 @@ landed; retry only the entries that failed, after a jittered backoff. A
 request whose outcome is unknown (timeout, lost connection, 5xx) is not
 resent: after the put timeout has passed, the destination is read, only
 in the shards those entries hash to and only from the chunk's start, and
-only the entries not found there are retried.
+only the entries not found there are retried. The shards read are those
+the entries hash to in a shard map taken before the request was sent (a
+map refreshed after it may name only the children of a shard split in the
+meantime); entries without an event ID are never counted as landed (an
+identical record from another shard cannot be told from theirs, see
+``copier.recovery``): they are sent again.
 
 With ``copier.ordering = partitionKey`` (the default) a round sends only the
 earliest unlanded entry of each partition key, so a key's entries land in
@@ -37,6 +42,7 @@ from copier.plan import Outgoing
 from copier.ports import Clock, Identity, Streams
 from copier.positions import Position
 from copier.retry import backoff_ms
+from copier.shardmap import ShardMap, shards_covering
 
 __all__ = ["ForwardStats", "Forwarder"]
 
@@ -74,15 +80,13 @@ class Forwarder:
         stream_names: dict[str, str],
         ensure_lease: Callable[[], None],
         identity_for: Callable[[str], Identity],
-        shards_of: Callable[[str, Sequence[Outgoing]], Collection[int] | None],
         retrying: Callable[[str, Callable[[], Any]], Any],
         put_timeout_ms: int,
-        clock_skew_ms: int,
+        clock_margin: Callable[[], int],
         max_backoff_ms: int,
         on_retry: Callable[[str, int, int], None] = lambda code, entries, attempt: None,
         on_request: Callable[[str, int, int, float | None], None] = lambda stream, entries, failed, ms: None,
         on_stall: Callable[[FatalAwsError, int], None] = lambda error, attempt: None,
-        discount: Callable[[int], Counter[int]] = lambda started: Counter(),
         ordered: bool = True,
     ) -> None:
         self.streams = streams
@@ -90,15 +94,13 @@ class Forwarder:
         self.stream_names = stream_names
         self.ensure_lease = ensure_lease
         self.identity_for = identity_for
-        self.shards_of = shards_of
         self.retrying = retrying
         self.put_timeout_ms = put_timeout_ms
-        self.clock_skew_ms = clock_skew_ms
+        self.clock_margin = clock_margin  # how far this host's clock may be off Kinesis' arrival stamps
         self.max_backoff_ms = max_backoff_ms
         self.on_retry = on_retry
         self.on_request = on_request
         self.on_stall = on_stall
-        self.discount = discount
         self.ordered = ordered
 
     def forward(self, outgoing: Sequence[Outgoing], started_ms: int) -> ForwardStats:
@@ -122,6 +124,7 @@ class Forwarder:
             unknown: list[Outgoing] = []
             codes: Counter[str] = Counter()
             stalled: FatalAwsError | None = None
+            routes = self._routes(destination, stream)
             for request in split_requests(sending, _size_bound):
                 self.ensure_lease()
                 stats.requests += 1
@@ -155,7 +158,7 @@ class Forwarder:
                         codes[code] += 1
                 self.on_request(stream, len(request), len(failed) - before, (time.monotonic() - sent) * 1000)
             if unknown:
-                failed.extend(self._verify(destination, stream, unknown, started_ms, landed, stats))
+                failed.extend(self._verify(destination, stream, unknown, started_ms, landed, stats, routes))
             if failed:
                 failed.sort(key=lambda o: o.position)
                 stats.retried_entries += len(failed)
@@ -169,6 +172,13 @@ class Forwarder:
                 attempt += 1
             left = sorted(failed + waiting, key=_position) if waiting else failed
 
+    def _routes(self, destination: str, stream: str) -> ShardMap | None:
+        """The target's shard map before a round is sent (what verifying its ambiguous requests reads)."""
+        if destination != "target":
+            return None
+        shard_map: ShardMap = self.retrying("list_target_shards", lambda: self.streams.shard_map(stream))
+        return shard_map
+
     def _verify(
         self,
         destination: str,
@@ -177,22 +187,29 @@ class Forwarder:
         started_ms: int,
         landed: Counter[int],
         stats: ForwardStats,
+        routes: ShardMap | None,
     ) -> list[Outgoing]:
         """After any put still in flight has finished, read what is there; return the entries to retry."""
         self.clock.sleep_ms(self.put_timeout_ms)
-        shards = self.shards_of(destination, unknown)
+        retry = [e for e in unknown if destination == "target" and e.event_id is None]  # cannot be told apart
+        checkable = [e for e in unknown if not (destination == "target" and e.event_id is None)]
+        if not checkable:
+            return retry
+        shards: Collection[int] | None = None
+        if routes is not None:
+            shards = shards_covering(routes, (e.partition_key for e in checkable))
         identity = self.identity_for(destination)
-        since = started_ms - self.clock_skew_ms
-        found = self.retrying("verify_put", lambda: self.streams.read_identities(stream, shards, since, None, identity))
+        since = started_ms - self.clock_margin()
+        found = self.retrying(
+            "verify_put",
+            lambda: self.streams.read_identities(stream, shards, since, None, identity, keep_alive=self.ensure_lease),
+        )
         stats.records_read += found.records_read
         identities = found.identities
-        if destination == "target":  # identical unkeyed copies of the chunks before (see copier.recovery)
-            identities = identities - self.discount(started_ms)
-        retry: list[Outgoing] = []
-        for entry in unknown:
+        for entry in checkable:
             if identities[entry.identity] > landed[entry.identity]:
                 landed[entry.identity] += 1
                 stats.verified_landed += 1
             else:
                 retry.append(entry)
-        return retry
+        return sorted(retry, key=_position)

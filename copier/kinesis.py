@@ -16,7 +16,7 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any
 
 import boto3
@@ -25,9 +25,14 @@ import botocore.exceptions
 
 from copier.aws import convert_aws_error
 from copier.awsjson import JsonClient, Unanswered, usable
+from copier.clockcheck import ClockBounds
+from copier.clockhooks import watch_botocore
 from copier.config import Config
 from copier.errors import AmbiguousPutError, AwsError, FatalAwsError, TransientAwsError
+from copier.kpl import as_daemon_delivers
+from copier.plan import SourceRecord
 from copier.ports import Found, Identity
+from copier.positions import Position
 from copier.shardmap import ShardMap, descendants, shard_id_of
 from copier.target import target_session
 
@@ -39,6 +44,8 @@ GET_RECORDS_LIMIT = 10_000
 FIRST_PAGE = 500
 SHARD_MAP_MAX_AGE_S = 300.0
 LINEAGE_MAX_AGE_S = 5.0
+SUMMARY_MAX_AGE_S = 300.0
+HOUR_MS = 3_600_000
 
 _NOT_SENT = (botocore.exceptions.EndpointConnectionError, botocore.exceptions.ConnectTimeoutError)
 _AMBIGUOUS = (
@@ -49,16 +56,23 @@ _AMBIGUOUS = (
 
 
 def _client(
-    session: boto3.session.Session, endpoint: str | None, *, attempts: int | None, read_timeout: float
+    session: boto3.session.Session,
+    endpoint: str | None,
+    *,
+    attempts: int | None,
+    read_timeout: float,
+    clock_bounds: ClockBounds | None = None,
 ) -> Any:
+    """A Kinesis client; its answers feed ``clock_bounds`` when given (``copier.clockhooks``)."""
     retries: dict[str, Any] = {"mode": "standard"}
     if attempts is not None:
         retries["total_max_attempts"] = attempts
-    return session.client(
+    client = session.client(
         "kinesis",
         endpoint_url=endpoint,
         config=botocore.config.Config(retries=retries, connect_timeout=5, read_timeout=read_timeout),  # type: ignore[arg-type]
     )
+    return client if clock_bounds is None else watch_botocore(client, clock_bounds)
 
 
 def paged_shards(list_shards: Callable[..., Any], stream: str) -> list[dict[str, Any]]:
@@ -79,30 +93,38 @@ def paged_shards(list_shards: Callable[..., Any], stream: str) -> list[dict[str,
 
 
 class KinesisStreams:
-    """The copier's Kinesis calls; every botocore error leaves here as a CopierError."""
+    """The copier's Kinesis calls; every botocore error leaves here as a CopierError.
+
+    Every answer any of its clients receives feeds ``clock_bounds``, when
+    given: this host's clock measured against AWS (``copier.clockcheck``).
+    """
 
     def __init__(
         self,
         config: Config,
         sleep: Callable[[float], None] = time.sleep,
         monotonic: Callable[[], float] = time.monotonic,
+        clock_bounds: ClockBounds | None = None,
     ) -> None:
         self.config = config
         # The target and dead-letter streams may be in another region or account (copier.target),
         # behind another endpoint than the staging stream.
         target = target_session(config)
         put_timeout = config.put_timeout_millis / 1000
-        self._put = _client(target, config.target_endpoint, attempts=1, read_timeout=put_timeout)
-        self._read = _client(target, config.target_endpoint, attempts=None, read_timeout=30)
+        clock = clock_bounds
+        self._put = _client(target, config.target_endpoint, attempts=1, read_timeout=put_timeout, clock_bounds=clock)
+        self._read = _client(target, config.target_endpoint, attempts=None, read_timeout=30, clock_bounds=clock)
         staging = boto3.session.Session(region_name=config.region)
-        self._staging = _client(staging, config.kinesis_endpoint, attempts=None, read_timeout=30)
+        self._staging = _client(staging, config.kinesis_endpoint, attempts=None, read_timeout=30, clock_bounds=clock)
         self._fast: JsonClient | None = None
         credentials = target.get_credentials()
         if credentials is not None and usable(self._put.meta.endpoint_url):
-            self._fast = JsonClient(self._put, credentials, 5.0, config.put_timeout_millis / 1000)
+            on_answer = None if clock is None else clock.observe
+            self._fast = JsonClient(self._put, credentials, 5.0, put_timeout, on_answer)
         self._sleep = sleep
         self._monotonic = monotonic
         self._maps: dict[str, tuple[float, ShardMap]] = {}
+        self._summaries: dict[str, tuple[float, dict[str, Any]]] = {}
         self._lineage: dict[str, tuple[float, list[dict[str, Any]]]] = {}
 
     def put_records(self, stream: str, entries: Sequence[PutEntry]) -> list[str | None]:
@@ -181,6 +203,68 @@ class KinesisStreams:
             self._maps[stream] = cached
         return cached[1]
 
+    def retention(self, stream: str) -> int | None:
+        """The stream's retention period (ms) from DescribeStreamSummary, cached for ``SUMMARY_MAX_AGE_S``;
+        None when it cannot be read (the caller falls back and says so)."""
+        now = self._monotonic()
+        cached = self._summaries.get(stream)
+        if cached is None or now - cached[0] > SUMMARY_MAX_AGE_S:
+            client = self._staging if stream == self.config.stream_name else self._read
+            try:
+                summary = self._call("DescribeStreamSummary", client.describe_stream_summary, StreamName=stream)[
+                    "StreamDescriptionSummary"
+                ]
+            except AwsError:
+                return cached[1].get("RetentionPeriodHours", 0) * HOUR_MS or None if cached else None
+            cached = (now, summary)
+            self._summaries[stream] = cached
+        hours = cached[1].get("RetentionPeriodHours")
+        return int(hours) * HOUR_MS if hours else None
+
+    def read_source(self, stream: str, shard_id: str, first: Position, last: Position) -> Iterator[list[SourceRecord]]:
+        """A staging shard's records from ``first`` to ``last`` (both included), as the daemon delivers them.
+
+        For a fenced processor that dropped what it held (``copier.shard``):
+        read AT_SEQUENCE_NUMBER ``first``, KPL aggregates de-aggregated as the
+        KCL does (``copier.kpl.as_daemon_delivers``, with the shard's hash key
+        range), positions outside the range left out, at most 5 GetRecords a
+        second. Records the stream's retention removed are not there.
+        """
+        listed = self.shards(stream)
+        shard = next((s for s in listed if s["ShardId"] == shard_id), None)
+        if shard is None:
+            raise TransientAwsError("ListShards", "ShardNotListed", f"{shard_id} is not listed in {stream} yet")
+        hash_range = (int(shard["HashKeyRange"]["StartingHashKey"]), int(shard["HashKeyRange"]["EndingHashKey"]))
+        iterator: str | None = self._call(
+            "GetShardIterator",
+            self._staging.get_shard_iterator,
+            StreamName=stream,
+            ShardId=shard_id,
+            ShardIteratorType="AT_SEQUENCE_NUMBER",
+            StartingSequenceNumber=first.seq_str,
+        ).get("ShardIterator")
+        while iterator:
+            page = self._call("GetRecords", self._staging.get_records, ShardIterator=iterator, Limit=GET_RECORDS_LIMIT)
+            out: list[SourceRecord] = []
+            for record in page.get("Records", []):
+                seq = int(record["SequenceNumber"])
+                if seq > last.seq:
+                    if out:
+                        yield out
+                    return
+                arrival = _arrival_ms(record)
+                view = as_daemon_delivers(bytes(record["Data"]), record["PartitionKey"], hash_range)
+                for subseq, (key, data) in enumerate(view.records):
+                    position = Position(seq, subseq if view.aggregated else 0)
+                    if first <= position <= last:
+                        out.append(SourceRecord(position, key, data, arrival))
+            if out:
+                yield out
+            iterator = page.get("NextShardIterator")
+            if not page.get("Records") and page.get("MillisBehindLatest", 0) == 0:
+                return
+            self._sleep(0.2)  # 5 GetRecords per second per shard
+
     def parents(self, stream: str, shard_id: str) -> list[str]:
         """The parent shard IDs of a shard (one after a split, two after a merge).
 
@@ -206,6 +290,7 @@ class KinesisStreams:
         since_ms: int,
         until_ms: int | None,
         identity: Identity,
+        keep_alive: Callable[[], None] | None = None,
     ) -> Found:
         """Count record identities in the given shards (and their descendants) over a time range.
 
@@ -215,7 +300,8 @@ class KinesisStreams:
         AT_TIMESTAMP) until a record arrived after ``until_ms``, or to the end;
         pages start small and double, so a read past the bound reads at most
         one page too many; and at most 5 GetRecords a second per shard, the
-        Kinesis read limit, which the target's consumers share.
+        Kinesis read limit, which the target's consumers share. ``keep_alive``
+        runs before every page (the caller keeps its lease through a long read).
         """
         listed = self.shards(stream)
         if shards is None:
@@ -227,7 +313,7 @@ class KinesisStreams:
             if shard["ShardId"] in wanted:
                 found.shards_read += 1
                 try:
-                    self._read_shard(stream, shard["ShardId"], since_ms, until_ms, identity, found)
+                    self._read_shard(stream, shard["ShardId"], since_ms, until_ms, identity, found, keep_alive)
                 except FatalAwsError as exc:
                     raise self._naming_the_key(stream, exc, "kms:Decrypt") from exc
         return found
@@ -245,12 +331,21 @@ class KinesisStreams:
         return iterator
 
     def _read_shard(
-        self, stream: str, shard_id: str, since_ms: int, until_ms: int | None, identity: Identity, found: Found
+        self,
+        stream: str,
+        shard_id: str,
+        since_ms: int,
+        until_ms: int | None,
+        identity: Identity,
+        found: Found,
+        keep_alive: Callable[[], None] | None,
     ) -> None:
         last: str | None = None
         iterator = self._iterator(stream, shard_id, since_ms, last)
         limit = FIRST_PAGE
         while iterator:
+            if keep_alive is not None:
+                keep_alive()
             try:
                 page = self._call("GetRecords", self._read.get_records, ShardIterator=iterator, Limit=limit)
             except AwsError as exc:

@@ -21,7 +21,10 @@ shard ends or is released), namespace ``copier.metricsNamespace``:
   since the last emit); MillisBehindLatest (the largest seen); PutLatency
   (Milliseconds, up to 100 request times); DedupWindowSpan (Seconds);
   DedupWindowIds (Count); ShardStalled (1 while AWS rejects the shard's
-  requests, else 0);
+  requests, else 0); ClockBoundMs (Milliseconds: the largest difference
+  between this host's clock and AWS time that the ``Date`` headers of the
+  last 10 minutes of answers allow, ``copier.clockcheck``; only once the
+  caller has one), to alarm on before it nears ``copier.clockSkewMillis``;
 * one more per error code with retried entries, dimension set
   ``[Application, ErrorCode]``: PutRetries (Count).
 """
@@ -76,8 +79,19 @@ class ShardMetrics:
     def due(self, now_ms: int, interval_s: int) -> bool:
         return now_ms - self.last_emit_ms >= interval_s * 1000
 
-    def take(self, counts: Mapping[str, int], window_ids: int, window_span_s: float, now_ms: int) -> Values:
-        """The values of this interval; starts the next one."""
+    def take(
+        self,
+        counts: Mapping[str, int],
+        window_ids: int,
+        window_span_s: float,
+        now_ms: int,
+        clock_bound_ms: int | None = None,
+    ) -> Values:
+        """The values of this interval; starts the next one.
+
+        ``clock_bound_ms`` is ``ClockBounds.bound_ms()`` at the time of the
+        emit, a gauge (None: not measured yet, and no ClockBoundMs value).
+        """
         values: Values = {
             metric: (float(counts.get(name, 0) - self.counts_at_emit.get(name, 0)), "Count")
             for name, metric in COUNTERS.items()
@@ -90,6 +104,8 @@ class ShardMetrics:
             values["MillisBehindLatest"] = (float(self.behind_ms), "Milliseconds")
         if self.put_latency_ms:
             values["PutLatency"] = (list(self.put_latency_ms), "Milliseconds")
+        if clock_bound_ms is not None:
+            values["ClockBoundMs"] = (float(clock_bound_ms), "Milliseconds")
         self.counts_at_emit = dict(counts)
         self.put_latency_ms.clear()
         self.behind_ms = None

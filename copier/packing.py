@@ -114,4 +114,3 @@ def unpack_uints(blob: bytes | None) -> list[int]:
     if shift:
         raise ValueError("truncated varint list")
     return out
-

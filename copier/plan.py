@@ -9,15 +9,29 @@ Rules, per record, in shard order:
 
 1. at or below the committed position: a replay, dropped;
 2. inside the range of a verified in-flight batch (the *redo* range, see
-   ``copier.recovery``): forwarded only if its identity is among those that
-   did not land, once per recorded occurrence; otherwise it already landed or
-   was dropped the first time;
-3. keyed, and its event ID is in the window or earlier in this batch: a
-   duplicate, dropped;
+   ``copier.recovery``): forwarded only if its identity, as the settings
+   that recorded the batch saw it, is among those that did not land, once
+   per recorded occurrence; otherwise it already landed or was dropped the
+   first time. What it becomes now follows the current settings (a new
+   dead-letter stream takes the record the old settings could not put);
+3. keyed, and its event ID is in the window or earlier in this batch (or,
+   while the window still holds IDs read under an earlier dedup key, its
+   ID under that key is in the window): a duplicate, dropped;
 4. unkeyed: forwarded as is (``unkeyedPolicy = forward``) or wrapped into a
    dead-letter envelope with the reason (``deadletter``);
-5. too large for the target: dead-lettered (a dead-letter stream must be
-   configured, else it is forwarded and the put fails loudly, never skipped).
+5. a partition key Kinesis refuses (empty, or over 256 characters: a
+   non-KPL aggregate can carry one) or a record too large for the target:
+   dead-lettered when a dead-letter stream is configured; otherwise an
+   invalid key is replaced by a stable one derived from it
+   (:func:`replacement_key`, so a key's records stay together and in order)
+   and a record too large is forwarded and the put fails loudly, never
+   skipped.
+
+What a record *becomes* (destination, partition key, bytes, identity) is
+:func:`becomes`, a function of the record and the :class:`PlanSettings`
+alone; the settings travel with every digest batch (:meth:`PlanSettings.encode`)
+so that a new owner with another configuration can verify and redo a chunk
+in flight exactly as it was recorded.
 """
 
 from __future__ import annotations
@@ -30,9 +44,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
-from copier.config import DedupKey
-from copier.identity import EventId, content_digest, extract_event_id, id_digest
-from copier.limits import MAX_RECORD_BYTES, record_size
+from copier.config import DedupKey, parse_dedup_key
+from copier.identity import EventId, Unkeyed, content_digest, extract_event_id, id_digest
+from copier.limits import MAX_PARTITION_KEY_CHARS, MAX_RECORD_BYTES, record_size
 from copier.positions import Position
 from copier.window import DedupWindow
 
@@ -44,7 +58,9 @@ __all__ = [
     "SourceRecord",
     "chunks",
     "dead_letter_envelope",
+    "becomes",
     "plan_batch",
+    "replacement_key",
 ]
 
 Destination = Literal["target", "deadletter"]
@@ -77,29 +93,85 @@ class Outgoing(NamedTuple):
 
 
 @dataclass(frozen=True)
+class PlanSettings:
+    """The settings that decide what a record becomes; see :func:`becomes`.
+
+    ``encode`` keeps what a digest batch must remember of them (the
+    staging stream and shard are the item's own key).
+    """
+
+    dedup_key: DedupKey
+    unkeyed_policy: Literal["forward", "deadletter"]
+    dead_letter_stream: str | None
+    stream_name: str
+    shard_id: str
+    target_stream: str = ""
+    max_record_bytes: int = MAX_RECORD_BYTES  # the target's record limit
+    dead_letter_max_bytes: int = MAX_RECORD_BYTES
+
+    @property
+    def dead_letter(self) -> bool:
+        return self.dead_letter_stream is not None
+
+    def encode(self) -> str:
+        """The settings as a digest batch stores them (compact JSON)."""
+        return json.dumps(
+            {
+                "k": str(self.dedup_key),
+                "u": self.unkeyed_policy,
+                "d": self.dead_letter_stream,
+                "t": self.target_stream,
+                "m": self.max_record_bytes,
+                "dm": self.dead_letter_max_bytes,
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def decode(cls, text: str, stream_name: str, shard_id: str) -> PlanSettings:
+        """What :meth:`encode` wrote; ValueError if it is not that."""
+        try:
+            raw = json.loads(text)
+            policy = raw["u"]
+            if policy not in ("forward", "deadletter"):
+                raise ValueError(f"unkeyed policy {policy!r}")
+            return cls(
+                dedup_key=parse_dedup_key(raw["k"]),
+                unkeyed_policy="deadletter" if policy == "deadletter" else "forward",
+                dead_letter_stream=raw.get("d"),
+                stream_name=stream_name,
+                shard_id=shard_id,
+                target_stream=str(raw.get("t", "")),
+                max_record_bytes=int(raw.get("m", MAX_RECORD_BYTES)),
+                dead_letter_max_bytes=int(raw.get("dm", MAX_RECORD_BYTES)),
+            )
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"not stored plan settings: {text!r}") from exc
+
+
+@dataclass(frozen=True)
 class Redo:
     """What is left to forward of a verified in-flight batch.
 
     Records up to and including ``last`` were planned by a previous owner;
     of those, only the ones whose identity is counted in ``digests`` (and as
     many times as counted) did not land and must still be forwarded.
+    ``settings``: the settings those identities were computed under, when
+    they differ from the current ones (a configuration change between
+    owners); None when they are the current ones. ``suspect``: the
+    verification could not see everything that may have landed (the
+    target's retention had passed part of its range), so what is redone may
+    be a copy: the caller reports it.
     """
 
     last: Position
     digests: Counter[int] = field(default_factory=Counter)
+    settings: PlanSettings | None = None
+    suspect: bool = False
 
     @property
     def empty(self) -> bool:
         return not +self.digests
-
-
-@dataclass(frozen=True)
-class PlanSettings:
-    dedup_key: DedupKey
-    unkeyed_policy: Literal["forward", "deadletter"]
-    dead_letter: bool
-    stream_name: str
-    shard_id: str
 
 
 @dataclass
@@ -112,9 +184,12 @@ class BatchPlan:
     duplicates: int = 0
     already_landed: int = 0
     unkeyed: list[tuple[Position, str]] = field(default_factory=list)
+    rerouted: list[tuple[Position, str]] = field(default_factory=list)  # dead-lettered or key replaced, and why
     dead_lettered: int = 0
     redo: Redo | None = None
     redo_missing: int = 0
+    redo_sent: list[Outgoing] = field(default_factory=list)  # sent from the redo set
+    redo_ids: dict[Position, int] = field(default_factory=dict)  # the redo settings' identity of each send
     arrival_min_ms: int = 0  # staging arrival range of the records planned (replays included)
     arrival_max_ms: int = 0
 
@@ -125,20 +200,47 @@ class BatchPlan:
 
     @property
     def unkeyed_digests(self) -> list[int]:
-        """Content digests of the target entries without an event ID (only to verify the put)."""
+        """Content digests of the target entries without an event ID."""
         return [o.identity for o in self.send if o.destination == "target" and o.event_id is None]
 
     @property
     def deadletter_digests(self) -> list[int]:
         return [o.identity for o in self.send if o.destination == "deadletter"]
 
+    @property
+    def dead_ids(self) -> list[int]:
+        """ID digests of the keyed events dead-lettered: the window learns them too (exactly once across both)."""
+        return [id_digest(o.event_id) for o in self.send if o.destination == "deadletter" and o.event_id is not None]
+
+    def in_batch_order(self) -> list[Outgoing]:
+        """The sends in the order a digest batch stores their digests: keyed, unkeyed, dead-lettered."""
+        keyed = [o for o in self.send if o.destination == "target" and o.event_id is not None]
+        unkeyed = [o for o in self.send if o.destination == "target" and o.event_id is None]
+        return keyed + unkeyed + [o for o in self.send if o.destination == "deadletter"]
+
+
+def replacement_key(partition_key: str) -> str:
+    """A valid partition key standing in for one Kinesis refuses: stable, so a key's records stay together."""
+    raw = partition_key.encode("utf-8", "surrogatepass")
+    return "copier-" + hashlib.blake2b(raw, digest_size=16, person=b"copier-pkey").hexdigest()
+
+
+def _key_problem(partition_key: str) -> str | None:
+    """Why Kinesis would refuse this partition key (1 to 256 characters), or None."""
+    if not partition_key:
+        return "partition key is empty"
+    if len(partition_key) > MAX_PARTITION_KEY_CHARS:
+        return f"partition key has {len(partition_key)} characters, over Kinesis' {MAX_PARTITION_KEY_CHARS}"
+    return None
+
 
 def dead_letter_envelope(settings: PlanSettings, record: SourceRecord, reason: str) -> bytes:
     """The JSON a dead-letter record carries: why, where from, and the original bytes.
 
-    An envelope that would exceed the Kinesis record limit keeps the SHA-256
-    of the payload instead of the payload; the record stays readable in the
-    staging stream at the position given, within its retention.
+    An envelope that would exceed the dead-letter stream's record limit
+    keeps the SHA-256 of the payload instead of the payload; the record
+    stays readable in the staging stream at the position given, within its
+    retention.
     """
     body = {
         "reason": reason,
@@ -151,7 +253,8 @@ def dead_letter_envelope(settings: PlanSettings, record: SourceRecord, reason: s
         "data": base64.b64encode(record.data).decode("ascii"),
     }
     encoded = json.dumps(body, separators=(",", ":")).encode()
-    if record_size(record.partition_key, encoded) > MAX_RECORD_BYTES:
+    key = record.partition_key if _key_problem(record.partition_key) is None else replacement_key(record.partition_key)
+    if record_size(key, encoded) > settings.dead_letter_max_bytes:
         body["data"] = None
         body["dataTruncated"] = True
         body["dataSha256"] = hashlib.sha256(record.data).hexdigest()
@@ -177,12 +280,16 @@ def plan_batch(
     window: DedupWindow,
     redo: Redo | None,
     settings: PlanSettings,
+    older_keys: Sequence[DedupKey] = (),
 ) -> BatchPlan:
     """Decide every record of a batch; see the module docstring for the rules.
 
+    ``older_keys``: dedup keys other than the current one whose IDs the
+    window still holds (a configuration changed within the window).
+
     Written for speed as much as for reading: it runs once per record at
     tens of thousands of records a second, so the common case (a keyed
-    record forwarded as is) takes no detour through the dead-letter rules.
+    record with a valid key forwarded as is) takes no detour.
     """
     plan = BatchPlan()
     if not records:
@@ -190,7 +297,8 @@ def plan_batch(
     seen: set[int] = set()
     left: Counter[int] = Counter(redo.digests) if redo else Counter()
     redo_last = redo.last if redo else None
-    dead_letter = settings.dead_letter  # the dead-letter rules apply only with a dead-letter stream
+    redo_settings = redo.settings if redo else None
+    limit = settings.max_record_bytes
     send = plan.send
     last = committed
     low = high = records[0].arrival_ms
@@ -208,54 +316,94 @@ def plan_batch(
         partition_key, data = record.partition_key, record.data
         found = extract_event_id(settings.dedup_key, partition_key, data)
         in_redo = redo_last is not None and position <= redo_last
-        if type(found) is EventId:
-            event_id: str | None = found.value
-            identity = id_digest(found.value)
-            if identity in seen or (not in_redo and identity in window):
-                plan.duplicates += 1
-                continue
-            seen.add(identity)
-            reason = None
+        keyed = type(found) is EventId
+        identity = id_digest(found.value) if keyed else 0  # type: ignore[union-attr]
+        if not in_redo and (
+            (keyed and (identity in seen or identity in window))
+            or (older_keys and _seen_under(older_keys, partition_key, data, window))
+        ):
+            plan.duplicates += 1
+            continue
+        # The common case inline; the rest (dead letters, odd keys, size) in becomes().
+        if keyed and 0 < len(partition_key) <= MAX_PARTITION_KEY_CHARS and len(data) + 4 * len(partition_key) <= limit:
+            out = Outgoing(position, "target", partition_key, data, identity, found.value, record.b64)  # type: ignore[union-attr]
         else:
-            event_id, reason = None, found.reason  # type: ignore[union-attr]
-            identity = content_digest(partition_key, data)
-        # the size check needs the key's UTF-8 length only when the record is near the limit
-        near_limit = len(data) + 4 * len(partition_key) > MAX_RECORD_BYTES
-        if dead_letter and (reason is not None or near_limit):
-            out = _outgoing(settings, record, identity, event_id, reason)
-        else:
-            out = Outgoing(position, "target", partition_key, data, identity, event_id, record.b64)
+            out = becomes(settings, record, found)
         if in_redo:
             # Planned before by an owner whose in-flight batch was verified.
-            if left[out.identity] <= 0:
+            if redo_settings is None:
+                redo_id = out.identity
+            else:
+                redo_id = becomes(redo_settings, record).identity
+            if left[redo_id] <= 0:
                 plan.already_landed += 1
                 continue
-            left[out.identity] -= 1
-        elif reason is not None:
-            plan.unkeyed.append((position, reason))
+            left[redo_id] -= 1
+            if keyed and identity in seen:
+                plan.duplicates += 1  # the same event twice under the current dedup key: sent once
+                continue
+            plan.redo_sent.append(out)
+        elif not keyed:
+            plan.unkeyed.append((position, found.reason))  # type: ignore[union-attr]
+        if redo_settings is not None:
+            plan.redo_ids[position] = becomes(redo_settings, record).identity
+        if keyed:
+            seen.add(identity)
         if out.destination == "deadletter":
             plan.dead_lettered += 1
+        if out.destination == "deadletter" or out.partition_key != partition_key:
+            plan.rerouted.append((position, _why(settings, record, found)))
         send.append(out)
     plan.last = last if last != committed else None
     plan.arrival_min_ms, plan.arrival_max_ms = low, high
     if redo is not None:
         reached = plan.last is not None and plan.last >= redo.last
-        plan.redo = None if reached else Redo(redo.last, +left)
+        plan.redo = None if reached else Redo(redo.last, +left, redo.settings, redo.suspect)
         plan.redo_missing = sum((+left).values()) if reached else 0
     return plan
 
 
-def _outgoing(
-    settings: PlanSettings, record: SourceRecord, identity: int, event_id: str | None, reason: str | None
-) -> Outgoing:
-    """The record as it goes out when a dead-letter stream is configured: as is to the target, or in an envelope."""
-    oversize = record_size(record.partition_key, record.data) > MAX_RECORD_BYTES
-    if oversize:
-        why = "record exceeds the target's size limit"
-    elif reason is not None and settings.unkeyed_policy == "deadletter":
-        why = f"no event ID: {reason}"
-    else:
-        return Outgoing(record.position, "target", record.partition_key, record.data, identity, event_id, record.b64)
-    envelope = dead_letter_envelope(settings, record, why)
-    identity = content_digest(record.partition_key, envelope)
-    return Outgoing(record.position, "deadletter", record.partition_key, envelope, identity, None)
+def _seen_under(keys: Sequence[DedupKey], partition_key: str, data: bytes, window: DedupWindow) -> bool:
+    """Is the record's ID under one of ``keys`` in the window (forwarded while that key was configured)?"""
+    for key in keys:
+        found = extract_event_id(key, partition_key, data)
+        if type(found) is EventId and id_digest(found.value) in window:
+            return True
+    return False
+
+
+def _why(settings: PlanSettings, record: SourceRecord, found: EventId | Unkeyed) -> str:
+    """Why a record goes out otherwise than as it came: the first reason that applies (see :func:`becomes`)."""
+    problem = _key_problem(record.partition_key)
+    if problem is not None:
+        return problem
+    size = record_size(record.partition_key, record.data)
+    if size > settings.max_record_bytes:
+        return f"record of {size} bytes exceeds the target's limit of {settings.max_record_bytes} bytes"
+    if isinstance(found, Unkeyed):
+        return f"no event ID: {found.reason}"
+    return "forwarded as is"
+
+
+def becomes(settings: PlanSettings, record: SourceRecord, found: EventId | Unkeyed | None = None) -> Outgoing:
+    """What a record becomes under ``settings``: to the target as is (or under a replacement key), or to the
+    dead-letter stream in an envelope; with the digest that recognises it there.
+
+    A function of the record and the settings alone, so that a later owner
+    can recompute, under the settings a digest batch recorded, the identity
+    an earlier owner gave a record.
+    """
+    if found is None:
+        found = extract_event_id(settings.dedup_key, record.partition_key, record.data)
+    event_id = found.value if isinstance(found, EventId) else None
+    problem = _key_problem(record.partition_key)
+    oversize = record_size(record.partition_key, record.data) > settings.max_record_bytes
+    unwanted = event_id is None and settings.unkeyed_policy == "deadletter"
+    if settings.dead_letter and (problem is not None or oversize or unwanted):
+        envelope = dead_letter_envelope(settings, record, _why(settings, record, found))
+        key = replacement_key(record.partition_key) if problem is not None else record.partition_key
+        return Outgoing(record.position, "deadletter", key, envelope, content_digest(key, envelope), event_id)
+    key = replacement_key(record.partition_key) if problem is not None else record.partition_key
+    identity = id_digest(event_id) if event_id is not None else content_digest(key, record.data)
+    b64 = record.b64 if problem is None else None
+    return Outgoing(record.position, "target", key, record.data, identity, event_id, b64)

@@ -8,11 +8,15 @@ run the same on the real clock and Kinesis (``copier.shard.SystemClock``,
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from copier.positions import Position
 from copier.shardmap import ShardMap
+
+if TYPE_CHECKING:
+    from copier.plan import SourceRecord
 
 __all__ = ["Clock", "Found", "Identity", "Streams"]
 
@@ -58,12 +62,23 @@ class Streams(Protocol):
         since_ms: int,
         until_ms: int | None,
         identity: Identity,
+        keep_alive: Callable[[], None] | None = None,
     ) -> Found:
         """Count the identities of records that arrived from ``since_ms`` to ``until_ms`` (None: to the end).
 
         Only in the shards numbered ``shards`` and the shards descending from
-        them (None: every shard).
+        them (None: every shard). ``keep_alive`` is called before every page
+        read (a long read keeps the caller's lease).
         """
+        ...
+
+    def retention(self, stream: str) -> int | None:
+        """The stream's retention period in milliseconds (None when it cannot be read)."""
+        ...
+
+    def read_source(self, stream: str, shard_id: str, first: Position, last: Position) -> Iterator[list[SourceRecord]]:
+        """A staging shard's records from ``first`` to ``last`` (both included), as the daemon delivers them
+        (KPL aggregates de-aggregated), page by page; what the stream's retention removed is not there."""
         ...
 
     def parents(self, stream: str, shard_id: str) -> list[str]:

@@ -11,6 +11,11 @@ finds. What the batch sent but the stream does not hold joins the *redo*
 set: when the replayed records arrive, exactly those are forwarded
 (``copier.plan``).
 
+The reads and identities follow the settings the batch was *recorded*
+with (``DigestBatch.settings``), not the new owner's: a rolling deploy of a
+new dedup key or dead-letter stream must not make a landed record look
+missing, nor a missing one look landed.
+
 The committed state already carries a redo set ``R`` (from an earlier
 verification) covering records up to ``redo_last``. The batch's sends ``S``
 are of two kinds: sends that consumed ``R`` (records in the redo range) and
@@ -23,17 +28,19 @@ the plan sends from the redo range only what ``R`` still counts. Whatever
 landed leaves the set; whatever did not (consumed or new) is in it. So the
 set never outgrows one chunk plus what was already outstanding, and every
 record in it lies in ``(committed position, redo_last]``: at most
-``MAX_CHUNK_EVENTS`` digests.
+``MAX_CHUNK_EVENTS`` digests. All three are counted in the identities of
+the redo set's settings: when a batch consumed a redo set recorded under
+other settings, it stored each send's identity under those settings too
+(``DigestBatch.redo_ids``), and the result stays in them.
 
-Records without an event ID are recognised by their content (partition key
-and bytes), and identical ones cannot be told apart: the read, which starts
-a clock margin before the chunk, may count a copy that the chunk before put
-a moment earlier. Counted as this chunk's, that copy would make the chunk's
-own copy look landed when it is not: a loss. So :func:`earlier_copies`
-discounts every unkeyed copy the preceding chunks put that could fall in
-the read. A discount too many resends a copy that had landed: events
-without an ID are delivered at least once (their producer retries are
-forwarded too), never lost.
+Records without an event ID are recognised only by their content (partition
+key and bytes), and identical ones cannot be told apart: not this shard's
+from another staging shard's (several producers, explicit hash keys, a
+parent and its child), nor this chunk's from the chunk before. Counting a
+copy found in the target as this batch's would lose this batch's own copy
+whenever the copy found was another's. So a verification never counts an
+unkeyed send as landed: every unkeyed send of a batch in flight is sent
+again. Events without an ID are delivered at least once, never lost.
 """
 
 from __future__ import annotations
@@ -42,29 +49,33 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from copier.packing import digest_count, unpack_digests
 from copier.positions import Position
 from copier.state import DigestBatch
 
-__all__ = ["Resolution", "earlier_copies", "resolve"]
+__all__ = ["Resolution", "resolve"]
 
 
 @dataclass(frozen=True)
 class Resolution:
     redo_last: Position
     redo_digests: tuple[int, ...]
+    redo_settings: str  # the settings redo_digests are computed under
     landed: int
     missing: int
+    unkeyed_resent: int  # unkeyed sends sent again because a verification cannot tell them apart
 
 
-def _landed(sent: Iterable[int], found: Counter[int]) -> Counter[int]:
-    """The sends the stream holds: each record found vouches for one send of its identity."""
+def _landed(sent: list[int], found: Counter[int]) -> list[bool]:
+    """Which sends the stream holds: each record found vouches for one send of its identity."""
     budget = Counter(found)
-    landed: Counter[int] = Counter()
+    out = []
     for identity in sent:
-        if budget[identity] > 0:
+        hit = budget[identity] > 0
+        if hit:
             budget[identity] -= 1
-            landed[identity] += 1
-    return landed
+        out.append(hit)
+    return out
 
 
 def resolve(
@@ -75,30 +86,23 @@ def resolve(
     redo_digests: Iterable[int],
 ) -> Resolution:
     """The redo set after ``batch``, merged with the one the committed state carried."""
-    target, deadletter = batch.target_digests(), batch.deadletter_digests()
-    sent = Counter(target) + Counter(deadletter)
-    landed = _landed(target, found_target) + _landed(deadletter, found_deadletter)
+    keyed, deadletter = unpack_digests(batch.keyed), unpack_digests(batch.deadletter)
+    unkeyed = digest_count(batch.unkeyed)
+    landed = _landed(keyed, found_target) + [False] * unkeyed + _landed(deadletter, found_deadletter)
+    ids = unpack_digests(batch.redo_ids) if batch.redo_ids else batch.entry_digests()
+    if len(ids) != len(landed):
+        raise ValueError(f"{batch.key}: {len(ids)} redo identities for {len(landed)} entries")
+    sent = Counter(ids)
+    found = Counter(identity for identity, hit in zip(ids, landed, strict=True) if hit)
     before = Counter(redo_digests)
-    left = (before - (sent & before)) + (sent - landed)
+    left = (before - (sent & before)) + (sent - found)
     last = batch.last if redo_last is None else max(batch.last, redo_last)
-    landed_count = sum(landed.values())
-    return Resolution(last, tuple(sorted(left.elements())), landed_count, sum(sent.values()) - landed_count)
-
-
-def earlier_copies(started_ms: int, clock_skew_ms: int, earlier: Iterable[tuple[int, Iterable[int]]]) -> Counter[int]:
-    """Unkeyed copies put by the chunks before one started at ``started_ms`` that its verification may read.
-
-    ``earlier``: (started_ms, unkeyed digests) of the committed chunks before
-    it, newest first. A chunk committed before the next one started, and
-    Kinesis stamps a record within ``clock_skew_ms`` of the copier's clock, so
-    a chunk's copies can fall in a read from ``started_ms - clock_skew_ms`` only
-    if the chunk after it started at or after ``started_ms - 2 * clock_skew_ms``.
-    """
-    copies: Counter[int] = Counter()
-    newer = started_ms
-    for chunk_started, unkeyed in earlier:
-        if newer < started_ms - 2 * clock_skew_ms:
-            break
-        copies.update(unkeyed)
-        newer = chunk_started
-    return copies
+    count = sum(found.values())
+    return Resolution(
+        last,
+        tuple(sorted(left.elements())),
+        batch.redo_settings or batch.settings,
+        count,
+        len(ids) - count,
+        unkeyed,
+    )

@@ -19,7 +19,13 @@ its own, so no batch size reaches a DynamoDB limit. Faults are retried
 here for as long as they last; a fault AWS reports as final for this
 shard's request stalls this shard alone (logged as ``shard_stalled``), and
 only a host-wide one (a missing table or stream, denied access) leaves as
-an exception, which ends the process.
+an exception, which ends the process; a fence, wherever it comes (while
+verifying a chunk in flight too), never does.
+
+Clocks: every lease comparison between two hosts allows
+``copier.clockSkewMillis``, widened to what the two hosts' measured bounds
+against AWS time (``copier.clockcheck``, written into every state write)
+say their clocks can differ by.
 """
 
 from __future__ import annotations
@@ -28,26 +34,26 @@ import os
 import socket
 import time
 import uuid
-from collections import deque
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
 import structlog
 
-from copier.config import Config
-from copier.errors import AwsError, FatalAwsError, FencedBacklogError, FencedError, TransientAwsError
+from copier.clockcheck import ClockBounds
+from copier.config import Config, DedupKey, parse_dedup_key
+from copier.errors import AwsError, FatalAwsError, FencedError, IncompatibleStateError, TransientAwsError
 from copier.forward import Forwarder
 from copier.identity import content_digest, identity_of
 from copier.limits import MAX_CHUNK_EVENTS
 from copier.metrics import MetricsEmitter, ShardMetrics
-from copier.packing import digest_columns, pack_digests, unpack_digests
+from copier.packing import digest_columns, pack_digests
 from copier.plan import BatchPlan, Outgoing, PlanSettings, Redo, SourceRecord, chunks, plan_batch
 from copier.ports import Clock, Found, Identity, Streams
 from copier.positions import Position
-from copier.recovery import earlier_copies, resolve
+from copier.recovery import resolve
 from copier.retry import backoff_ms
-from copier.shardmap import shard_number
+from copier.shardmap import shards_covering
 from copier.state import DigestBatch, ShardState, StateConflict, StateStore, shard_key
 from copier.window import DedupWindow
 
@@ -55,8 +61,10 @@ __all__ = ["ShardWorker", "SystemClock", "worker_id"]
 
 T = TypeVar("T")
 
-RECENT_CHUNKS = 64  # committed chunks remembered for discounting identical unkeyed copies (copier.recovery)
-MAX_HELD_RECORDS = 200_000  # records a fenced processor holds before it gives up (the process exits)
+MAX_HELD_RECORDS = 200_000  # records a fenced processor holds in memory; past it, it reads them again later
+MAX_HELD_BYTES = 64 * 1024 * 1024  # and their bytes
+HOUR_MS = 3_600_000
+RETENTION_SLACK_MS = 5 * 60_000  # a read starting this close to the trim horizon may miss what expires under it
 
 
 class SystemClock:
@@ -88,6 +96,7 @@ class ShardWorker:
         log: Any = None,
         chunk_events: int = MAX_CHUNK_EVENTS,
         metrics: MetricsEmitter | None = None,
+        clock_bounds: ClockBounds | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -102,27 +111,30 @@ class ShardWorker:
         self.key = ""
         self.state: ShardState | None = None
         self.window = DedupWindow(config.dedup_window_ms, config.dedup_window_max_events)
+        self.clock_bounds = clock_bounds
         self.fenced = False
         self._held: list[SourceRecord] = []  # delivered since this processor's last commit while it is fenced
+        self._held_bytes = 0
+        self._gap: tuple[Position, Position] | None = None  # held records dropped past the cap: read them again
         self._waiting: list[SourceRecord] = []  # small deliveries waiting to be forwarded together
         self._waiting_since = 0
         self._cut_reported = False
-        self._recent: deque[tuple[int, list[int]]] = deque(maxlen=RECENT_CHUNKS)  # (started, unkeyed), newest last
+        self._widened = 0  # the last widened clock margin logged
+        self._keys: dict[str, int] = {}  # dedup keys the window's IDs were read under -> their newest arrival
+        self._staging_retention: int | None = None
         self.forwarder = Forwarder(
             streams,
             self.clock,
             {"target": config.target_stream_name, "deadletter": config.dead_letter_stream_name or ""},
             self._ensure_lease,
             self._identity_for,
-            self._shards_of,
             self._retrying,
             config.put_timeout_millis,
-            config.clock_skew_millis,
+            self._arrival_margin,
             config.max_backoff_millis,
             on_retry=self._on_put_retry,
             on_request=self._on_put_request,
             on_stall=lambda error, attempt: self._on_stall("PutRecords", error, attempt),
-            discount=lambda started: earlier_copies(started, config.clock_skew_millis, reversed(self._recent)),
             ordered=config.ordering == "partitionKey",
         )
 
@@ -133,26 +145,10 @@ class ShardWorker:
             return content_digest
         return lambda pk, data: identity_of(self.config.dedup_key, pk, data)
 
-    def _shards_of(self, destination: str, entries: Sequence[Outgoing]) -> Collection[int] | None:
-        """Numbers of the target shards the entries hash to; None (read them all) when unknown or all.
-
-        Each distinct partition key is hashed once, and hashing stops as soon
-        as every open shard is covered: a chunk of random keys on a target of
-        few shards costs a handful of hashes, not one per record.
-        """
-        if destination != "target":
-            return None
-        shard_map = self._retrying("list_target_shards", lambda: self.streams.shard_map(self.config.target_stream_name))
-        total = len(shard_map.ranges)
-        numbers: set[int] = set()
-        for partition_key in dict.fromkeys(entry.partition_key for entry in entries):
-            shard = shard_map.shard_for(partition_key)
-            if shard is None:
-                return None  # mid-reshard: no open shard covers the key
-            numbers.add(shard_number(shard))
-            if len(numbers) == total:
-                return None  # every shard: the same as no bound
-        return numbers
+    def _target_shards(self, stream: str, partition_keys: Iterable[str]) -> set[int] | None:
+        """Numbers of the target shards these keys go to (from a map taken now, before the put)."""
+        shard_map = self._retrying("list_target_shards", lambda: self.streams.shard_map(stream))
+        return shards_covering(shard_map, partition_keys)
 
     def _on_put_request(self, stream: str, entries: int, failed: int, millis: float | None) -> None:
         self.metrics.saw_put(millis)
@@ -179,10 +175,20 @@ class ShardWorker:
         return PlanSettings(
             dedup_key=self.config.dedup_key,
             unkeyed_policy=self.config.unkeyed_policy,
-            dead_letter=self.config.dead_letter_stream_name is not None,
+            dead_letter_stream=self.config.dead_letter_stream_name,
             stream_name=self.config.stream_name,
             shard_id=self.shard_id,
+            target_stream=self.config.target_stream_name,
         )
+
+    def _stored_settings(self, text: str, what: str) -> PlanSettings:
+        """Plan settings a digest batch or the state item recorded ("" for an earlier copier's: the current)."""
+        if not text:
+            return self._settings()
+        try:
+            return PlanSettings.decode(text, self.config.stream_name, self.shard_id)
+        except ValueError as exc:
+            raise IncompatibleStateError(f"{self.key}: {what}: {exc}") from exc
 
     def _retrying(self, what: str, fn: Callable[[], T]) -> T:
         """Run a call until it succeeds; a host-wide fatal error, FencedError and StateConflict go up.
@@ -212,10 +218,61 @@ class ShardWorker:
         assert owner is not None
         now = self.clock.now_ms()
         lease = max(now + self.config.lease_millis, owner.lease_until_ms)
-        new = replace(new, version=owner.version + 1, lease_until_ms=lease, updated_ms=now)
+        new = replace(
+            new, version=owner.version + 1, lease_until_ms=lease, updated_ms=now, clock_bound_ms=self._own_bound()
+        )
         self._retrying("write_state", lambda: self.store.write(self.key, owner, new))
         self.state = new
+        self._note_clock()
         return new
+
+    # -- clocks ------------------------------------------------------------------
+
+    def _own_bound(self) -> int | None:
+        """This host's measured clock bound against AWS time (None: not measured)."""
+        return self.clock_bounds.bound_ms() if self.clock_bounds is not None else None
+
+    def _arrival_margin(self) -> int:
+        """How far this host's clock may be off Kinesis' arrival stamps (AWS time): the configured skew, or the
+        measured bound when it is larger."""
+        return max(self.config.clock_skew_millis, self._own_bound() or 0)
+
+    def _margin(self, other_bound: int | None) -> int:
+        """How far this host's clock and another's (bound ``other_bound``) may differ: at least
+        ``copier.clockSkewMillis``; more when the two measured bounds say so (an unmeasured host counts
+        half the configured skew, the protocol's assumption)."""
+        skew = self.config.clock_skew_millis
+        own = self._own_bound()
+        margin = max(skew, (skew // 2 if own is None else own) + (skew // 2 if other_bound is None else other_bound))
+        if margin > skew and margin != self._widened:
+            self._widened = margin
+            self.log.warning(
+                "clock_margin_widened",
+                margin_ms=margin,
+                configured_ms=skew,
+                own_bound_ms=own,
+                other_bound_ms=other_bound,
+                detail="the measured clock offsets could exceed copier.clockSkewMillis: leases are given that "
+                "much more time (fix the hosts' time sync)",
+            )
+        return margin
+
+    def _note_clock(self) -> None:
+        """Log the measured clock bound when it moved (``copier.clockcheck``)."""
+        bounds = self.clock_bounds
+        if bounds is None or not bounds.changed_since_report():
+            return
+        snap = bounds.snapshot()
+        half = self.config.clock_skew_millis // 2
+        level = self.log.warning if snap.bound_ms is not None and snap.bound_ms > half else self.log.info
+        level(
+            "clock_bound",
+            offset_ms=snap.offset_ms,
+            error_ms=snap.error_ms,
+            bound_ms=snap.bound_ms,
+            samples=snap.samples,
+            steps=snap.steps,
+        )
 
     def _ensure_lease(self) -> None:
         """Before a put: renew the lease unless it outlives the put with margin to spare."""
@@ -224,6 +281,13 @@ class ShardWorker:
         if self.clock.now_ms() + need < self.state.lease_until_ms:
             return
         self._write(self.state)
+
+    def _keep_lease(self) -> None:
+        """While reading (a verification): renew the lease once half of it is gone, so that a slow page
+        (a GetRecords can take seconds) never lets it run out; FencedError goes up."""
+        assert self.state is not None
+        if self.clock.now_ms() + self.config.lease_millis // 2 >= self.state.lease_until_ms:
+            self._write(self.state)
 
     def _fence(self, where: str) -> None:
         self.fenced = True
@@ -237,16 +301,27 @@ class ShardWorker:
     def lose_lease(self) -> None:
         """The daemon says another worker has the shard: stop, and drop what is held (it is replayed there)."""
         self.fenced = True
-        self._held = []
+        self._drop_held()
         self._waiting = []
+
+    def _drop_held(self) -> None:
+        self._held = []
+        self._held_bytes = 0
+        self._gap = None
 
     # -- initialize ------------------------------------------------------------
 
     def initialize(self, shard_id: str) -> None:
-        """Take the shard over (after sleeping out a valid lease), verify a batch in flight, load the window."""
+        """Take the shard over (after sleeping out a valid lease), verify a batch in flight, load the window.
+
+        A fence during the verification (a rival took over while it read)
+        leaves this processor fenced, as any fence does: it holds what the
+        daemon delivers and takes the shard back when it can.
+        """
         self.shard_id = shard_id
         self.key = shard_key(self.config.stream_name, shard_id)
         self.log = self.log.bind(shard=shard_id)
+        self._staging_retention = self._retention(self.config.stream_name)
         seen = self._take_over()
         assert self.state is not None
         self.log = self.log.bind(epoch=self.state.epoch)
@@ -257,35 +332,36 @@ class ShardWorker:
             position=str(self.state.position) if self.state.position else None,
             batches=self.state.batches,
         )
-        in_flight = self._retrying("get_batch", lambda: self.store.get_batch(self.key, self.state.batches + 1))  # type: ignore[union-attr]
-        if in_flight is not None:
-            self._verify(in_flight, seen)
-        newest = self._retrying("get_batches", lambda: self._chunks_before(self.clock.now_ms()))
-        self._recent.extend(reversed(newest))
+        try:
+            self._verify_in_flight(seen)
+        except FencedError:
+            self._fence("initialize")
+            return
         self._load_window()
 
-    def _chunks_before(self, started_ms: int) -> list[tuple[int, list[int]]]:
-        """(started, unkeyed digests) of the newest committed chunks a verification from ``started_ms`` may read.
+    def _retention(self, stream: str) -> int | None:
+        """A stream's retention (ms), None when it cannot be read (then the rules that need it fall back)."""
+        try:
+            return self.streams.retention(stream)
+        except AwsError as exc:
+            self.log.warning("retention_unknown", stream=stream, error=str(exc))
+            return None
 
-        Read a few at a time and only as far back as ``copier.recovery.earlier_copies`` looks.
-        """
+    def _verify_in_flight(self, seen: ShardState | None) -> None:
+        """Verify the digest batch above the committed index, if one was left; FencedError goes up."""
         assert self.state is not None
-        out: list[tuple[int, list[int]]] = []
-        newer = started_ms
-        for batch in self.store.batches(self.key, self.state.batches, page_size=4):
-            if newer < started_ms - 2 * self.config.clock_skew_millis:
-                break
-            out.append((batch.started_ms, unpack_digests(batch.unkeyed)))
-            newer = batch.started_ms
-        return out
+        index = self.state.batches + 1
+        in_flight = self._retrying("get_batch", lambda: self.store.get_batch(self.key, index))
+        if in_flight is not None:
+            self._verify(in_flight, seen)
 
     def _take_over(self) -> ShardState | None:
-        skew = self.config.clock_skew_millis
         waited_for: int | None = None
         while True:
             seen: ShardState | None = self._retrying("get_state", lambda: self.store.get(self.key))
             now = self.clock.now_ms()
-            held = seen is not None and seen.owner not in (None, self.owner) and seen.lease_until_ms + skew > now
+            margin = self._margin(seen.clock_bound_ms if seen is not None else None)
+            held = seen is not None and seen.owner not in (None, self.owner) and seen.lease_until_ms + margin > now
             if seen is not None and held and waited_for != seen.epoch:
                 if seen.successor != self.owner:
                     try:
@@ -294,7 +370,7 @@ class ShardWorker:
                     except StateConflict:
                         continue
                     seen = announced
-                wait = seen.lease_until_ms + skew - now
+                wait = seen.lease_until_ms + margin - now
                 self.log.info("waiting_for_lease", owner=seen.owner, epoch=seen.epoch, wait_ms=wait)
                 self.clock.sleep_ms(wait)
                 waited_for = seen.epoch
@@ -308,6 +384,7 @@ class ShardWorker:
                 successor=None,
                 lease_until_ms=now + self.config.lease_millis,
                 updated_ms=now,
+                clock_bound_ms=self._own_bound(),
             )
             try:
                 self._retrying("take_over", lambda: self.store.replace_if_unchanged(self.key, seen, new))
@@ -324,49 +401,86 @@ class ShardWorker:
     def _verify(self, batch: DigestBatch, seen: ShardState | None) -> None:
         """Find out which records of a batch left in flight landed (see copier.recovery); commit it.
 
-        Bounded read: only the target shards the batch's entries hash to (and
-        their descendants), and only from the batch's start (minus the clock
+        Under the settings the batch was recorded with (its target, dead-letter
+        stream and dedup key), whatever this processor's own are. Bounded read:
+        only the target shards the batch's entries hash to (and their
+        descendants), and only from the batch's start (minus its writer's clock
         margin) to the end of the last lease its writer could have held, plus
-        the put timeout and the margin. After that no put of it can land.
+        the put timeout and the margin. After that no put of it can land. The
+        lease is kept while reading (a read of many shards at 5 GetRecords a
+        second can outlast it); a fence raises FencedError.
+
+        A read that starts within the stream's retention of now may miss
+        records that expired: what it does not find is sent again and
+        reported as possible duplicates (the redo set is marked suspect).
         """
-        state = self.state
-        assert state is not None
+        settings = self._stored_settings(batch.settings, f"{batch.key} settings")
         skew, timeout = self.config.clock_skew_millis, self.config.put_timeout_millis
-        since = batch.started_ms - skew
+        since = batch.started_ms - max(skew, batch.clock_bound_ms or 0)
         lease_end = max(seen.lease_until_ms if seen else 0, batch.started_ms + self.config.lease_millis)
-        until = lease_end + timeout + skew
+        owner_bound = max(seen.clock_bound_ms or 0 if seen else 0, batch.clock_bound_ms or 0)
+        until = lease_end + timeout + max(skew, owner_bound)
+        target = settings.target_stream or self.config.target_stream_name
         found_target = Found()
-        if batch.keyed or batch.unkeyed:
+        suspect = False
+        if batch.keyed:
+            key = settings.dedup_key
             shards = batch.target_shards or None
-            identity = self._identity_for("target")
-            target = self.config.target_stream_name
             found_target = self._retrying(
-                "verify_target", lambda: self.streams.read_identities(target, shards, since, until, identity)
+                "verify_target",
+                lambda: self.streams.read_identities(
+                    target, shards, since, until, lambda pk, data: identity_of(key, pk, data), self._keep_lease
+                ),
             )
+            suspect = self._beyond_retention(target, since)
         found_dlq = Found()
-        dlq = self.config.dead_letter_stream_name
+        dlq = settings.dead_letter_stream
         if batch.deadletter and dlq:
             found_dlq = self._retrying(
-                "verify_deadletter", lambda: self.streams.read_identities(dlq, None, since, until, content_digest)
+                "verify_deadletter",
+                lambda: self.streams.read_identities(dlq, None, since, until, content_digest, self._keep_lease),
             )
-        before = self._retrying("get_batches", lambda: self._chunks_before(batch.started_ms))
-        earlier = earlier_copies(batch.started_ms, skew, before)
-        found = found_target.identities - earlier
-        result = resolve(batch, found, found_dlq.identities, state.redo_last, state.redo_digests)
+            suspect = suspect or self._beyond_retention(dlq, since)
+        state = self.state
+        assert state is not None
+        result = resolve(batch, found_target.identities, found_dlq.identities, state.redo_last, state.redo_digests)
         self.log.info(
             "verified_pending",
             batch=batch.index,
             batch_epoch=batch.epoch,
             landed=result.landed,
             to_redo=result.missing,
+            unkeyed_resent=result.unkeyed_resent,
             redo_until=str(result.redo_last),
             records_read=found_target.records_read + found_dlq.records_read,
             shards_read=found_target.shards_read + found_dlq.shards_read,
             read_from_ms=since,
             read_until_ms=until,
+            settings_changed=bool(batch.settings) and batch.settings != self._settings().encode(),
         )
-        verified = replace(state, batches=batch.index, redo_last=result.redo_last, redo_digests=result.redo_digests)
+        if suspect and result.missing:
+            self.log.warning(
+                "verification_beyond_retention",
+                batch=batch.index,
+                to_redo=result.missing,
+                read_from_ms=since,
+                detail="the chunk's records may have expired from the target before this read: what was not "
+                "found is sent again and reported as possible duplicates",
+            )
+        verified = replace(
+            state,
+            batches=batch.index,
+            redo_last=result.redo_last,
+            redo_digests=result.redo_digests,
+            redo_settings=result.redo_settings,
+            redo_suspect=state.redo_suspect or (suspect and result.missing > 0),
+        )
         self._write(verified.with_counts(already_landed=result.landed))
+
+    def _beyond_retention(self, stream: str, since_ms: int) -> bool:
+        """Could records from ``since_ms`` on have expired from ``stream`` already?"""
+        retention = self._retention(stream)
+        return retention is not None and since_ms < self.clock.now_ms() - retention + RETENTION_SLACK_MS
 
     def _reaches_back(self, batches: Sequence[DigestBatch], newest_ms: int) -> bool:
         """Do these batches (newest first) already cover the horizon behind ``newest_ms``?"""
@@ -428,9 +542,16 @@ class ShardWorker:
         everything = own + inherited
         self.window.advance(newest)
         self.window.reserve(sum(b.keyed_count for b in everything))
+        self._keys = {}
+        keys: dict[str, str] = {}  # stored settings -> their dedup key
         for batch in sorted(everything, key=lambda b: b.arrival_max_ms):
-            low, high = digest_columns(batch.keyed)
-            self.window.add_columns(low, high, batch.arrival_max_ms)
+            for column in (batch.keyed, batch.dead_ids):
+                if column:
+                    low, high = digest_columns(column)
+                    self.window.add_columns(low, high, batch.arrival_max_ms)
+            if batch.settings not in keys:
+                keys[batch.settings] = str(self._stored_settings(batch.settings, f"{batch.key} settings").dedup_key)
+            self._saw_key(keys[batch.settings], batch.arrival_max_ms)
         stats = self.window.stats()
         self.log.info(
             "window_loaded",
@@ -445,6 +566,18 @@ class ShardWorker:
             seconds=round(time.monotonic() - started, 3),
         )
 
+    def _saw_key(self, key: str, arrival_ms: int) -> None:
+        """The window holds IDs read under ``key`` up to ``arrival_ms``."""
+        if arrival_ms > self._keys.get(key, -1):
+            self._keys[key] = arrival_ms
+
+    def _older_keys(self) -> list[DedupKey]:
+        """Dedup keys other than the current one whose IDs the window still holds (a configuration change
+        within the window): a record whose ID under one of them was forwarded is a duplicate too."""
+        current = str(self.config.dedup_key)
+        horizon = self.window.newest_ms - self.config.dedup_window_ms
+        return [parse_dedup_key(k) for k, newest in self._keys.items() if k != current and newest >= horizon]
+
     # -- records -----------------------------------------------------------------
 
     def _emit(self, now: bool = False) -> None:
@@ -456,7 +589,7 @@ class ShardWorker:
             return
         window = self.window.stats()
         span_s = (window.newest_ms - window.oldest_ms) / 1000 if window.ids else 0.0
-        values = self.metrics.take(self.state.counters, window.ids, span_s, at)
+        values = self.metrics.take(self.state.counters, window.ids, span_s, at, self._own_bound())
         self.emitter.emit(self.shard_id, values, self.metrics.take_retries())
 
     def process(self, records: Sequence[SourceRecord], behind_ms: int | None = None) -> Position | None:
@@ -497,7 +630,7 @@ class ShardWorker:
             if not self._waiting or (len(self._waiting) < self.config.coalesce_events and not due):
                 return None
             records, self._waiting = self._waiting, []
-        return self._forward(records, behind_ms)
+        return self._forward_or_hold(records, behind_ms)
 
     def flush(self, behind_ms: int | None = None) -> Position | None:
         """Forward whatever small deliveries are waiting (before a shutdown or a shard's end)."""
@@ -506,27 +639,53 @@ class ShardWorker:
             return None
         if self.fenced:
             return self._while_fenced(records, behind_ms)
-        return self._forward(records, behind_ms)
+        return self._forward_or_hold(records, behind_ms)
 
-    def _forward(self, records: Sequence[SourceRecord], behind_ms: int | None) -> Position | None:
-        """Forward records now, chunk by chunk (see :meth:`process`)."""
+    def _forward_or_hold(self, records: Sequence[SourceRecord], behind_ms: int | None) -> Position | None:
+        committed, rest = self._forward(records, behind_ms)
+        if rest:  # fenced on the way: the rest is not committed by this processor
+            return self._while_fenced(rest, behind_ms)
+        return committed
+
+    def _forward(
+        self, records: Sequence[SourceRecord], behind_ms: int | None
+    ) -> tuple[Position | None, list[SourceRecord]]:
+        """Forward records now, chunk by chunk (see :meth:`process`): the last committed position, and the
+        records left unforwarded because this processor was fenced on the way."""
         committed: Position | None = None
         parts = chunks(records, self.chunk_events)
         for i, chunk in enumerate(parts):
             position = self._process_chunk(chunk, behind_ms)
-            if self.fenced:  # this chunk and the rest are not committed by this processor: hold them
-                return self._while_fenced([r for part in parts[i:] for r in part], behind_ms)
+            if self.fenced:
+                return committed, [r for part in parts[i:] for r in part]
             if position is not None:
                 committed = position
-        return committed
+        return committed, []
 
     def _while_fenced(self, records: Sequence[SourceRecord], behind_ms: int | None) -> Position | None:
+        """Hold what a fenced processor is given, then see whether the shard can be taken back.
+
+        Past ``MAX_HELD_RECORDS`` records or ``MAX_HELD_BYTES`` bytes, what is
+        held is dropped and only its range kept: once the shard is taken back,
+        that range is read again from the staging stream (as the daemon would
+        deliver it). No delivery size makes a fenced processor exit.
+        """
         self._held.extend(records)
-        if len(self._held) > MAX_HELD_RECORDS:
-            raise FencedBacklogError(
-                f"{self.shard_id}: fenced with {len(self._held)} records delivered and no way to forward them; "
-                "exiting so that the daemon restarts and replays them from its checkpoint"
+        self._held_bytes += sum(len(r.data) for r in records)
+        if self._held and (len(self._held) > MAX_HELD_RECORDS or self._held_bytes > MAX_HELD_BYTES):
+            first = self._gap[0] if self._gap is not None else self._held[0].position
+            self._gap = (first, self._held[-1].position)
+            self.log.warning(
+                "fenced_backlog_dropped",
+                records=len(self._held),
+                bytes=self._held_bytes,
+                first=str(first),
+                last=str(self._gap[1]),
+                detail="fenced and holding too much: once the shard is taken back, this range is read again "
+                "from the staging stream",
             )
+            self._held = []
+            self._held_bytes = 0
         return self._take_back(behind_ms)
 
     def _take_back(self, behind_ms: int | None) -> Position | None:
@@ -536,9 +695,10 @@ class ShardWorker:
         successor gets one more lease period to take over first). Taking
         back is a takeover like any other: epoch + 1 conditioned on the
         version read, a chunk left in flight verified, the window reloaded.
-        What is held follows this processor's last commit without a gap, and
-        the committed position is at or past that commit, so planning the
-        held records from it forwards each of them exactly once.
+        What is held (the range read again from staging, then the records
+        kept) follows this processor's last commit without a gap, and the
+        committed position is at or past that commit, so planning the held
+        records from it forwards each of them exactly once.
         """
         assert self.state is not None
         seen = self._retrying("get_state", lambda: self.store.get(self.key))
@@ -547,7 +707,8 @@ class ShardWorker:
     def _other_owner_gone_ms(self, seen: ShardState) -> int:
         """When the owner that fenced this processor is gone: its lease, the clock margin, and for an announced
         successor one more lease period to take over first."""
-        return seen.lease_until_ms + self.config.clock_skew_millis + (self.config.lease_millis if seen.successor else 0)
+        margin = self._margin(seen.clock_bound_ms)
+        return seen.lease_until_ms + margin + (self.config.lease_millis if seen.successor else 0)
 
     def _take_back_from(self, seen: ShardState | None, behind_ms: int | None) -> Position | None:
         now = self.clock.now_ms()
@@ -561,6 +722,7 @@ class ShardWorker:
             successor=None,
             lease_until_ms=now + self.config.lease_millis,
             updated_ms=now,
+            clock_bound_ms=self._own_bound(),
         )
         try:
             self._retrying("take_back", lambda: self.store.replace_if_unchanged(self.key, seen, new))
@@ -569,31 +731,76 @@ class ShardWorker:
         self.state = new
         self.fenced = False
         self.log = self.log.bind(epoch=new.epoch)
-        self.log.info("took_back", previous_owner=seen.owner, previous_epoch=seen.epoch, held=len(self._held))
-        in_flight = self._retrying("get_batch", lambda: self.store.get_batch(self.key, new.batches + 1))
-        if in_flight is not None:
-            self._verify(in_flight, seen)
-        self._recent.clear()
-        self._recent.extend(reversed(self._retrying("get_batches", lambda: self._chunks_before(self.clock.now_ms()))))
+        self.log.info(
+            "took_back", previous_owner=seen.owner, previous_epoch=seen.epoch, held=len(self._held), gap=bool(self._gap)
+        )
+        try:
+            self._verify_in_flight(seen)
+        except FencedError:
+            self._fence("take_back")
+            return None
         self.window = DedupWindow(self.config.dedup_window_ms, self.config.dedup_window_max_events)
         self._load_window()
-        held, self._held = self._held, []
-        return self._forward(held, behind_ms)
+        committed = self._read_gap_again(behind_ms)
+        if self.fenced:
+            return committed
+        held, self._held, self._held_bytes = self._held, [], 0
+        position, rest = self._forward(held, behind_ms)
+        if rest:
+            self._held = rest
+            self._held_bytes = sum(len(r.data) for r in rest)
+        return position or committed
+
+    def _read_gap_again(self, behind_ms: int | None) -> Position | None:
+        """Forward the range a fenced processor dropped, read again from the staging stream; on a new fence,
+        keep what is left of it as the range to read next time."""
+        if self._gap is None:
+            return None
+        first, last = self._gap
+        self._gap = None
+        cursor = [first]
+        committed: list[Position | None] = [None]
+        stream = self.config.stream_name
+        self.log.info("reading_again", first=str(first), last=str(last))
+
+        def run() -> None:
+            for page in self.streams.read_source(stream, self.shard_id, cursor[0], last):
+                if not page:
+                    continue
+                position, rest = self._forward(page, behind_ms)
+                committed[0] = position or committed[0]
+                if rest:
+                    self._gap = (rest[0].position, last)
+                    return
+                cursor[0] = page[-1].position  # a retry starts here: the plan drops what is committed
+
+        self._retrying("read_staging", run)
+        return committed[0]
 
     def _process_chunk(self, records: Sequence[SourceRecord], behind_ms: int | None) -> Position | None:
         state = self.state
         assert state is not None
         self.window.advance(max(r.arrival_ms for r in records))
-        redo = Redo(state.redo_last, state.redo_counter) if state.redo_last is not None else None
-        plan = plan_batch(records, state.position, self.window, redo, self._settings())
+        settings = self._settings()
+        redo = self._redo(state, settings)
+        plan = plan_batch(records, state.position, self.window, redo, settings, self._older_keys())
         if plan.last is None:
             return None
         self._report(plan)
         try:
-            return self._forward_and_commit(plan, behind_ms)
+            return self._forward_and_commit(plan, settings, behind_ms)
         except FencedError:
             self._fence("process_records")
             return None
+
+    def _redo(self, state: ShardState, settings: PlanSettings) -> Redo | None:
+        """The committed redo set, with the settings its identities were computed under (None: these)."""
+        if state.redo_last is None:
+            return None
+        stored = None
+        if state.redo_settings and state.redo_settings != settings.encode():
+            stored = self._stored_settings(state.redo_settings, "redo settings")
+        return Redo(state.redo_last, state.redo_counter, stored, state.redo_suspect)
 
     def _report(self, plan: BatchPlan) -> None:
         for position, reason in plan.unkeyed:
@@ -604,14 +811,46 @@ class ShardWorker:
                 reason=reason,
                 policy=self.config.unkeyed_policy,
             )
+        for position, reason in plan.rerouted:
+            self.log.warning(
+                "rerouted",
+                sequence_number=position.seq_str,
+                sub_sequence_number=position.subseq,
+                reason=reason,
+                to="deadletter" if self.config.dead_letter_stream_name else "target under a replacement partition key",
+            )
         if plan.redo_missing:
-            self.log.error("redo_records_not_replayed", count=plan.redo_missing)
+            self.log.error(
+                "redo_records_not_replayed",
+                count=plan.redo_missing,
+                detail="records a verified chunk had not put never came again: the staging stream's retention "
+                "expired them, or the daemon started past them (initialPositionInStream)",
+            )
 
-    def _record(self, plan: BatchPlan, index: int, now: int) -> DigestBatch:
+    def _expires_ms(self, plan: BatchPlan, now: int) -> int:
+        """When the digest batch may expire: once nothing that could still be delivered needs it.
+
+        A duplicate of one of its events arrives within the dedup window of
+        it, and is delivered at the latest when the staging stream's retention
+        ends; a chunk in flight can be replayed as long as its records are
+        there. So: the newest arrival, the window, the retention and an hour
+        of margin, and never before ``copier.digestTtlHours`` after writing.
+        """
+        floor = now + self.config.digest_ttl_hours * HOUR_MS
+        if self._staging_retention is None:
+            return floor
+        return max(floor, plan.arrival_max_ms + self.config.dedup_window_ms + self._staging_retention + HOUR_MS)
+
+    def _record(self, plan: BatchPlan, settings: PlanSettings, index: int, now: int) -> DigestBatch:
         """The chunk's digest batch (its intent), stored before anything is put."""
         assert self.state is not None and plan.last is not None
-        target = [o for o in plan.send if o.destination == "target"]
-        shards = self._shards_of("target", target) if target else ()
+        target = [o.partition_key for o in plan.send if o.destination == "target"]
+        shards = self._target_shards(settings.target_stream, target) if target else ()
+        redo_ids = b""
+        redo_settings = ""
+        if plan.redo_ids:
+            redo_ids = pack_digests(plan.redo_ids[o.position] for o in plan.in_batch_order())
+            redo_settings = self.state.redo_settings
         batch = DigestBatch(
             index=index,
             epoch=self.state.epoch,
@@ -623,23 +862,37 @@ class ShardWorker:
             arrival_min_ms=plan.arrival_min_ms,
             arrival_max_ms=plan.arrival_max_ms,
             target_shards=tuple(sorted(shards or ())),
+            settings=settings.encode(),
+            dead_ids=pack_digests(plan.dead_ids),
+            redo_ids=redo_ids,
+            redo_settings=redo_settings,
+            expires_ms=self._expires_ms(plan, now),
+            clock_bound_ms=self._own_bound(),
         )
         self._ensure_lease()
         self._retrying("put_batch", lambda: self.store.put_batch(self.key, batch))
         self.log.debug("batch_recorded", batch=index, entries=len(plan.send), last=str(plan.last))
         return batch
 
-    def _forward_and_commit(self, plan: BatchPlan, behind_ms: int | None) -> Position:
+    def _forward_and_commit(self, plan: BatchPlan, settings: PlanSettings, behind_ms: int | None) -> Position:
         state = self.state
         assert state is not None and plan.last is not None
         index = state.batches
         now = self.clock.now_ms()
         if plan.send:
             index = state.batches + 1
-            self._record(plan, index, now)
+            if state.redo_suspect and plan.redo_sent:  # said before the put: a crash during it must not hide it
+                self._possible_duplicates(
+                    index,
+                    plan.redo_sent,
+                    "sent again after a verification that started past the target's retention: the first copy "
+                    "may have landed and expired from what the verification could read",
+                )
+            self._record(plan, settings, index, now)
             stats = self.forwarder.forward(plan.send, now)
             self.log.debug("put_done", batch=index, entries=len(plan.send), requests=stats.requests)
-        self.window.add(plan.keyed_digests, plan.arrival_max_ms)
+        self.window.add(plan.keyed_digests + plan.dead_ids, plan.arrival_max_ms)
+        self._saw_key(str(settings.dedup_key), plan.arrival_max_ms)
         window = self.window.stats()
         if window.cut_short and not self._cut_reported:
             self.log.warning(
@@ -650,16 +903,17 @@ class ShardWorker:
                 detail="copier.dedupWindowMaxEvents keeps the window shorter than copier.dedupWindowSeconds",
             )
         self._cut_reported = window.cut_short
-        redo_last = plan.redo.last if plan.redo else None
-        redo_digests = tuple(sorted(plan.redo.digests.elements())) if plan.redo else ()
+        redo = plan.redo
         state = self.state
         assert state is not None
         commit = replace(
             state,
             position=plan.last,
             batches=index,
-            redo_last=redo_last,
-            redo_digests=redo_digests,
+            redo_last=redo.last if redo else None,
+            redo_digests=tuple(sorted(redo.digests.elements())) if redo else (),
+            redo_settings=(redo.settings or settings).encode() if redo else "",
+            redo_suspect=redo.suspect if redo else False,
             behind_ms=behind_ms,
             window_ids=window.ids,
             window_oldest_ms=window.oldest_ms,
@@ -678,19 +932,13 @@ class ShardWorker:
             self._write(commit)
         except FencedError:
             if plan.send and self.clock.now_ms() > lease_end:
-                self.metrics.possible_duplicates += len(plan.send)
-                self._emit(now=True)
-                self.log.error(
-                    "possible_duplicates",
-                    batch=index,
-                    count=len(plan.send),
-                    event_ids=[o.event_id for o in plan.send if o.event_id is not None],
-                    detail="the lease ran out during the put; a successor may have verified the batch before it landed",
+                self._possible_duplicates(
+                    index,
+                    plan.send,
+                    "the lease ran out during the put; a successor may have verified the batch before it landed",
                 )
             raise
         self.metrics.stalled = False
-        if plan.send:
-            self._recent.append((now, plan.unkeyed_digests))
         self.log.debug(
             "committed",
             batch=index,
@@ -700,6 +948,18 @@ class ShardWorker:
             replays=plan.replays,
         )
         return plan.last
+
+    def _possible_duplicates(self, index: int, sent: Sequence[Outgoing], detail: str) -> None:
+        """Log (and count) the events of a chunk that may have landed twice, with their IDs."""
+        self.metrics.possible_duplicates += len(sent)
+        self._emit(now=True)
+        self.log.error(
+            "possible_duplicates",
+            batch=index,
+            count=len(sent),
+            event_ids=[o.event_id for o in sent if o.event_id is not None],
+            detail=detail,
+        )
 
     # -- endings -------------------------------------------------------------------
 
@@ -745,7 +1005,7 @@ class ShardWorker:
             seen = self._retrying("get_state", lambda: self.store.get(self.key))
             if seen is not None and seen.closed:
                 self.log.info("shard_ended_by_other_owner", owner=seen.owner, epoch=seen.epoch, held=len(self._held))
-                self._held = []
+                self._drop_held()
                 return True
             self._take_back_from(seen, None)
             if not self.fenced:

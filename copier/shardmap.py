@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ShardMap", "descendants", "hash_key", "shard_id_of", "shard_number"]
+__all__ = ["ShardMap", "descendants", "hash_key", "shard_id_of", "shard_number", "shards_covering"]
 
 _PREFIX = "shardId-"
 
@@ -72,6 +72,28 @@ class ShardMap:
         """The shard a record with this partition key goes to now, None if no open shard covers it."""
         i = self.position_for_hash(hash_key(partition_key))
         return self.ranges[i][2] if i >= 0 else None
+
+
+def shards_covering(shard_map: ShardMap, partition_keys: Iterable[str]) -> set[int] | None:
+    """Numbers of the open shards these partition keys go to; None (read them all) when unknown or all.
+
+    Each distinct key is hashed once, and hashing stops as soon as every
+    open shard is covered: a chunk of random keys on a target of few shards
+    costs a handful of hashes, not one per record. Use a map taken *before*
+    the put it is for: a map refreshed after the put may already name the
+    children of a shard split since, and miss the parent the records went
+    to; an older map names only ancestors, and their descendants are read.
+    """
+    total = len(shard_map.ranges)
+    numbers: set[int] = set()
+    for partition_key in dict.fromkeys(partition_keys):
+        shard = shard_map.shard_for(partition_key)
+        if shard is None:
+            return None  # mid-reshard: no open shard covers the key
+        numbers.add(shard_number(shard))
+        if len(numbers) == total:
+            return None  # every shard: the same as no bound
+    return numbers
 
 
 def descendants(shards: Iterable[dict[str, Any]], roots: Iterable[str]) -> set[str]:

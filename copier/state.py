@@ -78,6 +78,8 @@ class ShardState:
     batches: int = 0  # index of the last committed digest batch
     redo_last: Position | None = None
     redo_digests: tuple[int, ...] = ()
+    redo_settings: str = ""  # the plan settings the redo digests were computed under ("": the current ones)
+    redo_suspect: bool = False  # the verification could not see all it should (see copier.plan.Redo)
     successor: str | None = None
     closed: bool = False
     counters: dict[str, int] = field(default_factory=dict)
@@ -87,6 +89,7 @@ class ShardState:
     window_oldest_ms: int = 0
     window_newest_ms: int = 0
     window_cut: bool = False
+    clock_bound_ms: int | None = None  # the owner's measured clock bound (copier.clockcheck) at its last write
 
     def with_counts(self, **delta: int) -> ShardState:
         counters = dict(self.counters)
@@ -117,6 +120,12 @@ class DigestBatch:
     arrival_min_ms: int = 0
     arrival_max_ms: int = 0
     target_shards: tuple[int, ...] = ()  # numbers of the target shards its entries hash to
+    settings: str = ""  # copier.plan.PlanSettings.encode() of the plan ("": a batch of an earlier copier)
+    dead_ids: bytes = b""  # ID digests of the keyed events it dead-lettered (the window learns them)
+    redo_ids: bytes = b""  # each entry's identity under redo_settings, in entry order (see copier.recovery)
+    redo_settings: str = ""  # the settings of the redo set it consumed, when they differ from ``settings``
+    expires_ms: int = 0  # when DynamoDB's TTL may delete it (0: the store decides)
+    clock_bound_ms: int | None = None  # its writer's measured clock bound when it was written
 
     @property
     def key(self) -> str:
@@ -124,7 +133,7 @@ class DigestBatch:
 
     @property
     def keyed_count(self) -> int:
-        return digest_count(self.keyed)
+        return digest_count(self.keyed) + digest_count(self.dead_ids)
 
     def target_digests(self) -> list[int]:
         """Every target entry's identity, keyed then unkeyed."""
@@ -132,6 +141,10 @@ class DigestBatch:
 
     def deadletter_digests(self) -> list[int]:
         return unpack_digests(self.deadletter)
+
+    def entry_digests(self) -> list[int]:
+        """Every entry's identity in entry order: keyed, unkeyed, dead-lettered."""
+        return self.target_digests() + self.deadletter_digests()
 
 
 class StateConflict(Exception):

@@ -11,6 +11,11 @@ duplicate of an event forwarded at or after the time shown is dropped; one
 of an earlier event is forwarded. ``cut short`` means the count cap
 (``copier.dedupWindowMaxEvents``) keeps the window shorter than
 ``copier.dedupWindowSeconds``.
+
+The *clock* column is the owner's clock measured against AWS time at its
+last write (``copier.clockcheck``): ``±N ms`` bounds how far its clock can
+be off; beyond half of ``copier.clockSkewMillis`` the copier widens its
+lease margins and logs ``clock_margin_widened``.
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ class ShardRow:
     window_oldest_ms: int = 0
     window_newest_ms: int = 0
     window_cut: bool = False
+    clock: str = "-"
+    clock_bound_ms: int | None = None
 
 
 def _seconds(ms: int) -> str:
@@ -88,7 +95,7 @@ def _row(shard_id: str, open_: bool, state: ShardState | None, now_ms: int, unve
     if unverified:
         in_flight = "unverified batch"
     elif state.redo_last is not None:
-        in_flight = f"redo {len(state.redo_digests)}"
+        in_flight = f"redo {len(state.redo_digests)}" + (" (possible duplicates)" if state.redo_suspect else "")
     return ShardRow(
         shard=shard_id,
         shard_state="ended" if state.closed else kinesis,
@@ -108,6 +115,8 @@ def _row(shard_id: str, open_: bool, state: ShardState | None, now_ms: int, unve
         window_oldest_ms=state.window_oldest_ms,
         window_newest_ms=state.window_newest_ms,
         window_cut=state.window_cut,
+        clock="-" if state.clock_bound_ms is None else f"±{state.clock_bound_ms} ms",
+        clock_bound_ms=state.clock_bound_ms,
     )
 
 
@@ -144,6 +153,7 @@ HEADERS = (
     ("unkeyed", "unkeyed"),
     ("in flight", "in_flight"),
     ("window", "window"),
+    ("clock", "clock"),
 )
 
 

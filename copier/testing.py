@@ -13,9 +13,12 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from copier.errors import FencedError
+from copier.errors import FatalAwsError, FencedError
+from copier.limits import MAX_PARTITION_KEY_CHARS, MAX_RECORD_BYTES, record_size
+from copier.plan import SourceRecord
 from copier.ports import Found, Identity
-from copier.shardmap import ShardMap, shard_id_of, shard_number
+from copier.positions import Position
+from copier.shardmap import ShardMap, descendants, shard_id_of, shard_number
 from copier.state import DigestBatch, ShardState, StateConflict, StateStore
 
 __all__ = [
@@ -30,13 +33,35 @@ __all__ = [
 
 
 class InMemoryStateStore(StateStore):
-    """A StateStore in a dict, with DynamoDB's conditional-write semantics; counts writes."""
+    """A StateStore in a dict, with DynamoDB's conditional-write semantics; counts writes.
 
-    def __init__(self) -> None:
+    With a ``clock``, digest batches expire as DynamoDB's TTL makes them: a
+    batch whose expiry (``expires_ms``, else ``started_ms + ttl_ms``) has
+    passed is gone (DynamoDB deletes within days of expiry, so a real reader
+    may still see it; the fake takes the harder case).
+    """
+
+    def __init__(self, clock: FakeClock | None = None, ttl_ms: int | None = None) -> None:
         self._items: dict[str, ShardState] = {}
         self._batches: dict[str, dict[int, DigestBatch]] = {}
         self._lock = threading.Lock()
         self.write_requests = 0
+        self.clock = clock
+        self.ttl_ms = ttl_ms
+
+    def _expired(self, batch: DigestBatch) -> bool:
+        if self.clock is None:
+            return False
+        expires = getattr(batch, "expires_ms", 0) or (
+            batch.started_ms + self.ttl_ms if self.ttl_ms is not None else None
+        )
+        return expires is not None and expires < self.clock.now_ms()
+
+    def _live(self, key: str) -> dict[int, DigestBatch]:
+        stored = self._batches.setdefault(key, {})
+        for index in [i for i, b in stored.items() if self._expired(b)]:
+            del stored[index]
+        return stored
 
     def get(self, key: str) -> ShardState | None:
         with self._lock:
@@ -61,7 +86,7 @@ class InMemoryStateStore(StateStore):
     def put_batch(self, key: str, batch: DigestBatch) -> None:
         with self._lock:
             self.write_requests += 1
-            stored = self._batches.setdefault(key, {})
+            stored = self._live(key)
             existing = stored.get(batch.index)
             if existing is not None and existing.epoch > batch.epoch:
                 raise FencedError(f"{key}: {batch.key} was written under an epoch above {batch.epoch}")
@@ -69,11 +94,11 @@ class InMemoryStateStore(StateStore):
 
     def get_batch(self, key: str, index: int) -> DigestBatch | None:
         with self._lock:
-            return self._batches.get(key, {}).get(index)
+            return self._live(key).get(index)
 
     def batches(self, key: str, upto: int, page_size: int | None = None) -> Iterator[DigestBatch]:
         with self._lock:
-            found = sorted((b for i, b in self._batches.get(key, {}).items() if 1 <= i <= upto), key=lambda b: -b.index)
+            found = sorted((b for i, b in self._live(key).items() if 1 <= i <= upto), key=lambda b: -b.index)
         yield from found
 
     def corrupt(self, key: str, **changes: object) -> None:
@@ -124,43 +149,166 @@ def even_shards(count: int) -> list[dict[str, Any]]:
 
 
 class InMemoryStreams:
-    """Kinesis streams in lists, routed to shards by partition key, with a fault hook for what a backend cannot do.
+    """Kinesis streams in lists, routed to shards by partition key, with what the tests need to draw.
 
-    ``fault(stream, entries)`` returns which entries land and an optional
-    exception to raise after landing them: per-entry throttling (entries that
-    do not land get ``ProvisionedThroughputExceededException``), an ambiguous
-    put (``AmbiguousPutError`` after a subset landed), a crash mid-put.
-    Streams have one shard unless ``shard_counts`` says otherwise.
+    * Shards: each stream starts with ``shard_counts.get(stream, 1)`` shards splitting the hash key space
+      evenly; :meth:`split` and :meth:`merge` reshard it as Kinesis does (the parents close and keep
+      their records, the children take new ones, ListShards names the parents).
+    * The shard map a processor gets (:meth:`shard_map`) may be stale, as the real one is (cached for
+      minutes): with ``map_max_age_ms`` set it is a snapshot refreshed when older than that on the fake
+      clock, or by :meth:`refresh_map`.
+    * Retention: records older than ``retention_ms[stream]`` (default 24 h) can no longer be read.
+    * Reads page: ``read_page`` records a GetRecords page (0: one page a shard), each page advancing
+      the clock by ``page_ms`` and calling ``on_read_page`` (a test's hook: a rival takes over mid-read).
+    * Validation as Kinesis does it: a request with a partition key that is empty or longer than 256
+      characters, or with a record larger than the stream's ``max_record_bytes``, is refused whole
+      (``ValidationException``).
+    * ``fault(stream, entries)`` returns which entries land and an optional exception to raise after
+      landing them: per-entry throttling (entries that do not land get
+      ``ProvisionedThroughputExceededException``), an ambiguous put (``AmbiguousPutError`` after a
+      subset landed), a crash mid-put; ``after_put``, if set, runs once after the landed entries are
+      stored and before that exception (a reshard while a put is ambiguous).
+    * Staging: :meth:`add_staging` keeps records a processor can read back (:meth:`read_source`).
     """
 
-    def __init__(self, clock: FakeClock | None = None, shard_counts: dict[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        clock: FakeClock | None = None,
+        shard_counts: dict[str, int] | None = None,
+        *,
+        retention_ms: dict[str, int] | None = None,
+        max_record_bytes: dict[str, int] | None = None,
+    ) -> None:
         self.records: dict[str, list[tuple[str, bytes, int, int]]] = {}  # (pk, data, arrival, shard number)
         self.shard_parents: dict[str, list[str]] = {}
         self.shard_counts = dict(shard_counts or {})
+        self.retention_ms = dict(retention_ms or {})
+        self.max_record_bytes = dict(max_record_bytes or {})
         self.fault: PutFault = _all_land
         self.clock = clock or FakeClock()
         self.put_calls = 0
         self.reads: list[Found] = []
+        self.map_max_age_ms: int | None = None
+        self.read_page = 0
+        self.page_ms = 0
+        self.on_read_page: Callable[[], None] | None = None
+        self.after_put: Callable[[], None] | None = None  # once, after a request's entries landed
+        self._listed: dict[str, list[dict[str, Any]]] = {}
+        self._maps: dict[str, tuple[int, ShardMap]] = {}
+        self._staging: dict[str, list[SourceRecord]] = {}
+
+    # -- shards -----------------------------------------------------------------------------------
+
+    def shards(self, stream: str) -> list[dict[str, Any]]:
+        """ListShards: every shard of the stream, open and closed."""
+        if stream not in self._listed:
+            self._listed[stream] = even_shards(self.shard_counts.get(stream, 1))
+        return self._listed[stream]
+
+    def current_map(self, stream: str) -> ShardMap:
+        """The open shards now (what a fresh ListShards says)."""
+        return ShardMap.of(self.shards(stream))
 
     def shard_map(self, stream: str) -> ShardMap:
-        return ShardMap.of(even_shards(self.shard_counts.get(stream, 1)))
+        now = self.clock.now_ms()
+        cached = self._maps.get(stream)
+        if self.map_max_age_ms is None:
+            return self.current_map(stream)
+        if cached is None or now - cached[0] > self.map_max_age_ms:
+            cached = (now, self.current_map(stream))
+            self._maps[stream] = cached
+        return cached[1]
+
+    def refresh_map(self, stream: str) -> None:
+        """The processor's cached shard map is refreshed now (as after its maximum age)."""
+        self._maps[stream] = (self.clock.now_ms(), self.current_map(stream))
+
+    def _new_shard(self, stream: str, low: int, high: int, parents: list[str]) -> dict[str, Any]:
+        listed = self.shards(stream)
+        number = max(shard_number(s["ShardId"]) for s in listed) + 1
+        shard: dict[str, Any] = {
+            "ShardId": shard_id_of(number),
+            "HashKeyRange": {"StartingHashKey": str(low), "EndingHashKey": str(high)},
+            "SequenceNumberRange": {"StartingSequenceNumber": "0"},
+            "ParentShardId": parents[0],
+        }
+        if len(parents) > 1:
+            shard["AdjacentParentShardId"] = parents[1]
+        listed.append(shard)
+        self.shard_parents[shard["ShardId"]] = list(parents)
+        return shard
+
+    def _open(self, stream: str, shard_id: str) -> dict[str, Any]:
+        for shard in self.shards(stream):
+            if shard["ShardId"] == shard_id and "EndingSequenceNumber" not in shard["SequenceNumberRange"]:
+                return shard
+        raise ValueError(f"{shard_id} is not an open shard of {stream}")
+
+    def split(self, stream: str, shard_id: str) -> list[str]:
+        """SplitShard at the middle of the shard's range: the parent closes, two children open."""
+        parent = self._open(stream, shard_id)
+        low, high = int(parent["HashKeyRange"]["StartingHashKey"]), int(parent["HashKeyRange"]["EndingHashKey"])
+        middle = (low + high) // 2
+        parent["SequenceNumberRange"]["EndingSequenceNumber"] = "1"
+        return [
+            self._new_shard(stream, low, middle, [shard_id])["ShardId"],
+            self._new_shard(stream, middle + 1, high, [shard_id])["ShardId"],
+        ]
+
+    def merge(self, stream: str, shard_id: str, adjacent_id: str) -> str:
+        """MergeShards of two adjacent open shards: both close, one child covers both ranges."""
+        a, b = self._open(stream, shard_id), self._open(stream, adjacent_id)
+        ranges = [int(s["HashKeyRange"][k]) for s in (a, b) for k in ("StartingHashKey", "EndingHashKey")]
+        for shard in (a, b):
+            shard["SequenceNumberRange"]["EndingSequenceNumber"] = "1"
+        return str(self._new_shard(stream, min(ranges), max(ranges), [shard_id, adjacent_id])["ShardId"])
+
+    def adjacent_open_pairs(self, stream: str) -> list[tuple[str, str]]:
+        """Pairs of open shards whose hash key ranges touch (what MergeShards accepts)."""
+        ranges = self.current_map(stream).ranges
+        return [
+            (ranges[i][2], ranges[i + 1][2]) for i in range(len(ranges) - 1) if ranges[i][1] + 1 == ranges[i + 1][0]
+        ]
+
+    def parents(self, stream: str, shard_id: str) -> list[str]:
+        return list(self.shard_parents.get(shard_id, []))
+
+    def retention(self, stream: str) -> int:
+        """The stream's retention in milliseconds."""
+        return self.retention_ms.get(stream, 24 * 3_600_000)
+
+    # -- puts ---------------------------------------------------------------------------------------
+
+    def _validate(self, stream: str, pairs: list[tuple[str, bytes]]) -> None:
+        limit = self.max_record_bytes.get(stream, MAX_RECORD_BYTES)
+        for pk, data in pairs:
+            if not 1 <= len(pk) <= MAX_PARTITION_KEY_CHARS:
+                raise FatalAwsError("PutRecords", "ValidationException", f"partition key of {len(pk)} characters")
+            if record_size(pk, data) > limit:
+                raise FatalAwsError("PutRecords", "ValidationException", f"record over {limit} bytes")
 
     def put_records(
         self, stream: str, entries: Sequence[tuple[str, bytes] | tuple[str, bytes, str | None]]
     ) -> list[str | None]:
         self.put_calls += 1
         pairs = [(entry[0], entry[1]) for entry in entries]
+        self._validate(stream, pairs)
         land, error = self.fault(stream, pairs)
-        routes = self.shard_map(stream)
+        routes = self.current_map(stream)
         out: list[str | None] = []
         for (pk, data), ok in zip(pairs, land, strict=True):
             if ok:
-                shard = shard_number(routes.shard_for(pk) or shard_id_of(0))
+                shard = shard_number(routes.shard_for(pk) or routes.ranges[0][2])
                 self.records.setdefault(stream, []).append((pk, data, self.clock.now_ms(), shard))
             out.append(None if ok else "ProvisionedThroughputExceededException")
+        hook, self.after_put = self.after_put, None
+        if hook is not None:
+            hook()
         if error is not None:
             raise error
         return out
+
+    # -- reads --------------------------------------------------------------------------------------
 
     def read_identities(
         self,
@@ -169,24 +317,55 @@ class InMemoryStreams:
         since_ms: int,
         until_ms: int | None,
         identity: Identity,
+        keep_alive: Callable[[], None] | None = None,
     ) -> Found:
-        found = Found(shards_read=self.shard_counts.get(stream, 1) if shards is None else len(shards))
-        done: set[int] = set()  # shards read past until_ms: a reader stops at the first such record
-        for pk, data, at, shard in self.records.get(stream, []):
-            if (shards is None or shard in shards) and at >= since_ms and shard not in done:
+        listed = self.shards(stream)
+        if shards is None:
+            wanted = {s["ShardId"] for s in listed}
+        else:
+            wanted = descendants(listed, {shard_id_of(n) for n in shards})
+        found = Found(shards_read=len(wanted))
+        oldest = self.clock.now_ms() - self.retention(stream)
+        for shard_id in sorted(wanted):
+            number = shard_number(shard_id)
+            page = 0
+            for pk, data, at, shard in list(self.records.get(stream, [])):
+                if shard != number or at < since_ms or at < oldest:
+                    continue
                 found.records_read += 1
                 if until_ms is not None and at > until_ms:
-                    done.add(shard)
-                    continue
+                    break
                 found.identities[identity(pk, data)] += 1
+                page += 1
+                if self.read_page and page >= self.read_page:
+                    page = 0
+                    self._next_page(keep_alive)
+            self._next_page(keep_alive)
         self.reads.append(found)
         return found
 
-    def parents(self, stream: str, shard_id: str) -> list[str]:
-        return list(self.shard_parents.get(shard_id, []))
+    def _next_page(self, keep_alive: Callable[[], None] | None) -> None:
+        self.clock.advance(self.page_ms)
+        if self.on_read_page is not None:
+            self.on_read_page()
+        if keep_alive is not None:
+            keep_alive()
 
     def data(self, stream: str) -> list[bytes]:
         return [data for _, data, _, _ in self.records.get(stream, [])]
+
+    # -- staging ------------------------------------------------------------------------------------
+
+    def add_staging(self, shard_id: str, records: Sequence[SourceRecord]) -> None:
+        """Records written to a staging shard, readable back by :meth:`read_source` within retention."""
+        self._staging.setdefault(shard_id, []).extend(records)
+
+    def read_source(self, stream: str, shard_id: str, first: Position, last: Position) -> Iterator[list[SourceRecord]]:
+        """The staging shard's records from ``first`` to ``last`` (both included), still within retention."""
+        oldest = self.clock.now_ms() - self.retention(stream)
+        wanted = [r for r in self._staging.get(shard_id, []) if first <= r.position <= last and r.arrival_ms >= oldest]
+        for i in range(0, len(wanted), self.read_page or len(wanted) or 1):
+            yield wanted[i : i + (self.read_page or len(wanted))]
 
 
 # --- fault injection for the Spark staging writer ---------------------------------------------

@@ -76,9 +76,36 @@ def test_status_lists_every_shard_with_owner_lag_and_counters() -> None:
 def test_status_shows_a_batch_a_gone_owner_left_in_flight_and_a_cut_window() -> None:
     """A dead owner's unverified batch and a window the count cap keeps short are both visible."""
     now = 1_700_000_000_000
-    gone = ShardState(epoch=2, owner="h:2:x", lease_until_ms=now - 1, window_ids=5, window_oldest_ms=now - 60_000,
-                      window_newest_ms=now, window_cut=True)
+    gone = ShardState(
+        epoch=2,
+        owner="h:2:x",
+        lease_until_ms=now - 1,
+        window_ids=5,
+        window_oldest_ms=now - 60_000,
+        window_newest_ms=now,
+        window_cut=True,
+    )
     shards = [{"ShardId": "shardId-0", "SequenceNumberRange": {"StartingSequenceNumber": "1"}}]
     (row,) = rows(shards, {"shardId-0": gone}, now, unverified={"shardId-0"})
     assert row.in_flight == "unverified batch" and row.window.endswith("(1m00s, cut short)")
     assert '"window_cut": true' in render([row], as_json=True)
+
+
+def test_status_shows_the_owners_measured_clock_bound_and_a_suspect_redo_set() -> None:
+    """The owner's clock bound against AWS time is a column (unmeasured: a dash); a redo set whose verification
+    could not see everything says its resends may be duplicates."""
+    now = 1_700_000_000_000
+    measured_owner = ShardState(
+        epoch=1,
+        owner="h:1:a",
+        lease_until_ms=now + 1,
+        clock_bound_ms=12,
+        redo_last=Position(9),
+        redo_digests=(1,),
+        redo_suspect=True,
+    )
+    shards = [{"ShardId": f"shardId-{i}", "SequenceNumberRange": {"StartingSequenceNumber": "1"}} for i in (0, 1)]
+    first, second = rows(shards, {"shardId-0": measured_owner, "shardId-1": ShardState(epoch=1)}, now)
+    assert (first.clock, second.clock) == ("±12 ms", "-")
+    assert first.in_flight == "redo 1 (possible duplicates)"
+    assert render([first]).splitlines()[0].split()[-1] == "clock"

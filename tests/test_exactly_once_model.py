@@ -1,167 +1,187 @@
-"""Exactly-once of the whole per-shard protocol, under crashes, zombies and put faults, as a property.
+"""Exactly-once of the whole per-shard protocol, under crashes, zombies, put faults and a changing world, as a property.
 
-A ShardWorker runs on the in-memory store and streams. Hypothesis draws the
-events (with producer duplicates), the batches the daemon delivers, the
-chunk size, whether each committed position gets checkpointed, and faults:
-throttled entries, ambiguous puts with any subset landed, crashes before or
-after any state write or digest batch write or in the middle of a put, and
-a writer frozen just before its digest batch write while a successor takes
-over, whose write then lands at a drawn later moment (a zombie's leftover),
-and a lease race: a rival takes copier's lease (and may forward a few
-batches from the checkpoint) and then loses the daemon's lease, while the
-first worker keeps receiving batches, fenced, until it can take the shard
-back, and at the shard's end waits until it can.
-After a crash a new worker takes the shard over and the daemon replays from
-the last checkpoint, as the KCL does. Whatever was drawn, the target must
-hold each event ID exactly once.
+A ShardWorker runs on the in-memory store and streams of ``copier.testing``;
+``tests/support/model.py`` plays the daemon and the world and says what each
+drawn fault stands for. Hypothesis draws the events (with producer retries at
+any distance, arrival times that span more than the dedup window, records
+without an ID, records too large for the target, partition keys Kinesis
+refuses), the batches the daemon delivers, the chunk size, whether each
+committed position gets checkpointed, and the faults: throttled entries,
+ambiguous puts with any subset landed, crashes before or after any state write
+or digest batch write or in the middle of a put, frozen writers whose digest
+writes land later, lease races with a fenced processor holding what it gets,
+target reshards while a put is ambiguous and stale shard maps refreshed at any
+point, outages past the digest TTL and the target's and the staging stream's
+retention, verifications slower than the lease with a rival taking over
+meanwhile, identical records from another staging shard, and a new
+configuration for every new processor (dedup key, unkeyed policy, dead-letter
+stream, ordering). Whatever was drawn: every keyed event reaches the target or
+the dead-letter stream exactly once (a second copy only where copier reported
+it as a possible duplicate, and only where the producer's copies lie within
+the dedup window), every event without an ID at least once, nothing stalls
+once a dead-letter stream is configured, and nothing ends the process.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from collections import Counter
 
-from hypothesis import HealthCheck, given, settings
+import pytest
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 
-from copier.errors import AmbiguousPutError
+import copier.shard
 from copier.plan import SourceRecord
-from copier.positions import Position
-from tests.support.fakes import SimulatedCrash, SimulatedPause, World, config, rec
+from tests.support.fakes import SimulatedCrash, World, rec
+from tests.support.model import BIG, Driver, Outcome, collect_reports, event_id_of, guaranteed, keyed_event, unkeyed
 
-FAULTS = st.sampled_from(["none", "none", "throttle", "ambiguous", "crash_mid_put", "crash_store", "pause", "race"])
+SCALE = float(os.environ.get("COPIER_MODEL_SCALE", "1"))  # make model-long runs it 25 times longer
+GAPS = st.sampled_from([0, 0, 500, 2_000, 8_000])  # ms between two records' arrivals
 
 
-def run(data: st.DataObject, records: list[SourceRecord]) -> World:
-    """Drive successive workers over ``records`` with drawn batches, checkpoints and faults."""
-    coalescing = data.draw(st.booleans(), label="small deliveries wait")
-    daemon = {"callProcessRecordsEvenForEmptyRecordList": "true"} if coalescing else {}
-    cfg = config(daemon, coalesceEvents=data.draw(st.integers(2, 6), label="coalesce events"), coalesceMillis=300)
-    world = World(cfg, chunk_events=data.draw(st.integers(1, 4), label="chunk size"))
-    worker = world.worker()
-    checkpoint = 0  # number of records up to the last checkpoint
-    position = 0
-    fault_budget = 8
-    wake_in = -1  # rounds until a frozen writer's held write lands
-    while position < len(records) or world.store.held:
-        if wake_in == 0 or (world.store.held and position >= len(records)):
-            world.store.release_held()
-            if data.draw(st.booleans(), label="lease moves after the zombie's write"):
-                worker.release()
-                worker = world.worker()  # reloads the window from what the table now says
-                position = checkpoint
-        wake_in -= 1
-        if position >= len(records):
-            break
-        idle = data.draw(st.booleans(), label="an empty call of an idle shard")
-        size = 0 if idle else data.draw(st.integers(1, 8), label="batch size")
-        batch = records[position : position + size]
-        world.clock.advance(data.draw(st.sampled_from([0, 0, 100, 400]), label="ms since the last call"))
-        fault = data.draw(FAULTS, label="fault") if fault_budget > 0 else "none"
-        if fault != "none":
-            fault_budget -= 1
-        if fault == "race":
-            checkpoint = _race(data, world, records, checkpoint)
-            fault = "none"
-        mask = data.draw(st.lists(st.booleans(), min_size=len(batch), max_size=len(batch)), label="landed mask")
-        latency = data.draw(st.sampled_from([0, 0, 700, 2600]), label="put latency ms")
-        calls = {"n": 0}
+@pytest.fixture(autouse=True)
+def _held_cap_restored() -> object:
+    """The model lowers the records a fenced processor holds; put the module's cap back afterwards."""
+    cap = copier.shard.MAX_HELD_RECORDS
+    yield
+    copier.shard.MAX_HELD_RECORDS = cap
 
-        def put_fault(stream: str, entries: list[tuple[str, bytes]]) -> tuple[list[bool], BaseException | None]:
-            calls["n"] += 1
-            first = calls["n"] == 1
-            world.clock.advance(latency)  # records land this long after the chunk started
-            land = (mask + [True] * len(entries))[: len(entries)]
-            if fault == "throttle" and first:
-                return land, None
-            if fault == "ambiguous" and first:
-                return land, AmbiguousPutError("PutRecords", "ReadTimeoutError", "injected")
-            if fault == "crash_mid_put" and first:
-                return land, SimulatedCrash("mid put")
-            return [True] * len(entries), None
 
-        world.streams.fault = put_fault
-        phase = data.draw(st.sampled_from(["before", "after"]), label="crash phase")
-        call = data.draw(st.sampled_from(["put_batch", "write"]), label="crash at")
-        world.store.crash_hook = lambda p, c: fault == "crash_store" and p == phase and c == call
-        world.store.hold_next = fault == "pause" and not world.store.held
+def arrivals(data: st.DataObject, n: int, start: int = 1_700_000_000_000) -> list[int]:
+    out, at = [], start
+    for _ in range(n):
+        at += data.draw(GAPS, label="ms to the next arrival")
+        out.append(at)
+    return out
+
+
+def run(driver: Driver) -> tuple[Outcome, Counter[str]]:
+    """Run the driver, capturing what copier reported."""
+    with capture_logs() as logs:
         try:
-            committed = worker.process(batch)
-        except (SimulatedCrash, SimulatedPause) as stopped:
-            if isinstance(stopped, SimulatedPause):  # frozen past its lease: a successor takes over
-                world.clock.advance(world.config.lease_millis + world.config.clock_skew_millis + 1)
-                wake_in = data.draw(st.integers(0, 3), label="frozen for rounds")
-            _reset(world)
-            worker = world.worker()
-            position = checkpoint  # the KCL replays from its checkpoint
-            continue
+            outcome = driver.run()
         finally:
-            _reset(world)
-        position += len(batch)
-        if committed is not None and data.draw(st.booleans(), label="checkpointed"):
-            checkpoint = position
-    # The shard ends: the daemon asks its last processor once. A fenced one waits out the rival's lease (on the
-    # fake clock), takes the shard back and forwards what it holds before it answers; what waits goes out.
-    assert worker.end_shard(), "the last processor closes the shard"
-    return world
+            driver.outcome.trace = trace(logs)
+    outcome.reported = collect_reports(logs)
+    for name in sorted({covered(e) for e in logs} - {""}):
+        event(name)  # --hypothesis-show-statistics: how often each situation was drawn
+    return outcome, outcome.reported
 
 
-def _race(data: st.DataObject, world: World, records: list[SourceRecord], checkpoint: int) -> int:
-    """A rival takes copier's lease, forwards a few batches from the checkpoint, then loses the daemon's lease.
-
-    Returns the KCL checkpoint afterwards (the rival may have moved it).
-    """
-    rival = world.worker()
-    for _ in range(data.draw(st.integers(0, 2), label="batches the rival forwards")):
-        size = data.draw(st.integers(1, 6), label="rival batch size")
-        batch = records[checkpoint : checkpoint + size]
-        if batch and rival.process(batch) is not None and data.draw(st.booleans(), label="rival checkpointed"):
-            checkpoint += len(batch)
-    rival.lose_lease()
-    if data.draw(st.booleans(), label="time passes before the next batch"):
-        world.clock.advance(world.config.lease_millis + world.config.clock_skew_millis)
-    return checkpoint
+def covered(entry: dict[str, object]) -> str:
+    """The situation a log event shows, for the statistics ("" for routine events)."""
+    name = str(entry["event"])
+    if name == "verified_pending":
+        return "verified a chunk in flight" + (" under other settings" if entry.get("settings_changed") else "")
+    if name == "fenced":
+        return f"fenced in {entry.get('where')}"
+    if name in ("possible_duplicates", "rerouted", "reading_again", "verification_beyond_retention", "took_back"):
+        return name
+    return ""
 
 
-def _reset(world: World) -> None:
-    world.store.crash_hook = lambda p, c: False
-    world.store.hold_next = False
-    world.streams.fault = lambda s, e: ([True] * len(e), None)
+TRACED = {"took_over", "took_back", "verified_pending", "fenced", "possible_duplicates", "rerouted", "reading_again"}
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def trace(logs: list[dict[str, object]]) -> str:
+    """The protocol events of a run, one line each: what a failing example's message shows."""
+    keep = ("epoch", "batch", "landed", "to_redo", "unkeyed_resent", "redo_until", "event_ids", "where", "reason")
+    return "\n".join(
+        f"{e['event']} " + " ".join(f"{k}={e[k]}" for k in keep if k in e) for e in logs if e["event"] in TRACED
+    )
+
+
+def keyed_counts(outcome: Outcome, records: list[SourceRecord]) -> Counter[str]:
+    """Copies of each event ID in the target and the dead-letter stream (by the original bytes, or their hash)."""
+    by_sha = {hashlib.sha256(r.data).hexdigest(): r.data for r in records}
+    counts: Counter[str] = Counter()
+    for payload, n in outcome.copies().items():
+        event_id = event_id_of(payload)
+        if event_id is None and payload.startswith(b"{") and b"dataSha256" in payload:
+            original = by_sha.get(json.loads(payload)["dataSha256"])
+            event_id = event_id_of(original) if original is not None else None
+        if event_id is not None:
+            counts[event_id] += n
+    return counts
+
+
+def check_keyed(outcome: Outcome, records: list[SourceRecord]) -> None:
+    """Each keyed event: at least once unless every copy expired unread; at most once plus what copier reported."""
+    counts = keyed_counts(outcome, records)
+    promised = guaranteed(records)
+    copies: Counter[str] = Counter()
+    expired: set[str] = set()
+    for record in records:
+        event_id = event_id_of(record.data)
+        if event_id is not None:
+            copies[event_id] += 1
+            if record.position in outcome.skipped:
+                expired.add(event_id)
+    assert set(counts) <= set(copies), set(counts) - set(copies)
+    for event_id, produced in copies.items():
+        if event_id not in expired:
+            assert counts[event_id] >= 1, (event_id, "lost", counts, outcome.trace)
+        allowed = 1 if event_id in promised else produced
+        assert counts[event_id] <= allowed + outcome.reported[event_id], (
+            event_id,
+            counts[event_id],
+            outcome.reported,
+            outcome.trace,
+        )
+    assert outcome.stalls_with_dlq == 0, "a shard stalled although a dead-letter stream was configured"
+
+
+def draw_keyed_records(data: st.DataObject, odd_keys: bool) -> list[SourceRecord]:
+    ids = data.draw(st.lists(st.sampled_from("abcdefghijklmnop"), min_size=1, max_size=40), label="event ids")
+    times = arrivals(data, len(ids))
+    records = []
+    for i, (event_id, at) in enumerate(zip(ids, times, strict=True)):
+        pk = None
+        if odd_keys:
+            pk = data.draw(st.sampled_from([None] * 12 + ["", "K" * 300]), label="partition key")
+        size = BIG if odd_keys and data.draw(st.integers(0, 40), label="oversize") == 7 else 0
+        records.append(keyed_event(10 + i, event_id, at, body=f"copy{i}", pk=pk, size=size))
+    return records
+
+
+@settings(max_examples=int(400 * SCALE), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_each_event_lands_exactly_once_whatever_fails(data: st.DataObject) -> None:
-    """Under any drawn mix of duplicates, chunks, checkpoints, faults, crashes and zombies: exactly once."""
-    ids = data.draw(st.lists(st.sampled_from("abcdefghijklmnop"), min_size=1, max_size=40), label="event ids")
-    records = [rec(10 + i, event_id, body=f"copy{i}", arrival_ms=i * 1000) for i, event_id in enumerate(ids)]
-    world = run(data, records)
-    assert world.target_ids() == Counter({event_id: 1 for event_id in set(ids)})
+    """Under any drawn mix of duplicates, chunks, checkpoints, faults, crashes, zombies, reshards, outages and
+    configuration changes: each keyed event exactly once, unless copier reported the duplicate."""
+    records = draw_keyed_records(data, odd_keys=True)
+    driver = Driver(data, records, target_shards=data.draw(st.integers(1, 3), label="target shards"))
+    outcome, _ = run(driver)
+    check_keyed(outcome, records)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(200 * SCALE), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_identical_events_without_an_id_are_never_lost(data: st.DataObject) -> None:
-    """Records without an event ID, some identical, mixed with keyed ones: keyed exactly once, unkeyed at least once.
+    """Records without an event ID, some identical (here and on another staging shard), mixed with keyed ones:
+    keyed exactly once, unkeyed at least once.
 
     Identical unkeyed records cannot be told apart in the target, so a
     verification errs towards sending one again, never towards losing one.
     """
     kinds = st.one_of(st.sampled_from("abcdef"), st.sampled_from(["u1", "u2"]))
     drawn = data.draw(st.lists(kinds, min_size=1, max_size=30), label="events")
+    times = arrivals(data, len(drawn))
     records = [
-        rec(10 + i, k, arrival_ms=i * 1000) if len(k) == 1 else SourceRecord(Position(10 + i), "same", k.encode(), 0)
-        for i, k in enumerate(drawn)
+        keyed_event(10 + i, k, at) if len(k) == 1 else unkeyed(10 + i, k, at)
+        for i, (k, at) in enumerate(zip(drawn, times, strict=True))
     ]
-    world = run(data, records)
-    found: Counter[str] = Counter()
-    for payload in world.streams.data("target"):
-        found[payload.decode() if payload in (b"u1", b"u2") else json.loads(payload)["eventId"]] += 1
-    for kind, produced in Counter(drawn).items():
-        if len(kind) == 1:
-            assert found[kind] == 1, (kind, found)
-        else:
-            assert found[kind] >= produced, (kind, produced, found)
+    outcome, _ = run(Driver(data, records, target_shards=data.draw(st.integers(1, 3), label="target shards")))
+    check_keyed(outcome, records)
+    found = outcome.copies()
+    for record in records:
+        if event_id_of(record.data) is None and record.position not in outcome.skipped:
+            produced = sum(1 for r in records if r.data == record.data and r.position not in outcome.skipped)
+            assert found[record.data] >= produced + outcome.others[record.data], (record.data, found, outcome.others)
 
 
 def test_a_crash_after_a_put_landed_is_verified_not_resent() -> None:
@@ -181,19 +201,26 @@ def test_a_crash_after_a_put_landed_is_verified_not_resent() -> None:
     assert world.clock.slept, "the successor slept out the dead owner's lease"
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(300 * SCALE), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_each_partition_key_keeps_its_staging_order_whatever_fails(data: st.DataObject) -> None:
-    """copier.ordering = partitionKey: events of a key land in staging order through throttling, ambiguous
-    puts, crashes and takeovers (hot keys: few keys, many events each)."""
+    """copier.ordering = partitionKey: the first copies of a key's events land in staging order through
+    throttling, ambiguous puts, crashes, takeovers, reshards and configuration changes (hot keys: few keys,
+    many events each)."""
     keys = data.draw(st.lists(st.sampled_from("KLM"), min_size=1, max_size=40), label="partition keys")
-    records = [
-        SourceRecord(Position(10 + i), key, json.dumps({"eventId": f"e{i}"}).encode(), i * 1000)
-        for i, key in enumerate(keys)
-    ]
-    world = run(data, records)
-    landed = [(pk, json.loads(payload)["eventId"]) for pk, payload, _, _ in world.streams.records["target"]]
-    assert Counter(event_id for _, event_id in landed) == Counter(f"e{i}" for i in range(len(keys)))
-    for key in set(keys):
-        order = [int(event_id[1:]) for pk, event_id in landed if pk == key]
+    times = arrivals(data, len(keys))
+    records = [keyed_event(10 + i, f"e{i}", at, pk=key) for i, (key, at) in enumerate(zip(keys, times, strict=True))]
+    driver = Driver(
+        data, records, ordering="partitionKey", target_shards=data.draw(st.integers(1, 3), label="target shards")
+    )
+    outcome, _ = run(driver)
+    check_keyed(outcome, records)
+    firsts: dict[str, list[int]] = {}
+    seen: set[str] = set()
+    for pk, payload, _, _ in driver.world.streams.records.get("target", []):
+        event_id = event_id_of(payload)
+        if event_id is not None and event_id not in seen:
+            seen.add(event_id)
+            firsts.setdefault(pk, []).append(int(event_id[1:]))
+    for key, order in firsts.items():
         assert order == sorted(order), (key, order)

@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 
 from copier.errors import ConfigError
-from copier.metrics import EmfEmitter
+from copier.metrics import EmfEmitter, ShardMetrics
 from tests.support.fakes import World, config, rec
 from tests.support.serving import serving
 
@@ -148,6 +148,21 @@ def test_a_stalled_shard_reports_it_while_it_waits(agent: _Agent) -> None:
     assert [d["ShardStalled"] for d in docs if "ShardStalled" in d] == [1, 1, 0]
     assert [d["ErrorCode"] for d in docs if "PutRetries" in d] == ["ValidationException"] * 2
     assert world.target_ids() == Counter({"a": 1, "b": 1})
+
+
+def test_the_clock_bound_is_a_gauge_in_milliseconds_when_the_caller_has_one(agent: _Agent) -> None:
+    """ClockBoundMs is in the shard's document, valid EMF, only when a bound is passed to take()."""
+    port = agent.server_address[1]
+    cfg = config(metrics="emf", metricsAgentEndpoint=f"tcp://127.0.0.1:{port}")
+    metrics = ShardMetrics()
+    assert "ClockBoundMs" not in metrics.take({}, 0, 0.0, now_ms=1_000), "no bound measured yet: no value"
+    values = metrics.take({"forwarded": 3}, 3, 1.5, now_ms=2_000, clock_bound_ms=37)
+    assert values["ClockBoundMs"] == (37.0, "Milliseconds")
+    EmfEmitter(cfg, worker="host-a").emit("shardId-000000000000", values, {})
+    (doc,) = _wait_for(agent, 1)
+    _check_format(doc)
+    units = {m["Name"]: m.get("Unit") for m in doc["_aws"]["CloudWatchMetrics"][0]["Metrics"]}
+    assert (doc["ClockBoundMs"], units["ClockBoundMs"]) == (37, "Milliseconds")
 
 
 def test_no_agent_costs_a_warning_not_an_event(unused_port: int) -> None:

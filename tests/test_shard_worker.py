@@ -8,12 +8,12 @@ from collections import Counter
 import pytest
 from structlog.testing import capture_logs
 
-from copier.errors import AmbiguousPutError, FatalAwsError, FencedBacklogError, FencedError, TransientAwsError
+import copier.shard
+from copier.errors import AmbiguousPutError, FatalAwsError, FencedError, TransientAwsError
 from copier.identity import id_digest
 from copier.packing import pack_digests
 from copier.plan import SourceRecord
 from copier.positions import Position
-from copier.shard import MAX_HELD_RECORDS
 from copier.state import DigestBatch, shard_key
 from tests.support.fakes import SHARD, SimulatedCrash, World, config, rec
 
@@ -492,15 +492,32 @@ def test_a_fenced_processor_at_the_shards_end_checkpoints_once_the_rival_has_clo
     assert world.target_ids() == Counter({"a": 1, "b": 1, "c": 1})
 
 
-def test_a_fenced_processor_gives_up_past_its_cap() -> None:
-    """Held records are bounded: past the cap the process exits (the daemon replays from its checkpoint)."""
+def test_a_fenced_processor_past_its_cap_reads_what_it_dropped_again_from_staging(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Held records are bounded, and no delivery size ends the process: past the cap a fenced processor keeps
+    only the range, and reads it again from the staging stream once it takes the shard back."""
+    monkeypatch.setattr(copier.shard, "MAX_HELD_RECORDS", 5)
     world = World()
+    now = world.clock.now_ms()
+    records = [rec(1, "a", arrival_ms=now)] + [rec(2 + i, f"e{i}", arrival_ms=now) for i in range(12)]
+    world.streams.add_staging(SHARD, records)
     first = world.worker()
-    first.process([rec(1, "a")])
-    world.worker()  # a live rival: its lease stays valid
-    first.process([rec(2, "b")])
-    with pytest.raises(FencedBacklogError):
-        first.process([rec(3 + i, f"e{i}") for i in range(MAX_HELD_RECORDS)])
+    first.process(records[:1])
+    rival = world.worker()  # takes copier's lease, then loses the daemon's
+    rival.lose_lease()
+    with capture_logs() as logs:
+        assert first.process(records[1:7]) is None  # 6 held: over the cap, dropped, its range kept
+        assert first.process(records[7:]) is None  # held after the range
+        world.clock.advance(world.config.lease_millis + world.config.clock_skew_millis + 1)
+        assert first.process([]) == Position(13)
+    assert [e["event"] for e in logs if e["event"] in ("fenced_backlog_dropped", "reading_again", "took_back")] == [
+        "fenced_backlog_dropped",
+        "fenced_backlog_dropped",
+        "took_back",
+        "reading_again",
+    ]
+    assert world.target_ids() == Counter({"a": 1, **{f"e{i}": 1 for i in range(12)}})
 
 
 # -- small deliveries forwarded together -----------------------------------------------------------

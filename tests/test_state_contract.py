@@ -70,7 +70,8 @@ def test_take_over_requires_the_item_unchanged(store: StateStore) -> None:
 
 
 def test_state_round_trips_every_field(store: StateStore) -> None:
-    """Positions beyond 64 bits, the batch index, redo digests, window reach and counters survive."""
+    """Positions beyond 64 bits, the batch index, the redo set with its settings, window reach, counters and the
+    owner's clock bound survive."""
     store.replace_if_unchanged(KEY, None, owned())
     full = ShardState(
         epoch=1,
@@ -81,6 +82,8 @@ def test_state_round_trips_every_field(store: StateStore) -> None:
         batches=3,
         redo_last=Position(10**41, 0),
         redo_digests=(2**80 - 1, 1, 2**64),
+        redo_settings='{"k":"json:id","u":"forward","d":null,"t":"target","m":1048576,"dm":1048576}',
+        redo_suspect=True,
         closed=True,
         counters={"forwarded": 10, "duplicates": 2},
         updated_ms=5,
@@ -89,6 +92,7 @@ def test_state_round_trips_every_field(store: StateStore) -> None:
         window_oldest_ms=1_700_000_000_000,
         window_newest_ms=1_700_003_600_000,
         window_cut=True,
+        clock_bound_ms=17,
     )
     store.write(KEY, owned(), full)
     assert store.get(KEY) == full
@@ -111,7 +115,8 @@ def test_owner_writes_are_fenced_by_epoch_owner_and_successor(store: StateStore)
 
 
 def test_a_digest_batch_round_trips_every_field(store: StateStore) -> None:
-    """Packed digests of each kind, the arrival range and the target shard numbers survive."""
+    """Packed digests of each kind, the arrival range, the target shard numbers, the plan settings, the redo
+    identities, the expiry (in whole seconds, as DynamoDB's TTL keeps it) and the writer's clock bound survive."""
     full = DigestBatch(
         index=7,
         epoch=3,
@@ -123,6 +128,12 @@ def test_a_digest_batch_round_trips_every_field(store: StateStore) -> None:
         arrival_min_ms=1_700_000_000_000,
         arrival_max_ms=1_700_000_000_999,
         target_shards=(0, 3, 130, 4000),
+        settings='{"k":"json:eventId","u":"forward","d":"dlq","t":"target","m":1048576,"dm":1048576}',
+        dead_ids=digests(1, seed=3),
+        redo_ids=digests(505, seed=4),
+        redo_settings='{"k":"json:id","u":"forward","d":null,"t":"target","m":1048576,"dm":1048576}',
+        expires_ms=1_700_090_000_000,
+        clock_bound_ms=42,
     )
     store.put_batch(KEY, full)
     assert store.get_batch(KEY, 7) == full

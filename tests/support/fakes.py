@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable
+from email.utils import formatdate
 
+from copier.clockcheck import ClockBounds
 from copier.config import Config, parse_config
-from copier.errors import FencedError
+from copier.errors import FatalAwsError, FencedError
 from copier.metrics import MetricsEmitter
 from copier.plan import SourceRecord
+from copier.ports import Clock
 from copier.positions import Position
 from copier.shard import ShardWorker
 from copier.state import DigestBatch, ShardState
@@ -24,6 +27,10 @@ class SimulatedCrash(BaseException):
 
 class SimulatedPause(BaseException):
     """The process freezes here; what it was about to write is held and may land much later."""
+
+
+class SimulatedStall(BaseException):
+    """AWS keeps rejecting this shard's request (the shard stalls): the operator restarts the processor."""
 
 
 def config(daemon: dict[str, object] | None = None, **copier: object) -> Config:
@@ -48,8 +55,8 @@ class CrashingStore(InMemoryStateStore):
     ``put_batch`` (a chunk's intent) or ``write`` (a commit or a lease renewal).
     """
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, clock: FakeClock | None = None, ttl_ms: int | None = None) -> None:
+        super().__init__(clock, ttl_ms)
         self.crash_hook: Callable[[str, str], bool] = lambda phase, call: False
         self.hold_next = False
         self.held: list[tuple[str, DigestBatch]] = []
@@ -82,29 +89,102 @@ class CrashingStore(InMemoryStateStore):
             raise SimulatedCrash("after put_batch")
 
 
-class World:
-    """One shard's backend (store, streams, clock) shared by successive workers."""
+class StallingStreams(InMemoryStreams):
+    """In-memory streams where a request AWS keeps rejecting stalls the shard: after ``stall_after``
+    rejections in a row the operator restarts the processor (:class:`SimulatedStall`)."""
 
-    def __init__(self, cfg: Config | None = None, chunk_events: int = 10_000, target_shards: int = 1) -> None:
+    def __init__(self, *args: object, stall_after: int | None = None, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.stall_after = stall_after
+        self.rejections = 0
+        self.stalls = 0
+
+    def put_records(self, stream: str, entries: object) -> list[str | None]:  # type: ignore[override]
+        try:
+            out = super().put_records(stream, entries)  # type: ignore[arg-type]
+        except FatalAwsError:
+            self.rejections += 1
+            if self.stall_after is not None and self.rejections >= self.stall_after:
+                self.rejections = 0
+                self.stalls += 1
+                raise SimulatedStall(f"{stream} keeps rejecting the request") from None
+            raise
+        self.rejections = 0
+        return out
+
+
+class OffsetClock:
+    """A host's clock: the world's (AWS time) plus a fixed offset; sleeping moves the world's clock."""
+
+    def __init__(self, world: FakeClock, offset_ms: int) -> None:
+        self.world = world
+        self.offset_ms = offset_ms
+
+    def now_ms(self) -> int:
+        return self.world.now_ms() + self.offset_ms
+
+    def sleep_ms(self, ms: int) -> None:
+        self.world.sleep_ms(ms)
+
+
+def measured(world: FakeClock, offset_ms: int, answers: int = 20, round_trip_ms: int = 10) -> ClockBounds:
+    """What ``copier.clockcheck`` knows on a host ``offset_ms`` off AWS time after ``answers`` AWS answers
+    (their Date headers at different points of the second, as real traffic gives)."""
+    bounds = ClockBounds()
+    for i in range(answers):
+        true = world.now_ms() - 60_000 + i * 1_037  # AWS time when the server stamped the answer
+        date = formatdate(true // 1000, usegmt=True)
+        local = true + offset_ms
+        bounds.observe(local - round_trip_ms // 2, local + round_trip_ms // 2, date)
+    return bounds
+
+
+class World:
+    """One shard's backend (store, streams, clock) shared by successive workers.
+
+    ``ttl_ms``: digest batches without an expiry of their own expire this
+    long after they were written; ``retention_ms``: per stream (default 24 h).
+    """
+
+    def __init__(
+        self,
+        cfg: Config | None = None,
+        chunk_events: int = 10_000,
+        target_shards: int = 1,
+        *,
+        ttl_ms: int | None = None,
+        retention_ms: dict[str, int] | None = None,
+        stall_after: int | None = None,
+    ) -> None:
         self.config = cfg or config()
         self.clock = FakeClock()
-        self.store = CrashingStore()
-        self.streams = InMemoryStreams(self.clock, {"target": target_shards})
+        self.store = CrashingStore(self.clock, ttl_ms)
+        self.streams = StallingStreams(
+            self.clock, {"target": target_shards}, retention_ms=retention_ms, stall_after=stall_after
+        )
         self.chunk_events = chunk_events
         self.workers = 0
         self.metrics: MetricsEmitter | None = None
 
-    def worker(self, shard: str = SHARD) -> ShardWorker:
-        """A new processor (a new owner ID) that takes the shard over."""
+    def worker(
+        self,
+        shard: str = SHARD,
+        cfg: Config | None = None,
+        clock: Clock | None = None,
+        clock_bounds: ClockBounds | None = None,
+    ) -> ShardWorker:
+        """A new processor (a new owner ID) that takes the shard over, with ``cfg`` if given, on a host whose
+        clock is ``clock`` (default: AWS time exactly) and measured as ``clock_bounds``."""
         self.workers += 1
         w = ShardWorker(
-            self.config,
+            cfg or self.config,
             self.store,
             self.streams,
-            self.clock,
+            clock or self.clock,
             owner=f"worker-{self.workers}",
             chunk_events=self.chunk_events,
             metrics=self.metrics,
+            clock_bounds=clock_bounds,
         )
         w.initialize(shard)
         return w

@@ -1,0 +1,372 @@
+"""Regressions for the holes an adversarial read of the protocol found: each fails on the code before its fix.
+
+In process, on the package's fakes (``copier.testing``): configuration
+changes between owners with a chunk in flight, a target reshard while a put
+is ambiguous, another shard's identical record, a fence while verifying,
+a fenced processor given more than it can hold, an outage past the target's
+retention or the digest TTL, partition keys Kinesis refuses, and a dedup
+key changed within the window.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections import Counter
+
+import pytest
+from structlog.testing import capture_logs
+
+from copier.config import Config
+from copier.errors import AmbiguousPutError
+from copier.plan import SourceRecord
+from copier.positions import Position
+from copier.state import shard_key
+from copier.testing import InMemoryStreams
+from tests.support.fakes import SHARD, OffsetClock, SimulatedCrash, SimulatedStall, World, config, measured
+from tests.support.model import keyed_event, unkeyed
+
+KEY = shard_key("staging", SHARD)
+MINUTE = 60_000
+HOUR = 60 * MINUTE
+BIG = 1024 * 1024 + 10
+
+
+def ids_in(streams: InMemoryStreams) -> Counter[str]:
+    """Event IDs in the target and, through their envelopes, the dead-letter stream (by their original bytes)."""
+    found: Counter[str] = Counter()
+    for data in streams.data("target"):
+        if data.startswith(b"{"):
+            found[json.loads(data)["eventId"]] += 1
+    for envelope in streams.data("dlq"):
+        body = json.loads(envelope)
+        found[_original_id(body)] += 1
+    return found
+
+
+def _original_id(body: dict[str, object]) -> str:
+    data = body.get("data")
+    if data is None:
+        return f"sha256:{body['dataSha256']}"
+    original = base64.b64decode(str(data))
+    return str(json.loads(original)["eventId"]) if original.startswith(b"{") else original.decode()
+
+
+def crash_mid_put(world: World, landed: bool) -> None:
+    """The next put lands (or not) and the process dies before it hears back."""
+    world.streams.fault = lambda s, e: ([landed] * len(e), SimulatedCrash("mid put"))
+
+
+def all_land(world: World) -> None:
+    world.streams.fault = lambda s, e: ([True] * len(e), None)
+
+
+def left_in_flight(world: World, records: list[SourceRecord], landed: bool = True, outage_ms: int = MINUTE) -> None:
+    """A processor takes the shard, puts ``records`` (landed or not) and dies mid-put; nobody runs for ``outage_ms``."""
+    owner = world.worker()
+    crash_mid_put(world, landed)
+    with pytest.raises(SimulatedCrash):
+        owner.process(records)
+    all_land(world)
+    world.clock.advance(outage_ms)
+
+
+def at(world: World, seq: int, event_id: str, **kw: object) -> SourceRecord:
+    return keyed_event(seq, event_id, world.clock.now_ms(), **kw)  # type: ignore[arg-type]
+
+
+# -- 1. a configuration change between owners ------------------------------------------------------
+
+
+def test_the_runbook_for_a_stalled_record_delivers_it_to_the_dead_letter_stream() -> None:
+    """docs/operations.md "Stalled shard": a record too large with no dead-letter stream stalls the shard; set
+    copier.deadLetterStreamName and restart: the record reaches the dead-letter stream (it was lost)."""
+    world = World(stall_after=2)
+    owner = world.worker()
+    big = at(world, 1, "big", size=BIG)
+    with pytest.raises(SimulatedStall):
+        owner.process([big, at(world, 2, "b")])
+    world.clock.advance(MINUTE)
+    successor = world.worker(cfg=config(deadLetterStreamName="dlq"))
+    successor.process([big, at(world, 2, "b")])
+    assert ids_in(world.streams) == Counter({"b": 1, f"sha256:{hashlib.sha256(big.data).hexdigest()}": 1})
+
+
+CHANGES = [
+    pytest.param({}, {"dedupKey": "json:id"}, id="dedupKey"),
+    pytest.param({"deadLetterStreamName": "dlq"}, {}, id="dead-letter stream removed"),
+    pytest.param({}, {"deadLetterStreamName": "dlq"}, id="dead-letter stream added"),
+    pytest.param(
+        {"deadLetterStreamName": "dlq"}, {"deadLetterStreamName": "dlq", "unkeyedPolicy": "deadletter"}, id="policy"
+    ),
+    pytest.param({}, {"ordering": "none"}, id="ordering"),
+]
+
+
+@pytest.mark.parametrize("landed", [True, False], ids=["landed", "not landed"])
+@pytest.mark.parametrize("before,after", CHANGES)
+def test_a_chunk_in_flight_across_a_configuration_change_lands_exactly_once(
+    before: dict[str, object], after: dict[str, object], landed: bool
+) -> None:
+    """A rolling deploy of a new configuration while a chunk is in flight: verified as it was recorded, redone
+    under the new configuration; every keyed event once, every unkeyed one at least once, across both streams."""
+    world = World(cfg=config(**before))
+    owner = world.worker()
+    records = [
+        at(world, 1, "a"),
+        at(world, 2, "big", size=BIG),
+        unkeyed(3, "no id", world.clock.now_ms()),
+        at(world, 4, "c", pk=""),
+        at(world, 5, "d"),
+    ]
+    if "deadLetterStreamName" not in before:
+        records = [r for r in records if len(r.data) < BIG]  # without one, a record too large stalls the shard
+    crash_mid_put(world, landed)
+    with pytest.raises(SimulatedCrash):
+        owner.process(records)
+    all_land(world)
+    world.clock.advance(MINUTE)
+    successor = world.worker(cfg=config(**after))
+    sent = [r for r in records if "deadLetterStreamName" in after or len(r.data) < BIG]
+    successor.process(sent)
+    found = ids_in(world.streams)
+    keyed = {"a", "c", "d"}
+    assert {k: found[k] for k in keyed} == {k: 1 for k in keyed}, found
+    unkeyed_copies = world.streams.data("target").count(b"no id") + sum(
+        1 for e in world.streams.data("dlq") if json.loads(e).get("data") == base64.b64encode(b"no id").decode()
+    )
+    assert unkeyed_copies >= 1
+
+
+def test_a_producer_retry_after_the_dedup_key_changed_is_still_dropped() -> None:
+    """The window holds IDs read under the old dedup key: a retry of an event forwarded under it is a duplicate."""
+    world = World()
+    world.worker().process([at(world, 1, "a")])
+    world.clock.advance(MINUTE)
+    successor = world.worker(cfg=config(dedupKey="json:id"))
+    successor.process([at(world, 2, "a", body="retry"), at(world, 3, "b")])
+    assert ids_in(world.streams) == Counter({"a": 1, "b": 1})
+
+
+def test_a_producer_retry_of_a_dead_lettered_event_is_dropped() -> None:
+    """Exactly once across target and dead-letter stream: the window learns dead-lettered IDs too."""
+    world = World(cfg=config(deadLetterStreamName="dlq"))
+    owner = world.worker()
+    big = at(world, 1, "big", size=BIG)
+    owner.process([big])
+    owner.process([at(world, 2, "big", size=BIG, body="retry")])
+    assert len(world.streams.data("dlq")) == 1
+
+
+# -- 2. an ambiguous put, then a target reshard ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("reshard", ["split", "merge"])
+def test_an_ambiguous_put_verified_after_a_target_reshard_reads_the_parent(reshard: str) -> None:
+    """The shard map is refreshed between an ambiguous put and its verification, and names the children: the
+    entries that landed in the parent are found there, not sent again."""
+    world = World(target_shards=3)
+    world.streams.map_max_age_ms = 300_000
+    owner = world.worker()
+    streams = world.streams
+
+    def change() -> None:
+        if reshard == "split":
+            streams.split("target", "shardId-000000000000")
+            streams.split("target", "shardId-000000000001")
+        else:
+            streams.merge("target", "shardId-000000000000", "shardId-000000000001")
+        streams.refresh_map("target")
+
+    calls = {"n": 0}
+
+    def ambiguous_then_reshard(stream: str, entries: list[tuple[str, bytes]]) -> tuple[list[bool], BaseException]:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            streams.after_put = change
+            return [True] * len(entries), AmbiguousPutError("PutRecords", "ReadTimeoutError", "lost")
+        return [True] * len(entries), None  # type: ignore[return-value]
+
+    streams.fault = ambiguous_then_reshard  # type: ignore[assignment]
+    routes = streams.current_map("target")
+    keys = [k for k in (f"e{i}" for i in range(100)) if routes.shard_for(k) != "shardId-000000000002"][:8]
+    owner.process([at(world, i, k) for i, k in enumerate(keys, 1)])  # to the shards that reshard only
+    assert ids_in(streams) == Counter({k: 1 for k in keys})
+
+
+# -- 3. an identical record from another staging shard ----------------------------------------------------
+
+
+@pytest.mark.parametrize("when", ["ambiguous put", "crash mid-put"])
+def test_an_identical_unkeyed_record_from_another_shard_does_not_hide_this_ones(when: str) -> None:
+    """Shard A's heartbeat is in the target; shard B's identical heartbeat did not land: B sends it again."""
+    world = World()
+    owner = world.worker()
+    world.streams.put_records("target", [("hb", b"heartbeat", None)])  # another staging shard's copy
+    heartbeat = SourceRecord(Position(1), "hb", b"heartbeat", world.clock.now_ms())
+    if when == "ambiguous put":
+        calls = {"n": 0}
+
+        def lose_first(stream: str, entries: list[tuple[str, bytes]]) -> tuple[list[bool], BaseException | None]:
+            calls["n"] += 1
+            if calls["n"] == 1:
+                return [False] * len(entries), AmbiguousPutError("PutRecords", "ReadTimeoutError", "lost")
+            return [True] * len(entries), None
+
+        world.streams.fault = lose_first
+        owner.process([heartbeat])
+    else:
+        crash_mid_put(world, landed=False)
+        with pytest.raises(SimulatedCrash):
+            owner.process([heartbeat])
+        all_land(world)
+        world.clock.advance(MINUTE)
+        world.worker().process([heartbeat])
+    assert world.streams.data("target").count(b"heartbeat") == 2
+
+
+# -- 4. a fence while verifying --------------------------------------------------------------------------
+
+
+def test_a_fence_during_a_slow_verification_leaves_the_processor_fenced_not_exited() -> None:
+    """Verification reads slower than the lease and a rival takes over meanwhile: no exception (the process
+    would exit and restart every shard on the host); the processor holds, takes the shard back, and
+    everything lands once."""
+    world = World(target_shards=4)
+    records = [at(world, i, f"e{i}") for i in range(1, 9)]
+    left_in_flight(world, records)
+    streams = world.streams
+    streams.read_page, streams.page_ms = 1, world.config.lease_millis
+    rivals = []
+
+    def rival_takes_over() -> None:
+        streams.on_read_page = None
+        streams.read_page = 0
+        rival = world.worker()
+        rival.lose_lease()  # it got copier's lease and then lost the daemon's
+        rivals.append(rival)
+
+    streams.on_read_page = rival_takes_over
+    with capture_logs() as logs:
+        successor = world.worker()
+        assert successor.fenced and rivals
+        world.clock.advance(world.config.lease_millis + world.config.clock_skew_millis + 1)
+        successor.process(records)
+    assert "took_back" in [e["event"] for e in logs]
+    assert ids_in(streams) == Counter({f"e{i}": 1 for i in range(1, 9)})
+
+
+def test_a_long_verification_keeps_the_lease() -> None:
+    """A verification that reads for longer than the lease renews it meanwhile: a rival has to wait."""
+    world = World(target_shards=4)
+    records = [at(world, i, f"e{i}") for i in range(1, 9)]
+    left_in_flight(world, records)
+    world.streams.read_page, world.streams.page_ms = 1, world.config.lease_millis // 2
+    leases: list[int] = []
+
+    def lease_left() -> None:
+        state = world.store.get(KEY)
+        assert state is not None
+        leases.append(state.lease_until_ms - world.clock.now_ms())
+
+    world.streams.on_read_page = lease_left
+    successor = world.worker()
+    assert len(leases) >= 8 and min(leases) > 0, leases  # at every page, the lease still held
+    assert not successor.fenced
+
+
+# -- 6. outages past the target's retention or the digest TTL --------------------------------------------------
+
+
+def test_a_chunk_verified_after_the_targets_retention_is_resent_and_reported() -> None:
+    """An outage longer than the target's retention: what the verification cannot see is sent again, and
+    reported as possible duplicates with the events' IDs (it was resent silently)."""
+    world = World(retention_ms={"target": 24 * HOUR, "staging": 7 * 24 * HOUR})
+    records = [at(world, 1, "a"), at(world, 2, "b")]
+    left_in_flight(world, records, outage_ms=30 * HOUR)
+    with capture_logs() as logs:
+        world.worker().process(records)
+    reported = [i for e in logs if e["event"] == "possible_duplicates" for i in e["event_ids"]]
+    assert sorted(reported) == ["a", "b"]
+    assert "verification_beyond_retention" in [e["event"] for e in logs]
+
+
+def test_a_chunk_in_flight_outlives_the_digest_ttl_while_staging_keeps_its_records() -> None:
+    """copier.digestTtlHours is a floor: a digest batch expires only after the staging stream's retention (and
+    the window) have passed its arrivals, so an outage past the TTL still finds the chunk and verifies it."""
+    world = World(
+        cfg=config(digestTtlHours=2, dedupWindowSeconds=60),
+        retention_ms={"target": 7 * 24 * HOUR, "staging": 7 * 24 * HOUR},
+        ttl_ms=2 * HOUR,
+    )
+    owner = world.worker()
+    records = [at(world, 1, "a"), at(world, 2, "b")]
+    retry = keyed_event(3, "a", records[0].arrival_ms + 10_000, body="retry")  # written 10 s after the original
+    owner.process(records[:1])
+    crash_mid_put(world, landed=True)
+    with pytest.raises(SimulatedCrash):
+        owner.process(records[1:])
+    all_land(world)
+    world.clock.advance(3 * HOUR)
+    successor = world.worker()
+    successor.process([*records, retry])
+    assert ids_in(world.streams) == Counter({"a": 1, "b": 1})
+
+
+# -- 7. partition keys Kinesis refuses ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["", "K" * 257], ids=["empty", "257 characters"])
+@pytest.mark.parametrize("dead_letter", [True, False], ids=["dead-letter stream", "none"])
+def test_a_partition_key_kinesis_refuses_never_stalls_the_shard(key: str, dead_letter: bool) -> None:
+    """A non-KPL aggregate's record with an empty or too long key: dead-lettered (with a dead-letter stream)
+    or forwarded under a stable replacement key; the rest of the request goes through."""
+    cfg: Config = config(deadLetterStreamName="dlq") if dead_letter else config()
+    world = World(cfg=cfg, stall_after=2)
+    owner = world.worker()
+    odd = SourceRecord(Position(1, 0), key, json.dumps({"eventId": "odd"}).encode(), world.clock.now_ms())
+    with capture_logs() as logs:
+        assert owner.process([odd, at(world, 2, "b")]) == Position(2)
+    assert ids_in(world.streams) == Counter({"odd": 1, "b": 1})
+    assert [e["event"] for e in logs if e["event"] == "rerouted"] == ["rerouted"]
+    if not dead_letter:
+        keys = [pk for pk, data, _, _ in world.streams.records["target"] if b"odd" in data]
+        assert keys[0].startswith("copier-") and 1 <= len(keys[0]) <= 256
+
+
+# -- clocks ---------------------------------------------------------------------------------------------
+
+
+def test_an_ambiguous_put_on_a_host_whose_clock_runs_ahead_is_verified_from_far_enough_back() -> None:
+    """A host 300 ms ahead of AWS time (measured from answers' Date headers, margin 100 ms): the read after an
+    ambiguous put starts before the landed records' arrival stamps, so they are found, not sent again."""
+    world = World()
+    ahead = OffsetClock(world.clock, 300)
+    owner = world.worker(clock=ahead, clock_bounds=measured(world.clock, 300))
+    calls = {"n": 0}
+
+    def lose_the_answer(stream: str, entries: list[tuple[str, bytes]]) -> tuple[list[bool], BaseException | None]:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return [True] * len(entries), AmbiguousPutError("PutRecords", "ReadTimeoutError", "lost")
+        return [True] * len(entries), None
+
+    world.streams.fault = lose_the_answer
+    owner.process([at(world, 1, "a"), at(world, 2, "b")])
+    assert ids_in(world.streams) == Counter({"a": 1, "b": 1})
+
+
+def test_a_successor_waits_out_the_lease_of_an_owner_whose_clock_runs_behind() -> None:
+    """An owner 400 ms behind AWS (measured) holds a lease that ends 400 ms later than its clock says: the
+    successor's margin widens to the two bounds, logged, so it does not take over while the owner may put."""
+    world = World()
+    behind = OffsetClock(world.clock, -400)
+    owner = world.worker(clock=behind, clock_bounds=measured(world.clock, -400))
+    owner.process([at(world, 1, "a")])
+    lease_end_true = world.store.get(KEY).lease_until_ms + 400  # type: ignore[union-attr]
+    with capture_logs() as logs:
+        world.worker(clock_bounds=measured(world.clock, 0))
+    assert world.clock.now_ms() > lease_end_true + world.config.clock_skew_millis
+    widened = [e for e in logs if e["event"] == "clock_margin_widened"]
+    assert widened and widened[0]["margin_ms"] >= 400
