@@ -102,8 +102,12 @@ class Forwarder:
         self.on_request = on_request
         self.on_stall = on_stall
         self.ordered = ordered
+        self.attempted: list[Outgoing] = []
 
     def forward(self, outgoing: Sequence[Outgoing], started_ms: int) -> ForwardStats:
+        """Put every entry until it landed; see the module docstring. :attr:`attempted` lists the entries a
+        request was sent for, so far (a caller fenced midway knows what may have landed)."""
+        self.attempted = []
         stats = ForwardStats()
         for destination in ("target", "deadletter"):
             entries = [o for o in outgoing if o.destination == destination]
@@ -128,6 +132,7 @@ class Forwarder:
             for request in split_requests(sending, _size_bound):
                 self.ensure_lease()
                 stats.requests += 1
+                self.attempted.extend(request)
                 sent = time.monotonic()
                 try:
                     results = self.streams.put_records(stream, [(o.partition_key, o.data, o.b64) for o in request])

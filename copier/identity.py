@@ -31,6 +31,7 @@ import json.scanner
 from dataclasses import dataclass
 
 from copier.config import DedupKey
+from copier.limits import MAX_PARTITION_KEY_CHARS
 
 __all__ = [
     "DIGEST_BITS",
@@ -41,6 +42,7 @@ __all__ = [
     "extract_event_id",
     "id_digest",
     "identity_of",
+    "key_length",
     "parse_json",
 ]
 
@@ -87,10 +89,29 @@ def parse_json(data: bytes) -> object:
     return value
 
 
+def key_length(partition_key: str) -> int:
+    """A partition key's length as Kinesis may count it: UTF-16 code units (Java's ``String.length()``), which
+    is the larger count for keys outside the Basic Multilingual Plane; a key within 256 of them is valid
+    whichever way Kinesis counts."""
+    if partition_key.isascii():
+        return len(partition_key)
+    return len(partition_key.encode("utf-16-le", "surrogatepass")) // 2
+
+
 def extract_event_id(key: DedupKey, partition_key: str, data: bytes) -> EventId | Unkeyed:
-    """Find the event ID where ``key`` says; never raises on bad input."""
+    """Find the event ID where ``key`` says; never raises on bad input.
+
+    With the partition key as the ID, a key Kinesis would refuse (empty, or
+    over 256 characters: a non-KPL aggregate can carry one) is no ID: such
+    a record goes out under a replacement key, and the target could not give
+    its ID back.
+    """
     if key.kind == "partitionKey":
-        return EventId(partition_key) if partition_key else Unkeyed("empty partition key")
+        if not partition_key:
+            return Unkeyed("empty partition key")
+        if key_length(partition_key) > MAX_PARTITION_KEY_CHARS:
+            return Unkeyed("partition key longer than 256 characters")
+        return EventId(partition_key)
     try:
         node: object = parse_json(data)
     except (ValueError, UnicodeDecodeError, RecursionError):

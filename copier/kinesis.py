@@ -45,6 +45,7 @@ FIRST_PAGE = 500
 SHARD_MAP_MAX_AGE_S = 300.0
 LINEAGE_MAX_AGE_S = 5.0
 SUMMARY_MAX_AGE_S = 300.0
+SUMMARY_RETRY_S = 30.0  # after a failed DescribeStreamSummary (20 a second per account, shared by every host)
 HOUR_MS = 3_600_000
 
 _NOT_SENT = (botocore.exceptions.EndpointConnectionError, botocore.exceptions.ConnectTimeoutError)
@@ -125,6 +126,7 @@ class KinesisStreams:
         self._monotonic = monotonic
         self._maps: dict[str, tuple[float, ShardMap]] = {}
         self._summaries: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._summary_failed: dict[str, float] = {}
         self._lineage: dict[str, tuple[float, list[dict[str, Any]]]] = {}
 
     def put_records(self, stream: str, entries: Sequence[PutEntry]) -> list[str | None]:
@@ -204,21 +206,24 @@ class KinesisStreams:
         return cached[1]
 
     def retention(self, stream: str) -> int | None:
-        """The stream's retention period (ms) from DescribeStreamSummary, cached for ``SUMMARY_MAX_AGE_S``;
-        None when it cannot be read (the caller falls back and says so)."""
+        """The stream's retention period (ms) from DescribeStreamSummary, cached for ``SUMMARY_MAX_AGE_S``
+        (a raised retention is seen within that); the last known one, or None, when it cannot be read (the
+        caller falls back and says so), asked again at most every ``SUMMARY_RETRY_S``."""
         now = self._monotonic()
         cached = self._summaries.get(stream)
-        if cached is None or now - cached[0] > SUMMARY_MAX_AGE_S:
+        failed = self._summary_failed.get(stream)
+        stale = cached is None or now - cached[0] > SUMMARY_MAX_AGE_S
+        if stale and (failed is None or now - failed > SUMMARY_RETRY_S):
             client = self._staging if stream == self.config.stream_name else self._read
             try:
-                summary = self._call("DescribeStreamSummary", client.describe_stream_summary, StreamName=stream)[
-                    "StreamDescriptionSummary"
-                ]
+                answer = self._call("DescribeStreamSummary", client.describe_stream_summary, StreamName=stream)
             except AwsError:
-                return cached[1].get("RetentionPeriodHours", 0) * HOUR_MS or None if cached else None
-            cached = (now, summary)
-            self._summaries[stream] = cached
-        hours = cached[1].get("RetentionPeriodHours")
+                self._summary_failed[stream] = now  # asked again after SUMMARY_RETRY_S, not on every batch
+            else:
+                cached = (now, answer["StreamDescriptionSummary"])
+                self._summaries[stream] = cached
+                self._summary_failed.pop(stream, None)
+        hours = cached[1].get("RetentionPeriodHours") if cached is not None else None
         return int(hours) * HOUR_MS if hours else None
 
     def read_source(self, stream: str, shard_id: str, first: Position, last: Position) -> Iterator[list[SourceRecord]]:
@@ -265,11 +270,14 @@ class KinesisStreams:
                 return
             self._sleep(0.2)  # 5 GetRecords per second per shard
 
-    def parents(self, stream: str, shard_id: str) -> list[str]:
+    def parents(self, stream: str, shard_id: str, ancestor: bool = False) -> list[str]:
         """The parent shard IDs of a shard (one after a split, two after a merge).
 
         ListShards is cached for a few seconds: a takeover walks a lineage,
-        asking about several shards in a row.
+        asking about several shards in a row. A shard the daemon handed out
+        exists, so one not listed yet is a transient error; an ``ancestor``
+        not listed has expired with the stream's retention (ListShards lists
+        closed shards only within it), and so have its parents: none.
         """
         now = self._monotonic()
         cached = self._lineage.get(stream)
@@ -280,6 +288,8 @@ class KinesisStreams:
             for shard in cached[1]:
                 if shard["ShardId"] == shard_id:
                     return [p for p in (shard.get("ParentShardId"), shard.get("AdjacentParentShardId")) if p]
+        if ancestor:
+            return []
         # The KCL handed this shard out, so it exists: ListShards has not caught up yet.
         raise TransientAwsError("ListShards", "ShardNotListed", f"{shard_id} is not listed in {stream} yet")
 

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 from copier.config import DedupKey, parse_dedup_key
-from copier.identity import EventId, Unkeyed, content_digest, extract_event_id, id_digest
+from copier.identity import EventId, Unkeyed, content_digest, extract_event_id, id_digest, key_length
 from copier.limits import MAX_PARTITION_KEY_CHARS, MAX_RECORD_BYTES, record_size
 from copier.positions import Position
 from copier.window import DedupWindow
@@ -226,11 +226,12 @@ def replacement_key(partition_key: str) -> str:
 
 
 def _key_problem(partition_key: str) -> str | None:
-    """Why Kinesis would refuse this partition key (1 to 256 characters), or None."""
+    """Why Kinesis would refuse this partition key (1 to 256 characters), or None (see ``key_length``)."""
     if not partition_key:
         return "partition key is empty"
-    if len(partition_key) > MAX_PARTITION_KEY_CHARS:
-        return f"partition key has {len(partition_key)} characters, over Kinesis' {MAX_PARTITION_KEY_CHARS}"
+    length = key_length(partition_key)
+    if length > MAX_PARTITION_KEY_CHARS:
+        return f"partition key has {length} characters, over Kinesis' {MAX_PARTITION_KEY_CHARS}"
     return None
 
 
@@ -308,6 +309,8 @@ def plan_batch(
             low = arrival
         elif arrival > high:
             high = arrival
+        if arrival > window.newest_ms:
+            window.advance(arrival)  # as of this record: a later one in the chunk must not expire what it needs
         position = record.position
         if last is not None and position <= last:
             plan.replays += 1  # the daemon repeats nothing within a batch, but a repeat must not go twice
@@ -325,7 +328,8 @@ def plan_batch(
             plan.duplicates += 1
             continue
         # The common case inline; the rest (dead letters, odd keys, size) in becomes().
-        if keyed and 0 < len(partition_key) <= MAX_PARTITION_KEY_CHARS and len(data) + 4 * len(partition_key) <= limit:
+        short_key = 0 < 2 * len(partition_key) <= MAX_PARTITION_KEY_CHARS  # valid however Kinesis counts
+        if keyed and short_key and len(data) + 4 * len(partition_key) <= limit:
             out = Outgoing(position, "target", partition_key, data, identity, found.value, record.b64)  # type: ignore[union-attr]
         else:
             out = becomes(settings, record, found)

@@ -81,6 +81,7 @@ class Streams(Protocol):
         (KPL aggregates de-aggregated), page by page; what the stream's retention removed is not there."""
         ...
 
-    def parents(self, stream: str, shard_id: str) -> list[str]:
-        """The parent shard IDs of a shard (one after a split, two after a merge)."""
+    def parents(self, stream: str, shard_id: str, ancestor: bool = False) -> list[str]:
+        """The parent shard IDs of a shard (one after a split, two after a merge). ``ancestor``: a shard of
+        the lineage, not the processor's own: one no longer listed has expired, and has none."""
         ...

@@ -64,6 +64,7 @@ T = TypeVar("T")
 MAX_HELD_RECORDS = 200_000  # records a fenced processor holds in memory; past it, it reads them again later
 MAX_HELD_BYTES = 64 * 1024 * 1024  # and their bytes
 HOUR_MS = 3_600_000
+MIN_RETENTION_MS = 24 * HOUR_MS  # Kinesis keeps records at least this long
 RETENTION_SLACK_MS = 5 * 60_000  # a read starting this close to the trim horizon may miss what expires under it
 
 
@@ -121,7 +122,7 @@ class ShardWorker:
         self._cut_reported = False
         self._widened = 0  # the last widened clock margin logged
         self._keys: dict[str, int] = {}  # dedup keys the window's IDs were read under -> their newest arrival
-        self._staging_retention: int | None = None
+        self._retention_unknown: set[str] = set()  # streams whose retention could not be read (said once)
         self.forwarder = Forwarder(
             streams,
             self.clock,
@@ -321,7 +322,6 @@ class ShardWorker:
         self.shard_id = shard_id
         self.key = shard_key(self.config.stream_name, shard_id)
         self.log = self.log.bind(shard=shard_id)
-        self._staging_retention = self._retention(self.config.stream_name)
         seen = self._take_over()
         assert self.state is not None
         self.log = self.log.bind(epoch=self.state.epoch)
@@ -340,12 +340,20 @@ class ShardWorker:
         self._load_window()
 
     def _retention(self, stream: str) -> int | None:
-        """A stream's retention (ms), None when it cannot be read (then the rules that need it fall back)."""
+        """A stream's retention (ms), None when it cannot be read (then the rules that need it fall back,
+        and say so once until it can be read again)."""
         try:
-            return self.streams.retention(stream)
+            retention = self.streams.retention(stream)
         except AwsError as exc:
-            self.log.warning("retention_unknown", stream=stream, error=str(exc))
-            return None
+            retention, error = None, str(exc)
+        else:
+            error = "DescribeStreamSummary gave no retention"
+        if retention is None and stream not in self._retention_unknown:
+            self._retention_unknown.add(stream)
+            self.log.warning("retention_unknown", stream=stream, error=error)
+        elif retention is not None:
+            self._retention_unknown.discard(stream)
+        return retention
 
     def _verify_in_flight(self, seen: ShardState | None) -> None:
         """Verify the digest batch above the committed index, if one was left; FencedError goes up."""
@@ -356,13 +364,19 @@ class ShardWorker:
             self._verify(in_flight, seen)
 
     def _take_over(self) -> ShardState | None:
-        waited_for: int | None = None
+        """Announce this processor as successor of a valid lease and sleep it out, then take the shard.
+
+        The announced owner can no longer renew (its writes are conditioned
+        on no successor), so its lease only runs out; the wait ends when this
+        host's clock says so, checked again after every sleep (a clock that
+        stepped back during it makes the wait longer, never shorter).
+        """
         while True:
             seen: ShardState | None = self._retrying("get_state", lambda: self.store.get(self.key))
             now = self.clock.now_ms()
             margin = self._margin(seen.clock_bound_ms if seen is not None else None)
             held = seen is not None and seen.owner not in (None, self.owner) and seen.lease_until_ms + margin > now
-            if seen is not None and held and waited_for != seen.epoch:
+            if seen is not None and held:
                 if seen.successor != self.owner:
                     try:
                         announced = replace(seen, successor=self.owner, version=seen.version + 1)
@@ -373,7 +387,6 @@ class ShardWorker:
                 wait = seen.lease_until_ms + margin - now
                 self.log.info("waiting_for_lease", owner=seen.owner, epoch=seen.epoch, wait_ms=wait)
                 self.clock.sleep_ms(wait)
-                waited_for = seen.epoch
                 continue
             base = seen or ShardState()
             new = replace(
@@ -393,7 +406,6 @@ class ShardWorker:
                 if current is not None and current.owner == self.owner and current.epoch == new.epoch:
                     self.state = current  # our own write went through before an ambiguous failure
                     return seen
-                waited_for = None
                 continue
             self.state = new
             return seen
@@ -426,8 +438,9 @@ class ShardWorker:
         if batch.keyed:
             key = settings.dedup_key
             shards = batch.target_shards or None
-            found_target = self._retrying(
+            found_target = self._read_recorded(
                 "verify_target",
+                target,
                 lambda: self.streams.read_identities(
                     target, shards, since, until, lambda pk, data: identity_of(key, pk, data), self._keep_lease
                 ),
@@ -436,8 +449,9 @@ class ShardWorker:
         found_dlq = Found()
         dlq = settings.dead_letter_stream
         if batch.deadletter and dlq:
-            found_dlq = self._retrying(
+            found_dlq = self._read_recorded(
                 "verify_deadletter",
+                dlq,
                 lambda: self.streams.read_identities(dlq, None, since, until, content_digest, self._keep_lease),
             )
             suspect = suspect or self._beyond_retention(dlq, since)
@@ -477,10 +491,29 @@ class ShardWorker:
         )
         self._write(verified.with_counts(already_landed=result.landed))
 
+    def _read_recorded(self, call: str, stream: str, read: Callable[[], Found]) -> Found:
+        """A verification read of a stream a chunk in flight was put to. A stream the current configuration no
+        longer names and that no longer exists took what the chunk put there with it: nothing is found (the
+        chunk is redone under the current configuration) rather than a host-wide fault on every restart."""
+        try:
+            return self._retrying(call, read)
+        except FatalAwsError as exc:
+            current = (self.config.target_stream_name, self.config.dead_letter_stream_name)
+            if exc.code != "ResourceNotFoundException" or stream in current:
+                raise
+            self.log.warning(
+                "verification_stream_gone",
+                stream=stream,
+                detail="the stream a chunk in flight was put to no longer exists, nor does the configuration "
+                "name it: what the chunk put there is gone with it; it is redone under the current configuration",
+            )
+            return Found()
+
     def _beyond_retention(self, stream: str, since_ms: int) -> bool:
-        """Could records from ``since_ms`` on have expired from ``stream`` already?"""
-        retention = self._retention(stream)
-        return retention is not None and since_ms < self.clock.now_ms() - retention + RETENTION_SLACK_MS
+        """Could records from ``since_ms`` on have expired from ``stream`` already? A retention that cannot be
+        read counts as Kinesis' shortest (24 h): the answer may then be yes when it is no, never the reverse."""
+        retention = self._retention(stream) or MIN_RETENTION_MS
+        return since_ms < self.clock.now_ms() - retention + RETENTION_SLACK_MS
 
     def _reaches_back(self, batches: Sequence[DigestBatch], newest_ms: int) -> bool:
         """Do these batches (newest first) already cover the horizon behind ``newest_ms``?"""
@@ -525,7 +558,8 @@ class ShardWorker:
         seen = {self.shard_id}
         while frontier:
             child = frontier.pop(0)
-            parents = self._retrying("list_parents", lambda: self.streams.parents(stream, child))
+            ancestor = child != self.shard_id
+            parents = self._retrying("list_parents", lambda: self.streams.parents(stream, child, ancestor))
             for parent in parents:
                 if parent in seen:
                     continue
@@ -780,7 +814,6 @@ class ShardWorker:
     def _process_chunk(self, records: Sequence[SourceRecord], behind_ms: int | None) -> Position | None:
         state = self.state
         assert state is not None
-        self.window.advance(max(r.arrival_ms for r in records))
         settings = self._settings()
         redo = self._redo(state, settings)
         plan = plan_batch(records, state.position, self.window, redo, settings, self._older_keys())
@@ -837,9 +870,10 @@ class ShardWorker:
         of margin, and never before ``copier.digestTtlHours`` after writing.
         """
         floor = now + self.config.digest_ttl_hours * HOUR_MS
-        if self._staging_retention is None:
+        retention = self._retention(self.config.stream_name)  # cached by the adapter; read again when it failed
+        if retention is None:
             return floor
-        return max(floor, plan.arrival_max_ms + self.config.dedup_window_ms + self._staging_retention + HOUR_MS)
+        return max(floor, plan.arrival_max_ms + self.config.dedup_window_ms + retention + HOUR_MS)
 
     def _record(self, plan: BatchPlan, settings: PlanSettings, index: int, now: int) -> DigestBatch:
         """The chunk's digest batch (its intent), stored before anything is put."""
@@ -889,7 +923,11 @@ class ShardWorker:
                     "may have landed and expired from what the verification could read",
                 )
             self._record(plan, settings, index, now)
-            stats = self.forwarder.forward(plan.send, now)
+            try:
+                stats = self.forwarder.forward(plan.send, now)
+            except FencedError:
+                self._fenced_after_putting(index, self.forwarder.attempted)
+                raise
             self.log.debug("put_done", batch=index, entries=len(plan.send), requests=stats.requests)
         self.window.add(plan.keyed_digests + plan.dead_ids, plan.arrival_max_ms)
         self._saw_key(str(settings.dedup_key), plan.arrival_max_ms)
@@ -927,16 +965,10 @@ class ShardWorker:
             unkeyed=len(plan.unkeyed),
             already_landed=plan.already_landed,
         )
-        lease_end = state.lease_until_ms
         try:
             self._write(commit)
         except FencedError:
-            if plan.send and self.clock.now_ms() > lease_end:
-                self._possible_duplicates(
-                    index,
-                    plan.send,
-                    "the lease ran out during the put; a successor may have verified the batch before it landed",
-                )
+            self._fenced_after_putting(index, plan.send)
             raise
         self.metrics.stalled = False
         self.log.debug(
@@ -948,6 +980,17 @@ class ShardWorker:
             replays=plan.replays,
         )
         return plan.last
+
+    def _fenced_after_putting(self, index: int, attempted: Sequence[Outgoing]) -> None:
+        """Fenced with requests of a chunk sent: if this processor's last lease ran out meanwhile (it was frozen
+        past it: the honest limit), a successor may have verified the chunk before they landed."""
+        assert self.state is not None
+        if attempted and self.clock.now_ms() > self.state.lease_until_ms:
+            self._possible_duplicates(
+                index,
+                attempted,
+                "the lease ran out during the put; a successor may have verified the batch before it landed",
+            )
 
     def _possible_duplicates(self, index: int, sent: Sequence[Outgoing], detail: str) -> None:
         """Log (and count) the events of a chunk that may have landed twice, with their IDs."""

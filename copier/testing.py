@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from copier.errors import FatalAwsError, FencedError
+from copier.errors import FatalAwsError, FencedError, TransientAwsError
 from copier.limits import MAX_PARTITION_KEY_CHARS, MAX_RECORD_BYTES, record_size
 from copier.plan import SourceRecord
 from copier.ports import Found, Identity
@@ -193,6 +193,7 @@ class InMemoryStreams:
         self.page_ms = 0
         self.on_read_page: Callable[[], None] | None = None
         self.after_put: Callable[[], None] | None = None  # once, after a request's entries landed
+        self.unlisted: set[str] = set()  # shards ListShards no longer lists (expired with the retention)
         self._listed: dict[str, list[dict[str, Any]]] = {}
         self._maps: dict[str, tuple[int, ShardMap]] = {}
         self._staging: dict[str, list[SourceRecord]] = {}
@@ -270,11 +271,20 @@ class InMemoryStreams:
             (ranges[i][2], ranges[i + 1][2]) for i in range(len(ranges) - 1) if ranges[i][1] + 1 == ranges[i + 1][0]
         ]
 
-    def parents(self, stream: str, shard_id: str) -> list[str]:
+    def parents(self, stream: str, shard_id: str, ancestor: bool = False) -> list[str]:
+        """As ListShards tells: a shard in ``unlisted`` has expired (an ancestor: no parents; the processor's
+        own shard: not listed yet, a transient error)."""
+        if shard_id in self.unlisted:
+            if ancestor:
+                return []
+            raise TransientAwsError("ListShards", "ShardNotListed", f"{shard_id} is not listed in {stream} yet")
         return list(self.shard_parents.get(shard_id, []))
 
-    def retention(self, stream: str) -> int:
-        """The stream's retention in milliseconds."""
+    def retention(self, stream: str) -> int | None:
+        """The stream's retention in milliseconds (DescribeStreamSummary)."""
+        return self._kept_ms(stream)
+
+    def _kept_ms(self, stream: str) -> int:
         return self.retention_ms.get(stream, 24 * 3_600_000)
 
     # -- puts ---------------------------------------------------------------------------------------
@@ -325,7 +335,7 @@ class InMemoryStreams:
         else:
             wanted = descendants(listed, {shard_id_of(n) for n in shards})
         found = Found(shards_read=len(wanted))
-        oldest = self.clock.now_ms() - self.retention(stream)
+        oldest = self.clock.now_ms() - self._kept_ms(stream)
         for shard_id in sorted(wanted):
             number = shard_number(shard_id)
             page = 0
@@ -362,7 +372,7 @@ class InMemoryStreams:
 
     def read_source(self, stream: str, shard_id: str, first: Position, last: Position) -> Iterator[list[SourceRecord]]:
         """The staging shard's records from ``first`` to ``last`` (both included), still within retention."""
-        oldest = self.clock.now_ms() - self.retention(stream)
+        oldest = self.clock.now_ms() - self._kept_ms(stream)
         wanted = [r for r in self._staging.get(shard_id, []) if first <= r.position <= last and r.arrival_ms >= oldest]
         for i in range(0, len(wanted), self.read_page or len(wanted) or 1):
             yield wanted[i : i + (self.read_page or len(wanted))]

@@ -19,7 +19,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from copier.config import Config
-from copier.errors import AmbiguousPutError
+from copier.errors import AmbiguousPutError, FatalAwsError, TransientAwsError
 from copier.plan import SourceRecord
 from copier.positions import Position
 from copier.state import shard_key
@@ -370,3 +370,182 @@ def test_a_successor_waits_out_the_lease_of_an_owner_whose_clock_runs_behind() -
     assert world.clock.now_ms() > lease_end_true + world.config.clock_skew_millis
     widened = [e for e in logs if e["event"] == "clock_margin_widened"]
     assert widened and widened[0]["margin_ms"] >= 400
+
+
+# -- found by an adversarial review of the fixed code (docs/protocol.md and copier/ alone) ------------------
+
+
+def test_a_zombie_fenced_between_two_put_rounds_reports_what_it_sent() -> None:
+    """The honest limit, fenced before its commit: frozen past its lease after sending a chunk's first round,
+    the zombie's round lands after the successor redid the chunk; its next lease check is fenced, and the
+    events it sent are reported as possible duplicates (they were not)."""
+    world = World()
+    zombie = world.worker()
+    records = [at(world, 1, "e1", pk="k"), at(world, 2, "e2", pk="k")]  # one key: two rounds
+    calls = {"n": 0}
+
+    def frozen_during_the_first_round(stream: str, entries: list[tuple[str, bytes]]) -> tuple[list[bool], None]:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            world.clock.advance(world.config.lease_millis + 5_000)  # frozen before this request landed
+            world.streams.fault = lambda s, e: ([True] * len(e), None)
+            world.worker().process(records)  # the successor verifies (nothing yet) and redoes the chunk
+        return [True] * len(entries), None
+
+    world.streams.fault = frozen_during_the_first_round  # type: ignore[assignment]
+    with capture_logs() as logs:
+        zombie.process(records)
+    reported = [i for e in logs if e["event"] == "possible_duplicates" for i in e["event_ids"]]
+    assert zombie.fenced and ids_in(world.streams)["e1"] == 2 and reported == ["e1"]
+
+
+@pytest.mark.parametrize("fault", ["ambiguous put", "crash after the put"])
+def test_a_partition_key_too_long_to_be_an_id_is_no_id(fault: str) -> None:
+    """copier.dedupKey = partitionKey and a 300-character key: forwarded under a replacement key, the target
+    cannot give that ID back, so the record counts as one without an ID (at least once), and a verification
+    never counts on finding it: no silent resend of a keyed event."""
+    world = World(cfg=config(dedupKey="partitionKey"))
+    owner = world.worker()
+    record = SourceRecord(Position(1), "u" * 300, b"payload", world.clock.now_ms())
+    with capture_logs() as logs:
+        if fault == "ambiguous put":
+            calls = {"n": 0}
+
+            def lose(stream: str, entries: list[tuple[str, bytes]]) -> tuple[list[bool], BaseException | None]:
+                calls["n"] += 1
+                error = AmbiguousPutError("PutRecords", "ReadTimeoutError", "lost") if calls["n"] == 1 else None
+                return [True] * len(entries), error
+
+            world.streams.fault = lose
+            owner.process([record])
+        else:
+            left_in_flight(world, [record], landed=True)
+            world.worker().process([record])
+    assert [e["reason"] for e in logs if e["event"] == "unkeyed_event"][0] == "partition key longer than 256 characters"
+    assert all(pk.startswith("copier-") for pk, _, _, _ in world.streams.records["target"])
+
+
+def test_a_retry_early_in_a_chunk_that_reaches_past_the_window_is_still_dropped() -> None:
+    """A backlog of a quiet shard: one delivery spans hours. A retry 50 minutes after its original is dropped
+    even when the same chunk goes on to records two hours later (the window used to jump to the chunk's
+    newest arrival before planning it)."""
+    world = World()
+    owner = world.worker()
+    t0 = world.clock.now_ms() - 10 * HOUR
+    owner.process([keyed_event(1, "x", t0), keyed_event(2, "a", t0 + MINUTE)])
+    owner.process([keyed_event(3, "x", t0 + 50 * MINUTE, body="retry"), keyed_event(4, "b", t0 + 80 * MINUTE)])
+    owner.process([keyed_event(5, "c", t0 + 120 * MINUTE)])
+    assert ids_in(world.streams) == Counter({"x": 1, "a": 1, "b": 1, "c": 1})
+    world2 = World()
+    world2.worker().process([keyed_event(1, "x", t0), keyed_event(2, "a", t0 + MINUTE)])
+    world2.worker().process(
+        [
+            keyed_event(3, "x", t0 + 50 * MINUTE, body="retry"),
+            keyed_event(4, "b", t0 + 80 * MINUTE),
+            keyed_event(5, "c", t0 + 120 * MINUTE),
+        ]
+    )
+    assert ids_in(world2.streams) == Counter({"x": 1, "a": 1, "b": 1, "c": 1})
+
+
+def test_a_child_shard_whose_parent_expired_from_list_shards_still_starts() -> None:
+    """More than a retention after a split, ListShards no longer lists the parent: the lineage walk of the
+    child's takeover stops there (it used to retry 'not listed' forever, and the shard never started)."""
+    world = World()
+    parent = world.worker()
+    parent.process([at(world, 1, "a")])
+    parent.end_shard()
+    child_id = "shardId-000000000001"
+    world.streams.shard_parents[child_id] = [SHARD]
+    child = world.worker(child_id)
+    child.process([at(world, 10, "b", pk="x")])
+    world.clock.advance(48 * HOUR)
+    world.streams.unlisted.add(SHARD)
+    successor = world.worker(child_id)  # returns: no endless retry
+    assert successor.state is not None and not successor.fenced
+
+
+def test_a_verification_whose_target_retention_cannot_be_read_assumes_the_shortest() -> None:
+    """DescribeStreamSummary fails at verification after a 30 h outage: the retention counts as Kinesis'
+    shortest (24 h), so the resends are reported, not silent."""
+    world = World(retention_ms={"target": 24 * HOUR, "staging": 7 * 24 * HOUR})
+    records = [at(world, 1, "a"), at(world, 2, "b")]
+    left_in_flight(world, records, outage_ms=30 * HOUR)
+
+    def unreadable(stream: str) -> int | None:
+        raise TransientAwsError("DescribeStreamSummary", "LimitExceededException", "throttled")
+
+    world.streams.retention = unreadable  # type: ignore[method-assign]
+    with capture_logs() as logs:
+        world.worker().process(records)
+    reported = [i for e in logs if e["event"] == "possible_duplicates" for i in e["event_ids"]]
+    assert sorted(reported) == ["a", "b"]
+
+
+def test_a_staging_retention_unreadable_once_is_read_again_for_later_batches() -> None:
+    """One failed DescribeStreamSummary at takeover does not shorten the digests' lifetime for the process's
+    life: the next batch is written with the staging retention, read again."""
+    world = World(retention_ms={"staging": 7 * 24 * HOUR})
+    real = world.streams.retention
+    failures = [None]
+    world.streams.retention = lambda stream: failures.pop() if failures else real(stream)  # type: ignore[method-assign]
+    owner = world.worker()
+    owner.process([at(world, 1, "a")])
+    owner.process([at(world, 2, "b")])
+    first, second = world.store.get_batch(KEY, 1), world.store.get_batch(KEY, 2)
+    assert first is not None and second is not None
+    assert first.expires_ms < first.arrival_max_ms + 7 * 24 * HOUR  # the one read that failed: the floor
+    assert second.expires_ms >= second.arrival_max_ms + 7 * 24 * HOUR
+
+
+def test_a_successor_whose_clock_steps_back_while_it_waits_waits_longer() -> None:
+    """A successor's clock steps back during its wait for the owner's lease: it checks again after the sleep
+    and waits the rest, instead of taking the shard over early."""
+    world = World()
+    owner = world.worker()
+    owner.process([at(world, 1, "a")])
+    lease_end = world.store.get(KEY).lease_until_ms  # type: ignore[union-attr]
+    stepping = OffsetClock(world.clock, 0)
+    real_sleep = stepping.sleep_ms
+    steps = iter([-3_000])
+
+    def sleep_then_step_back(ms: int) -> None:
+        real_sleep(ms)
+        stepping.offset_ms += next(steps, 0)
+
+    stepping.sleep_ms = sleep_then_step_back  # type: ignore[method-assign]
+    successor = world.worker(clock=stepping)
+    assert successor.state is not None and successor.state.epoch == 2
+    assert stepping.now_ms() >= lease_end + world.config.clock_skew_millis
+
+
+def test_a_key_of_characters_outside_the_basic_plane_counts_as_kinesis_may_count_it() -> None:
+    """200 emoji are 200 code points but 400 UTF-16 units: treated as too long (replaced), never refused by
+    Kinesis with the shard stalled."""
+    world = World(stall_after=2)
+    key = "\U0001f600" * 200
+    world.worker().process([SourceRecord(Position(1), key, json.dumps({"eventId": "e"}).encode(), 0)])
+    assert ids_in(world.streams) == Counter({"e": 1})
+    assert world.streams.records["target"][0][0].startswith("copier-")
+
+
+def test_a_chunk_in_flight_to_a_stream_deleted_since_is_redone_under_the_current_configuration() -> None:
+    """The old target named by a chunk in flight was deleted and the configuration moved to a new one: the
+    verification finds nothing there (it is gone) and the chunk goes to the new target; no exit on every
+    restart."""
+    world = World()
+    records = [at(world, 1, "a"), at(world, 2, "b")]
+    left_in_flight(world, records, landed=True)
+    real = world.streams.read_identities
+
+    def old_target_gone(stream: str, *args: object, **kwargs: object) -> object:
+        if stream == "target":
+            raise FatalAwsError("GetShardIterator", "ResourceNotFoundException", "Stream target not found")
+        return real(stream, *args, **kwargs)  # type: ignore[arg-type]
+
+    world.streams.read_identities = old_target_gone  # type: ignore[method-assign]
+    with capture_logs() as logs:
+        world.worker(cfg=config(targetStreamName="target2")).process(records)
+    assert "verification_stream_gone" in [e["event"] for e in logs]
+    moved = Counter(json.loads(d)["eventId"] for d in world.streams.data("target2"))
+    assert moved == Counter({"a": 1, "b": 1})

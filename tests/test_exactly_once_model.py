@@ -40,7 +40,7 @@ from tests.support.fakes import SimulatedCrash, World, rec
 from tests.support.model import BIG, Driver, Outcome, collect_reports, event_id_of, guaranteed, keyed_event, unkeyed
 
 SCALE = float(os.environ.get("COPIER_MODEL_SCALE", "1"))  # make model-long runs it 25 times longer
-GAPS = st.sampled_from([0, 0, 500, 2_000, 8_000])  # ms between two records' arrivals
+GAPS = st.sampled_from([0, 0, 500, 2_000, 8_000, 30_000])  # ms between two records' arrivals
 
 
 @pytest.fixture(autouse=True)

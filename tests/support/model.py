@@ -73,7 +73,6 @@ TTL_HOURS = 1  # copier.digestTtlHours in the model
 STAGING_RETENTION = 3 * HOUR
 TARGET_RETENTION = 90 * MINUTE
 OUTAGES = [0, 30_000, 70 * MINUTE, 100 * MINUTE, 4 * HOUR]  # none, short, past the TTL, the target's, staging's
-LOOKAHEAD = 16  # records a duplicate's chunk can reach past it (batch + coalesced deliveries)
 BIG = 1024 * 1024 + 10  # a payload over Kinesis' 1 MiB record limit
 CORE_FAULTS = ["none", "none", "throttle", "ambiguous", "crash_mid_put", "crash_store", "pause", "race"]
 NEW_FAULTS = ["reshard_put", "outage", "slow_verify", "other_copy"]  # other_copy: drawn each round, beside the fault
@@ -425,13 +424,12 @@ def guaranteed(records: list[SourceRecord]) -> set[str]:
     """Event IDs whose copies all lie within the dedup window of the first: exactly once is promised.
 
     The window remembers an ID for at least ``dedupWindowSeconds`` of arrival
-    time behind the newest arrival it has seen, which can run up to a chunk
-    ahead of a duplicate; a later copy may be forwarded again.
+    time behind the arrival of the record being planned (a later record of
+    the same chunk does not shorten it); a later copy may be forwarded again.
     """
     arrivals: dict[str, list[int]] = {}
-    for i, record in enumerate(records):
+    for record in records:
         event_id = event_id_of(record.data)
         if event_id is not None:
-            ahead = records[min(i + LOOKAHEAD, len(records) - 1)].arrival_ms
-            arrivals.setdefault(event_id, []).extend([record.arrival_ms, ahead])
+            arrivals.setdefault(event_id, []).append(record.arrival_ms)
     return {e for e, times in arrivals.items() if max(times) - min(times) <= WINDOW_S * 1000}
