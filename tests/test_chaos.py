@@ -117,6 +117,26 @@ def test_the_report_has_a_summary_and_a_row_a_seed() -> None:
     assert "In progress or interrupted: 2 of 5 seeds ran." in partial
 
 
+def test_the_report_describes_and_sums_the_clock_settings_and_target_reshard_faults() -> None:
+    """The method section names the three later kinds; the summary adds up what each seed recorded of them."""
+    clocks = [
+        {"kind": "beyond", "margin_widened": 2},
+        {"kind": "beyond", "margin_widened": 0},
+        {"kind": "within", "margin_widened": 1},
+    ]
+    settings = [{"settings": {"dedup_key": k, "unkeyed_policy": "forward"}} for k in ("json:eventId", "json:alt")]
+    faults = {"clock_offset_beyond": 2, "clock_step_back": 1, "target_split": 1}
+    faults["target_reshard_across_ambiguous_put"] = 1
+    one = SeedResult(1, "full", "3.x", 2, ok=True, clocks=clocks, settings=settings, faults=faults, unkeyed_copies=3)
+    text = render([one, SeedResult(2, "full", "2.x", 2, ok=True)], "python -m copier.chaos --seeds 2", 60.0)
+    assert "**Clocks off AWS time.**" in text and "**Target reshards.**" in text and "libfaketime" in text
+    assert "Clocks: 1 seeds with hosts under libfaketime" in text
+    assert "beyond it 2; clock steps 0 forward, 1 back; `clock_margin_widened` logged on 1 of the 2 hosts" in text
+    assert "Settings: 1 seeds whose workers ran different settings" in text
+    assert "Target reshards: 1, 1 of them across an ambiguous target put" in text
+    assert "under `unkeyedPolicy = forward`: 3 further copies" in text
+
+
 def test_resume_keeps_the_seeds_that_ran_on_the_same_code_and_only_those(tmp_path: Path) -> None:
     """An interrupted run goes on with the seeds it has not run; results of other code or profile start over."""
     raw = tmp_path / "reliability.json"

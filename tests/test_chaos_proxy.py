@@ -89,14 +89,19 @@ def test_a_window_for_one_stream_hits_only_its_puts_and_wait_for_sees_the_inject
     pipeline.kinesis.create_stream(StreamName=other, ShardCount=1)
     pipeline.kinesis.get_waiter("stream_exists").wait(StreamName=other, WaiterConfig={"Delay": 0.1})
     now = time.monotonic()
+    proxy.add(always("put_throttle"))  # the plan's window: the one bound to the target goes first all the same
     proxy.add(FaultWindow("put_lost_response", now, now, 1.0, stream=pipeline.target))
     streams = streams_via(proxy, pipeline)
-    assert streams.put_records(other, ENTRIES[:3]) == [None] * 3, "another stream's put passes"
+    with pytest.raises(TransientAwsError) as throttled:
+        streams.put_records(other, ENTRIES[:3])  # another stream's put meets the plan's window only
+    assert type(throttled.value) is TransientAwsError
     assert proxy.wait_for(("put_lost_response",), pipeline.target, now, 0.1) is None
     with pytest.raises(AmbiguousPutError):
         streams.put_records(pipeline.target, ENTRIES[:3])
     injection = proxy.wait_for(("put_lost_response",), pipeline.target, now, 5.0)
     assert injection is not None and injection.stream == pipeline.target and injection.at >= now
-    assert streams.put_records(pipeline.target, ENTRIES[3:6]) == [None] * 3, "a window of one injection is closed"
+    with pytest.raises(TransientAwsError) as throttled:
+        streams.put_records(pipeline.target, ENTRIES[3:6])  # the window of one injection is closed: throttled
+    assert type(throttled.value) is TransientAwsError
     proxy.cancel_waits()
     assert proxy.wait_for(("put_timeout",), pipeline.target, now, 60.0) is None, "a cancelled wait returns at once"

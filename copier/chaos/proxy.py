@@ -144,8 +144,14 @@ class FaultProxy:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def add(self, window: FaultWindow) -> None:
+        """Open ``window``. One bound to a stream is the harness asking for a fault at a moment (a target reshard
+        at an ambiguous put): it goes first, so that the plan's windows, which inject at most one fault a
+        request, do not take every request it waits for."""
         with self._lock:
-            self._windows.append(window)
+            if window.stream:
+                self._windows.insert(0, window)
+            else:
+                self._windows.append(window)
 
     def clear(self) -> None:
         """No faults from now on (what was injected stays counted)."""

@@ -287,7 +287,7 @@ def _clocks(rng: random.Random, profile: Profile, hosts: int) -> tuple[int, tupl
     steps = []
     for n in range(rng.randint(*profile.clock_steps)):
         sign = (1, -1)[n % 2] if profile.forced else rng.choice((1, -1))
-        at = round(rng.uniform(10, profile.produce_s + 20), 1)
+        at = round(rng.uniform(5, profile.produce_s + 20), 1)
         steps.append(Action(at, "clock_step", {"step_ms": sign * round(rng.uniform(2.0, 6.0) * skew)}))
     return skew, tuple(clocks), tuple(steps)
 
@@ -308,15 +308,17 @@ def _target_reshards(rng: random.Random, profile: Profile) -> tuple[Action, ...]
     An ambiguous one names a put fault (``ambiguous_put``: put_timeout or put_lost_response): the
     harness opens a window of that fault on the target's puts, waits for the proxy to inject it once,
     and reshards at that moment, so that the copier verifies that put across the reshard. It is drawn
-    in the first 60% of the producer's time, so that target puts are still to come (a copier idle
-    meanwhile has a backlog to put when it comes back).
+    in the first 20% of the producer's time, while target puts are still to come: the producer's
+    aggregates of 50 to 300 events use the plan's events up early (the last new event of smoke seeds
+    8 and 10 is written 12.5 and 8 s into their 30 s, of full seeds 1 to 5 20 to 31.5 s into 60),
+    and a reshard that waits from later may see no target put at all.
     """
     actions = []
     for n in range(rng.randint(*profile.target_reshards)):
         kind = rng.choice(TARGET_RESHARDS)
         put: str | None = None
         if (profile.forced and n == 0) or rng.random() < 0.6:
-            at, put = rng.uniform(5, 0.6 * profile.produce_s), rng.choice(AMBIGUOUS_PUTS)
+            at, put = rng.uniform(2, 0.2 * profile.produce_s), rng.choice(AMBIGUOUS_PUTS)
         else:
             at = rng.uniform(10, profile.produce_s)
         actions.append(Action(round(at, 1), kind, {"ambiguous_put": put}))
