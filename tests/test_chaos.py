@@ -130,10 +130,10 @@ def test_the_report_describes_and_sums_the_clock_settings_and_target_reshard_fau
     one = SeedResult(1, "full", "3.x", 2, ok=True, clocks=clocks, settings=settings, faults=faults, unkeyed_copies=3)
     text = render([one, SeedResult(2, "full", "2.x", 2, ok=True)], "python -m copier.chaos --seeds 2", 60.0)
     assert "**Clocks off AWS time.**" in text and "**Target reshards.**" in text and "libfaketime" in text
-    assert "Clocks: 1 seeds with hosts under libfaketime" in text
+    assert "- Clocks: 1 seeds with hosts under libfaketime" in text
     assert "beyond it 2; clock steps 0 forward, 1 back; `clock_margin_widened` logged on 1 of the 2 hosts" in text
-    assert "Settings: 1 seeds whose workers ran different settings" in text
-    assert "Target reshards: 1, 1 of them across an ambiguous target put" in text
+    assert "- Settings: 1 seeds whose workers ran different settings" in text
+    assert "- Target reshards: 1, 1 of them across an ambiguous target put" in text
     assert "under `unkeyedPolicy = forward`: 3 further copies" in text
 
 

@@ -37,21 +37,21 @@ METHOD = [
 
 
 def _later_summary(results: Sequence[SeedResult], total: Counter[str]) -> list[str]:
-    """Lines on the clock, settings and target-reshard faults, and on the copies of events without an ID."""
+    """A list on the clock, settings and target-reshard faults, and on the copies of events without an ID."""
     beyond = [c for r in results for c in r.clocks if c["kind"] == "beyond"]
     return [
-        f"Clocks: {sum(1 for r in results if r.clocks)} seeds with hosts under libfaketime; hosts off time within "
+        f"- Clocks: {sum(1 for r in results if r.clocks)} seeds with hosts under libfaketime; hosts off time within "
         f"the margin {total['clock_offset_within']}, beyond it {total['clock_offset_beyond']}; clock steps "
         f"{total['clock_step_forward']} forward, {total['clock_step_back']} back; `clock_margin_widened` logged "
         f"on {sum(1 for c in beyond if c['margin_widened'])} of the {len(beyond)} hosts beyond the margin.",
-        f"Settings: {sum(1 for r in results if len({json.dumps(s['settings']) for s in r.settings}) > 1)} seeds "
+        f"- Settings: {sum(1 for r in results if len({json.dumps(s['settings']) for s in r.settings}) > 1)} seeds "
         f"whose workers ran different settings, {total['settings_change']} changes between starts; "
         f"{sum(r.verified_across_settings for r in results)} chunks in flight verified under settings other "
         "than their verifier's.",
-        f"Target reshards: {total['target_split'] + total['target_merge']}, "
+        f"- Target reshards: {total['target_split'] + total['target_merge']}, "
         f"{total['target_reshard_across_ambiguous_put']} of them across an ambiguous target put; "
         f"{sum(r.target_shards_closed for r in results)} closed target shards read to their end.",
-        f"Events without an ID (poison records) delivered more than once under `unkeyedPolicy = forward`: "
+        f"- Events without an ID (poison records) delivered more than once under `unkeyedPolicy = forward`: "
         f"{sum(r.unkeyed_copies for r in results)} further copies (at least once is the documented guarantee).",
     ]
 
