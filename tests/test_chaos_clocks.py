@@ -87,7 +87,8 @@ def test_the_wrapper_execs_the_command_with_the_preload_and_without_faketime(tmp
 
 
 def test_what_libfaketime_leaves_for_a_killed_processor_is_removed_and_only_that(tmp_path: Path) -> None:
-    """A SIGKILLed child leaves its pid's semaphore and shared memory in /dev/shm: removed once it is gone."""
+    """A SIGKILLed child leaves its pid's semaphore and shared memory in /dev/shm: removed once it is gone,
+    a zombie not yet reaped included."""
     clock, child = _wrapped(tmp_path, 1000, 40)
     assert child.stdout is not None
     child.stdout.readline()  # it runs, under libfaketime
@@ -97,6 +98,10 @@ def test_what_libfaketime_leaves_for_a_killed_processor_is_removed_and_only_that
     left = {f"faketime_shm_{child.pid}", f"sem.faketime_sem_{child.pid}"}
     assert remove_stale_shm(pids) == 0, "nothing is removed while the processor runs"
     child.kill()
-    child.wait()
+    stat = Path(f"/proc/{child.pid}/stat")
+    deadline = time.monotonic() + 10
+    while stat.read_text().rsplit(")", 1)[1].split()[0] != "Z" and time.monotonic() < deadline:
+        time.sleep(0.01)  # dead, not reaped: a zombie
     assert left <= {p.name for p in shm.iterdir()}, "a SIGKILL leaves them"
     assert remove_stale_shm(pids) == 2 and not left & {p.name for p in shm.iterdir()}
+    child.wait()

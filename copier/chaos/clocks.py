@@ -61,7 +61,9 @@ __all__ = [
     "SITE_DIR",
     "faketime_offset",
     "find_libfaketime",
+    "noted_pids",
     "remove_stale_shm",
+    "running",
     "write_offset",
     "write_wrapper",
 ]
@@ -136,17 +138,30 @@ def write_wrapper(path: Path, command: Sequence[str], clock_file: Path, library:
     return path
 
 
+def noted_pids(pids: Path) -> set[int]:
+    """The processor pids the wrappers noted in ``pids`` (none if the file is absent)."""
+    return {int(line) for line in pids.read_text().split() if line.isdigit()} if pids.is_file() else set()
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` is a process still running: a zombie is not (a processor SIGKILLed with its worker
+    is one until init reaps it, which can be after the harness looks)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def remove_stale_shm(pids: Path, shm: Path = Path("/dev/shm")) -> int:
     """Remove the semaphores and shared memory libfaketime left for the processors in ``pids`` that are gone.
 
     Only those: another program's libfaketime objects are not this suite's to remove. Returns how many
     files were removed.
     """
-    if not pids.is_file():
-        return 0
     removed = 0
-    for pid in sorted({int(line) for line in pids.read_text().split() if line.isdigit()}):
-        if Path(f"/proc/{pid}").exists():
+    for pid in sorted(noted_pids(pids)):
+        if running(pid):
             continue  # still running (or the pid is taken again): not stale
         for name in (f"faketime_shm_{pid}", f"sem.faketime_sem_{pid}"):
             try:

@@ -18,13 +18,14 @@ the seed's results (:meth:`Hosts.clock_results`).
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from copier.chaos.check import copier_events
-from copier.chaos.clocks import find_libfaketime, remove_stale_shm, write_offset, write_wrapper
+from copier.chaos.clocks import find_libfaketime, noted_pids, remove_stale_shm, running, write_offset, write_wrapper
 from copier.chaos.schedule import HostClock, Plan, Settings
 from copier.config import load_config
 from copier.local.pipeline import LocalPipeline, local_properties
@@ -159,8 +160,12 @@ class Hosts:
         """Per worker start: its worker, host, settings and clock offset."""
         return [{**asdict(s), "settings": asdict(s.settings)} for s in self.starts]
 
-    def cleanup(self) -> int:
-        """Remove what libfaketime left in /dev/shm for processors that are gone (SIGKILLed ones)."""
+    def cleanup(self, settle_s: float = 5.0) -> int:
+        """Remove what libfaketime left in /dev/shm for processors that are gone (SIGKILLed ones), after
+        waiting up to ``settle_s`` for those just killed with their workers to be gone."""
+        deadline = time.monotonic() + settle_s
+        while any(running(pid) for pid in noted_pids(self.pids)) and time.monotonic() < deadline:
+            time.sleep(0.1)
         return remove_stale_shm(self.pids)
 
 
