@@ -7,7 +7,11 @@ EXTRAS ?= test,lint,spark,bench
 
 .PHONY: install test test-fast model-long demo lint chaos bench dist clean
 
+# libfaketime puts chaos seeds' processors off AWS time (copier/chaos/clocks.py; Debian's faketime package),
+# installed if missing: here rather than in $(STAMP)'s recipe, so that an existing .venv gets it too.
 install: $(STAMP)
+	command -v faketime >/dev/null 2>&1 || { sudo=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
+		$$sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q faketime; }
 
 # amazon-kclpy is an sdist whose build downloads the KCL MultiLangDaemon jars
 # from Maven Central (KCL_MVN_REPO_SEARCH_URL overrides the base URL); copier.jars

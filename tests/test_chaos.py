@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,9 +17,21 @@ from copier.chaos import __main__ as chaos_main
 from copier.chaos.proxy import FAULT_KINDS
 from copier.chaos.report import render
 from copier.chaos.run import SeedResult, run_seed
-from copier.chaos.schedule import FULL, PROCESS_FAULTS, SMOKE, draw
+from copier.chaos.schedule import (
+    BASE_SETTINGS,
+    DEDUP_KEYS,
+    FULL,
+    PROCESS_FAULTS,
+    SMOKE,
+    TARGET_RESHARDS,
+    UNKEYED_POLICIES,
+    Plan,
+    draw,
+)
 
-SMOKE_SEEDS = [8, 10]  # KCL 3.x and 2.x; kills, pauses past the lease, a split and a merge, every kind of proxy fault
+# KCL 3.x and 2.x; kills, pauses past the lease, a split and a merge, proxy faults; hosts off time beyond the
+# margin and clock steps both ways, settings changing between owners, a target split at an ambiguous put.
+SMOKE_SEEDS = [8, 10]
 
 
 def test_a_seed_always_draws_the_same_plan() -> None:
@@ -41,6 +54,57 @@ def test_fifty_seeds_draw_every_kind_of_fault_in_both_kcl_modes() -> None:
     assert all(2 <= p.workers <= 4 for p in plans)
 
 
+def _later_kinds(plan: Plan) -> set[str]:
+    """The clock, settings and target-reshard faults a plan draws, by name."""
+    kinds = {f"clock_{c.kind}" for c in plan.clocks}
+    kinds |= {s.dedup_key for s in plan.settings} | {s.unkeyed_policy for s in plan.settings}
+    for a in plan.actions:
+        if a.kind == "clock_step":
+            kinds.add("step_forward" if a.params["step_ms"] > 0 else "step_back")
+        elif a.kind in TARGET_RESHARDS:
+            kinds.add(f"{a.kind}_ambiguous" if a.params["ambiguous_put"] else a.kind)
+    return kinds
+
+
+def test_fifty_seeds_draw_clocks_settings_and_target_reshards_of_every_kind() -> None:
+    """Across the 50 seeds: hosts on time, within and beyond the margin, steps both ways, several skews, both
+    dedup keys and unkeyed policies, target splits and merges at an ambiguous put and not; and seeds without."""
+    plans = [draw(seed, FULL) for seed in range(1, 51)]
+    kinds = set().union(*(_later_kinds(p) for p in plans))
+    assert {"clock_none", "clock_within", "clock_beyond", "step_forward", "step_back"} <= kinds
+    assert set(DEDUP_KEYS) | set(UNKEYED_POLICIES) <= kinds
+    assert {f"{k}{a}" for k in TARGET_RESHARDS for a in ("", "_ambiguous")} <= kinds
+    assert {p.clock_skew_ms for p in plans if p.clocks} == set(FULL.clock_skews_ms)
+    assert any(not p.clocks for p in plans) and any(p.settings == (BASE_SETTINGS,) for p in plans)
+    for p in plans:
+        skew = p.clock_skew_ms
+        assert all(abs(c.offset_ms) <= skew // 2 for c in p.clocks if c.kind == "within")
+        assert all(abs(c.offset_ms) >= 3 * skew for c in p.clocks if c.kind == "beyond")
+        assert not p.clocks or len(p.clocks) == p.workers + sum(1 for a in p.actions if a.kind == "worker_join")
+
+
+def test_each_smoke_seed_has_each_later_kind_of_fault() -> None:
+    """make test's seeds: a host beyond the margin, a step each way, both settings changed between the first two
+    starts, and a target reshard at an ambiguous put (the smoke profile forces them)."""
+    for seed in SMOKE_SEEDS:
+        plan = draw(seed, SMOKE)
+        kinds = _later_kinds(plan)
+        assert {"clock_beyond", "step_forward", "step_back", "json:alt", "forward"} <= kinds, (seed, kinds)
+        assert plan.settings[0] != plan.settings[1] and plan.settings[0] == BASE_SETTINGS
+        assert any(k.endswith("_ambiguous") for k in kinds), (seed, kinds)
+
+
+def test_the_later_faults_leave_a_seeds_earlier_faults_as_they_were() -> None:
+    """Clocks, settings and target reshards come from generators of their own: without them, the same plan."""
+    without = replace(FULL, clock_share=0.0, settings_share=0.0, target_reshards=(0, 0))
+    for seed in range(1, 21):
+        full, bare = draw(seed, FULL), draw(seed, without)
+        later = {"clock_step", *TARGET_RESHARDS}
+        assert [a for a in full.actions if a.kind not in later] == list(bare.actions)
+        assert full.windows == bare.windows
+        assert (bare.clocks, bare.settings) == ((), (BASE_SETTINGS,))
+
+
 def test_the_report_has_a_summary_and_a_row_a_seed() -> None:
     """Totals add the seeds up; a failed seed shows its failures."""
     good = SeedResult(1, "full", "3.x", 2, ok=True, events=10, faults={"kill_host": 1, "proxy_put_timeout": 2})
@@ -51,6 +115,26 @@ def test_the_report_has_a_summary_and_a_row_a_seed() -> None:
     assert "In progress" not in text, "a complete run says nothing of progress"
     partial = render([good, bad], "python -m copier.chaos --seeds 5", 120.0, planned=5)
     assert "In progress or interrupted: 2 of 5 seeds ran." in partial
+
+
+def test_the_report_describes_and_sums_the_clock_settings_and_target_reshard_faults() -> None:
+    """The method section names the three later kinds; the summary adds up what each seed recorded of them."""
+    clocks = [
+        {"kind": "beyond", "margin_widened": 2},
+        {"kind": "beyond", "margin_widened": 0},
+        {"kind": "within", "margin_widened": 1},
+    ]
+    settings = [{"settings": {"dedup_key": k, "unkeyed_policy": "forward"}} for k in ("json:eventId", "json:alt")]
+    faults = {"clock_offset_beyond": 2, "clock_step_back": 1, "target_split": 1}
+    faults["target_reshard_across_ambiguous_put"] = 1
+    one = SeedResult(1, "full", "3.x", 2, ok=True, clocks=clocks, settings=settings, faults=faults, unkeyed_copies=3)
+    text = render([one, SeedResult(2, "full", "2.x", 2, ok=True)], "python -m copier.chaos --seeds 2", 60.0)
+    assert "**Clocks off AWS time.**" in text and "**Target reshards.**" in text and "libfaketime" in text
+    assert "- Clocks: 1 seeds with hosts under libfaketime" in text
+    assert "beyond it 2; clock steps 0 forward, 1 back; `clock_margin_widened` logged on 1 of the 2 hosts" in text
+    assert "- Settings: 1 seeds whose workers ran different settings" in text
+    assert "- Target reshards: 1, 1 of them across an ambiguous target put" in text
+    assert "under `unkeyedPolicy = forward`: 3 further copies" in text
 
 
 def test_resume_keeps_the_seeds_that_ran_on_the_same_code_and_only_those(tmp_path: Path) -> None:
@@ -85,8 +169,8 @@ def test_resume_keeps_the_seeds_that_ran_on_the_same_code_and_only_those(tmp_pat
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("seed", SMOKE_SEEDS)
 def test_a_chaos_seed_loses_and_duplicates_nothing(endpoint: str, tmp_path: Path, seed: int) -> None:
-    """The real pipeline under the seed's faults: nothing lost, nothing duplicated, poison dead-lettered once,
-    no crash loop, every shard caught up; and the faults were really injected."""
+    """The real pipeline under the seed's faults: nothing lost, every duplicate reported, poison delivered, no
+    crash loop, every shard caught up; and the faults were really injected, the clocks measured by the copier."""
     result = run_seed(draw(seed, SMOKE), endpoint, tmp_path)
     assert result.ok, f"{result.failures}; logs in {tmp_path}"
     assert (result.lost, result.duplicated - result.explained_duplicates) == (0, 0)
@@ -94,3 +178,11 @@ def test_a_chaos_seed_loses_and_duplicates_nothing(endpoint: str, tmp_path: Path
     injected = {k: v for k, v in result.faults.items() if k.startswith("proxy_")}
     assert sum(injected.values()) > 0, result.proxy_requests
     assert any(k.split("_past")[0] in PROCESS_FAULTS for k in result.faults), result.faults
+    faults = result.faults
+    assert faults.get("clock_offset_beyond", 0) >= 1 and faults.get("settings_change", 0) >= 1, faults
+    assert faults.get("clock_step_forward", 0) + faults.get("clock_step_back", 0) >= 1, faults
+    assert faults.get("target_split", 0) + faults.get("target_merge", 0) >= 1 and result.target_shards_closed >= 1
+    beyond = [c for c in result.clocks if c["kind"] == "beyond" and c["max_bound_ms"] is not None]
+    assert any(
+        c["margin_widened"] and any(abs(m - c["offset_ms"]) <= 500 for m in c["measured_offsets_ms"]) for c in beyond
+    ), f"a host beyond the margin was measured and its margins widened: {result.clocks}"

@@ -79,3 +79,29 @@ def test_state_table_faults_are_transient_and_a_late_500_has_applied(pipeline: P
         direct = DynamoStateStore(replace(cfg, state_endpoint=pipeline.endpoint))
         applied += direct.get(key) is not None
     assert 0 < applied < 8, "some 500s came before the write, some after it applied"
+
+
+def test_a_window_for_one_stream_hits_only_its_puts_and_wait_for_sees_the_injection(
+    pipeline: Pipeline, proxy: FaultProxy
+) -> None:
+    """A put fault bound to the target leaves other streams' puts alone; wait_for returns when it was injected."""
+    other = f"{pipeline.target}-other"
+    pipeline.kinesis.create_stream(StreamName=other, ShardCount=1)
+    pipeline.kinesis.get_waiter("stream_exists").wait(StreamName=other, WaiterConfig={"Delay": 0.1})
+    now = time.monotonic()
+    proxy.add(always("put_throttle"))  # the plan's window: the one bound to the target goes first all the same
+    proxy.add(FaultWindow("put_lost_response", now, now, 1.0, stream=pipeline.target))
+    streams = streams_via(proxy, pipeline)
+    with pytest.raises(TransientAwsError) as throttled:
+        streams.put_records(other, ENTRIES[:3])  # another stream's put meets the plan's window only
+    assert type(throttled.value) is TransientAwsError
+    assert proxy.wait_for(("put_lost_response",), pipeline.target, now, 0.1) is None
+    with pytest.raises(AmbiguousPutError):
+        streams.put_records(pipeline.target, ENTRIES[:3])
+    injection = proxy.wait_for(("put_lost_response",), pipeline.target, now, 5.0)
+    assert injection is not None and injection.stream == pipeline.target and injection.at >= now
+    with pytest.raises(TransientAwsError) as throttled:
+        streams.put_records(pipeline.target, ENTRIES[3:6])  # the window of one injection is closed: throttled
+    assert type(throttled.value) is TransientAwsError
+    proxy.cancel_waits()
+    assert proxy.wait_for(("put_timeout",), pipeline.target, now, 60.0) is None, "a cancelled wait returns at once"

@@ -9,6 +9,13 @@ original (a micro-batch replayed after a restart); poison records (JSON
 without an ID, bytes that are not JSON, a record of a megabyte) go in
 between. Only failed entries are retried, as the real writer does.
 
+Every event carries its ID twice: ``eventId`` and ``alt`` (``"a-"`` and the
+same ID), so that workers may run with either as ``copier.dedupKey`` (a
+rolling deploy changing it) while the check identifies every event by
+``eventId`` (:func:`original_id` maps an ``alt`` back). Each poison record
+is distinct (no two have the same bytes), so that the check can count the
+copies of each one, in the target too (under ``unkeyedPolicy = forward``).
+
 It records the manifest (keyed event IDs in first-production order), every
 poison record's staging position, and the last position written per shard,
 so the harness knows when the copier has caught up. A reshard takes
@@ -32,10 +39,21 @@ from copier.kinesis import paged_shards
 from copier.positions import Position
 from copier.shardmap import ShardMap, hash_key
 
-__all__ = ["ChaosProducer", "Poison", "Produced"]
+__all__ = ["ALT_PREFIX", "ChaosProducer", "Poison", "Produced", "alt_id", "original_id"]
 
 TICK_S = 0.5
-OVERSIZE_BYTES = 1_000_000
+OVERSIZE_BYTES = 1_000_000  # under the 1 MiB record limit, but its dead-letter envelope (base64) is not
+ALT_PREFIX = "a-"  # an event's "alt" field: this and its eventId (event IDs start with "c")
+
+
+def alt_id(event_id: str) -> str:
+    """The event's second ID field, one to one with its eventId."""
+    return ALT_PREFIX + event_id
+
+
+def original_id(found: str) -> str:
+    """The eventId of an ID the copier reports under either dedup key (``eventId`` or ``alt``)."""
+    return found.removeprefix(ALT_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -62,7 +80,8 @@ class Produced:
 
 def _event(n: int, run: str) -> tuple[str, str, bytes]:
     event_id = f"{run}-{n:07d}"
-    return event_id, f"user-{n % 64}", json.dumps({"eventId": event_id, "n": n, "body": "x" * 80}).encode()
+    body = {"eventId": event_id, "alt": alt_id(event_id), "n": n, "body": "x" * 80}
+    return event_id, f"user-{n % 64}", json.dumps(body).encode()
 
 
 class ChaosProducer:
@@ -149,7 +168,7 @@ class ChaosProducer:
 
     def _poison(self, kind: str) -> None:
         data = {
-            "no_id": json.dumps({"body": "an event without an ID"}).encode(),
+            "no_id": json.dumps({"body": "an event without an ID", "poison": len(self.out.poison)}).encode(),
             "not_json": b"\xff\xfe not json " + bytes(self.rng.getrandbits(8) for _ in range(16)),
             "oversize": b"\x00" * OVERSIZE_BYTES + bytes(self.rng.getrandbits(8) for _ in range(8)),
         }[kind]

@@ -23,7 +23,10 @@ with the seed's random generator, what happens to it:
 * ``state_outage``: the state table is unreachable (connections dropped).
 
 moto cannot produce any of these; that is why they are injected here. The
-proxy binds 127.0.0.1 only and counts what it injected, by kind.
+proxy binds 127.0.0.1 only and counts what it injected, by kind; it also
+keeps when each fault was injected and, for a put, into which stream
+(:attr:`FaultProxy.log`), so that the harness can reshard the target the
+moment a target put becomes ambiguous (:meth:`FaultProxy.wait_for`).
 """
 
 from __future__ import annotations
@@ -31,16 +34,18 @@ from __future__ import annotations
 import http.client
 import json
 import random
+import re
 import socket
 import threading
 import time
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["FAULT_KINDS", "FaultProxy", "FaultWindow"]
+__all__ = ["AMBIGUOUS_PUTS", "FAULT_KINDS", "FaultProxy", "FaultWindow", "Injection"]
 
 FAULT_KINDS = (
     "put_partial",
@@ -52,6 +57,7 @@ FAULT_KINDS = (
     "state_5xx",
     "state_outage",
 )
+AMBIGUOUS_PUTS = ("put_timeout", "put_lost_response")  # a put whose outcome the copier cannot know
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection"}
 _ENTRY_CODES = ("ProvisionedThroughputExceededException", "InternalFailure")
 
@@ -60,12 +66,34 @@ _ENTRY_CODES = ("ProvisionedThroughputExceededException", "InternalFailure")
 class FaultWindow:
     """A fault kind active from ``start`` to ``end`` (monotonic seconds), hitting each matching request
     with probability ``rate``; it stays open past ``end`` until it has injected once, so that a window
-    that met no traffic (the copier was between owners) still happens."""
+    that met no traffic (the copier was between owners) still happens. A put fault with a ``stream``
+    hits only puts to that stream."""
 
     kind: str
     start: float
     end: float
     rate: float
+    stream: str = ""
+
+
+@dataclass(frozen=True)
+class Injection:
+    """One fault the proxy injected: when (monotonic seconds, as the request arrived), what, and for a put
+    the stream it was for ("" otherwise)."""
+
+    at: float
+    kind: str
+    stream: str
+
+
+_STREAM_NAME = re.compile(rb'"StreamName"\s*:\s*"([^"]+)"')
+
+
+def _stream_name(body: bytes) -> str:
+    """The StreamName of a Kinesis request ("" if none): the one ``"StreamName":`` of its JSON body, as a key
+    (inside a string, its quotes would be escaped). botocore writes it first, so the search stops early."""
+    found = _STREAM_NAME.search(body)
+    return found.group(1).decode() if found else ""
 
 
 def _classify(target: str) -> str:
@@ -100,9 +128,12 @@ class FaultProxy:
         self.hang_s = hang_s
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
+        self._injected_cv = threading.Condition(self._lock)
         self._windows: list[FaultWindow] = []
         self._hits: Counter[FaultWindow] = Counter()
         self.injected: Counter[str] = Counter()
+        self.log: list[Injection] = []  # every injection, in order
+        self.cancelled = False  # set by cancel_waits: wait_for returns at once
         self.requests: Counter[str] = Counter()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -113,26 +144,55 @@ class FaultProxy:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def add(self, window: FaultWindow) -> None:
+        """Open ``window``. One bound to a stream is the harness asking for a fault at a moment (a target reshard
+        at an ambiguous put): it goes first, so that the plan's windows, which inject at most one fault a
+        request, do not take every request it waits for."""
         with self._lock:
-            self._windows.append(window)
+            if window.stream:
+                self._windows.insert(0, window)
+            else:
+                self._windows.append(window)
 
     def clear(self) -> None:
         """No faults from now on (what was injected stays counted)."""
         with self._lock:
             self._windows.clear()
 
-    def decide(self, kind_of_request: str) -> str | None:
-        """The fault to inject into a request of this class now, if any (one at a time)."""
+    def decide(self, kind_of_request: str, stream: str = "") -> str | None:
+        """The fault to inject into a request of this class (to ``stream``, for a put) now, if any (one at a time)."""
         now = time.monotonic()
         with self._lock:
             self.requests[kind_of_request] += 1
             for window in self._windows:
                 open_ = window.start <= now and (now < window.end or not self._hits[window])
-                if open_ and _APPLIES[window.kind] == kind_of_request and self._rng.random() < window.rate:
+                applies = _APPLIES[window.kind] == kind_of_request and window.stream in ("", stream)
+                if open_ and applies and self._rng.random() < window.rate:
                     self._hits[window] += 1
                     self.injected[window.kind] += 1
+                    self.log.append(Injection(now, window.kind, stream))
+                    self._injected_cv.notify_all()
                     return window.kind
         return None
+
+    def wait_for(self, kinds: Collection[str], stream: str, since: float, timeout_s: float) -> Injection | None:
+        """The first injection of one of ``kinds`` into a put to ``stream`` at or after ``since`` (monotonic),
+        waiting up to ``timeout_s`` for it; None if none came."""
+        deadline = time.monotonic() + timeout_s
+        with self._injected_cv:
+            while True:
+                for injection in self.log:
+                    if injection.at >= since and injection.kind in kinds and injection.stream == stream:
+                        return injection
+                left = deadline - time.monotonic()
+                if left <= 0 or self.cancelled:
+                    return None
+                self._injected_cv.wait(left)
+
+    def cancel_waits(self) -> None:
+        """End every :meth:`wait_for`, now and later (the run is over)."""
+        with self._injected_cv:
+            self.cancelled = True
+            self._injected_cv.notify_all()
 
     def choose(self, count: int, rate: float) -> dict[int, str]:
         """Entries of a PutRecords to fail, with their error codes (at least one)."""
@@ -178,7 +238,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         kind = _classify(self.headers.get("X-Amz-Target", ""))
-        fault = self.owner.decide(kind)
+        fault = self.owner.decide(kind, _stream_name(body) if kind == "put" else "")
         try:
             self._serve(fault, body)
         except (OSError, http.client.HTTPException):

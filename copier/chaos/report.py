@@ -2,13 +2,58 @@
 
 from __future__ import annotations
 
+import json
 import platform
 from collections import Counter
 from collections.abc import Sequence
 
 from copier.chaos.run import SeedResult
 
-__all__ = ["render"]
+__all__ = ["METHOD", "render"]
+
+# The faults beyond processes, staging reshards and the proxy's (what they are, why, and how each is counted).
+METHOD = [
+    "Besides process faults (kills, pauses shorter and longer than the lease, workers joining and leaving),",
+    "staging splits and merges and the proxy's AWS faults, a seed may draw three more kinds:",
+    "",
+    "- **Clocks off AWS time.** Each host's `copier process` children run under libfaketime",
+    "  (`copier/chaos/clocks.py`; the daemon's JVM and the local backend, which stands for AWS time, stay on",
+    "  the real clock): on time, off by up to half of `copier.clockSkewMillis` (the protocol's assumption),",
+    "  or by 3 to 8 times it; and clock steps of 2 to 6 times it, forward and back, while processors run.",
+    "  The copier must measure each offset against the `Date` of AWS answers and widen its margins",
+    "  (`clock_margin_widened`). Counted: hosts whose workers started off time (`clock_offset_within`,",
+    "  `clock_offset_beyond`), steps written while the host's worker ran (`clock_step_forward`,",
+    "  `clock_step_back`); each seed's results keep, per host, what was drawn, stepped and measured.",
+    "- **Settings changing between owners.** Each worker start, restarts included, runs with a properties",
+    "  file of its own, as in a rolling deploy: `copier.dedupKey` `json:eventId` or `json:alt` (the producer",
+    "  writes `alt`, `a-` and the event ID, into every event; the check goes by `eventId`) and",
+    "  `copier.unkeyedPolicy` `deadletter` or `forward`. Counted: starts whose settings differ from the",
+    "  previous start's (`settings_change`).",
+    "- **Target reshards.** Splits and merges of the target stream, most of them carried out the moment the",
+    "  proxy makes a target put ambiguous (a timeout or a lost answer), so that the copier verifies that put",
+    "  across the reshard. Counted: `target_split`, `target_merge`, and `target_reshard_across_ambiguous_put`",
+    "  when an ambiguous target put was sent before the reshard and verified after it.",
+]
+
+
+def _later_summary(results: Sequence[SeedResult], total: Counter[str]) -> list[str]:
+    """A list on the clock, settings and target-reshard faults, and on the copies of events without an ID."""
+    beyond = [c for r in results for c in r.clocks if c["kind"] == "beyond"]
+    return [
+        f"- Clocks: {sum(1 for r in results if r.clocks)} seeds with hosts under libfaketime; hosts off time within "
+        f"the margin {total['clock_offset_within']}, beyond it {total['clock_offset_beyond']}; clock steps "
+        f"{total['clock_step_forward']} forward, {total['clock_step_back']} back; `clock_margin_widened` logged "
+        f"on {sum(1 for c in beyond if c['margin_widened'])} of the {len(beyond)} hosts beyond the margin.",
+        f"- Settings: {sum(1 for r in results if len({json.dumps(s['settings']) for s in r.settings}) > 1)} seeds "
+        f"whose workers ran different settings, {total['settings_change']} changes between starts; "
+        f"{sum(r.verified_across_settings for r in results)} chunks in flight verified under settings other "
+        "than their verifier's.",
+        f"- Target reshards: {total['target_split'] + total['target_merge']}, "
+        f"{total['target_reshard_across_ambiguous_put']} of them across an ambiguous target put; "
+        f"{sum(r.target_shards_closed for r in results)} closed target shards read to their end.",
+        f"- Events without an ID (poison records) delivered more than once under `unkeyedPolicy = forward`: "
+        f"{sum(r.unkeyed_copies for r in results)} further copies (at least once is the documented guarantee).",
+    ]
 
 
 def _faults(faults: dict[str, int]) -> str:
@@ -30,9 +75,16 @@ def render(
         "a producer of plain and KPL-aggregated records with duplicates and poison records) under the faults",
         "its seed draws, then checks the target and dead-letter streams against what was produced.",
         "What each fault is: `copier/chaos/schedule.py` and `copier/chaos/proxy.py`; the check:",
-        "`copier/chaos/check.py`. A seed fails on a lost event, a duplicate the copier did not report",
-        "(`possible_duplicates`), an event whose first copy is out of its key's order, a poison record not",
-        "dead-lettered exactly once, a `fatal` log line, a crash loop, or a shard not caught up in time.",
+        "`copier/chaos/check.py`.",
+        "",
+        *METHOD,
+        "",
+        "A seed fails on a lost event, a duplicate (in the target and dead-letter streams together) the copier",
+        "did not report (`possible_duplicates`, under either dedup key), an event whose first copy is out of its",
+        "key's order, a poison record not delivered (exactly once to the dead-letter stream; when a worker ran",
+        "`unkeyedPolicy = forward`, at least once to either stream, its further copies counted, not failed), a",
+        "shard of either stream (closed ones included) not read to its last record, a `fatal` log line, a crash",
+        "loop, or a shard not caught up in time.",
         "",
         f"Command: `{command}` ({elapsed_s / 60:.0f} minutes on {platform.machine()}, "
         f"{platform.python_implementation()} {platform.python_version()}). Raw results: `docs/reliability.json`.",
@@ -60,6 +112,8 @@ def render(
         f"2.x-compatible mode: {sum(1 for r in results if r.kcl_mode == '2.x')} seeds. "
         f"Worker restarts: {sum(r.restarts for r in results)}; "
         f"unexpected daemon exits: {sum(r.unexpected_exits for r in results)}.",
+        "",
+        *_later_summary(results, total),
         "",
         "Faults injected, by kind:",
         "",

@@ -9,10 +9,14 @@ proxy; and the producer (``copier.chaos.producer``) writing to staging.
 While it runs, the harness carries out the plan's actions at their times
 (SIGKILL of a processor, a daemon or a whole worker; SIGSTOP and SIGCONT of
 a processor or a daemon, shorter or longer than the lease; workers joining
-and leaving with SIGTERM; staging splits and merges) and opens the proxy's
-fault windows. Like systemd's ``Restart=always``, it restarts a worker whose
-daemon exits, a second later; an exit it did not cause (a processor exited
-on its own) is counted, and more than two are a crash loop.
+and leaving with SIGTERM; staging splits and merges; target splits and
+merges, an ambiguous one the moment the proxy makes a target put ambiguous,
+so that the copier verifies that put across the reshard; clock steps of a
+host) and opens the proxy's fault windows. Each worker start runs with its
+own properties file and on its host's clock (``copier.chaos.hosts``). Like
+systemd's ``Restart=always``, it restarts a worker whose daemon exits, a
+second later, on the same host; an exit it did not cause (a processor
+exited on its own) is counted, and more than two are a crash loop.
 
 The plan's clock starts once every staging shard has a processor (the KCL
 takes 5 to 30 s to hand out its first leases), so that the producer and the
@@ -36,22 +40,33 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from copier.chaos.check import check
+from copier.chaos.check import check, copier_events
+from copier.chaos.hosts import Host, Hosts
 from copier.chaos.producer import ChaosProducer
-from copier.chaos.proxy import FaultProxy, FaultWindow
-from copier.chaos.schedule import Action, Plan
+from copier.chaos.proxy import FaultProxy, FaultWindow, Injection
+from copier.chaos.schedule import TARGET_RESHARDS, Action, Plan
+from copier.kinesis import paged_shards
 from copier.local.pipeline import LocalPipeline, Worker
 
 __all__ = ["SeedResult", "run_seed"]
 
 RESTART_DELAY_S = 1.0
 RETRIES = 15  # an action that finds no worker with processors is tried again every 2 s, this many times
+# A clock step waits longer for processors to live through it (the copier can be idle for 100 s: a killed KCL
+# leader's lock expiring); then it steps a host whose processors start on the stepped clock.
+STEP_RETRIES = 60
 CRASH_LOOP = 3  # unexpected daemon exits in one seed that count as a crash loop
 LEASE_MS = 3000
 PUT_TIMEOUT_MS = 1000
 # Small GetRecords batches: many puts and state writes, so that the proxy's fault windows meet traffic.
 KCL_BATCHES = {"maxRecords": "200"}
 KCL_2X = {"clientVersionConfig": "CLIENT_VERSION_CONFIG_COMPATIBLE_WITH_2X"}
+# How long an ambiguous target reshard waits for the proxy to make a target put ambiguous: the copier can be idle
+# for 100 s (a killed KCL leader's lock expiring); the run's end stops the wait (FaultProxy.cancel_waits).
+AMBIGUOUS_WAIT_S = 120.0
+# How long after an ambiguous put the copier reads the target to verify it: a timed-out put waits out its timeout,
+# then the put timeout again (copier.forward); a dropped answer comes at once, then the put timeout.
+VERIFIED_AFTER_S = {"put_timeout": 2 * PUT_TIMEOUT_MS / 1000, "put_lost_response": PUT_TIMEOUT_MS / 1000}
 
 
 @dataclass
@@ -77,7 +92,16 @@ class SeedResult:
     explained_duplicates: int = 0
     out_of_order: int = 0
     poison: int = 0
+    unkeyed_copies: int = 0  # copies beyond the first of poison records without an ID (unkeyedPolicy = forward)
+    target_shards: int = 0  # target shards read by the check, closed ones included
+    target_shards_closed: int = 0
     faults: dict[str, int] = field(default_factory=dict)
+    clock_skew_ms: int = 0  # copier.clockSkewMillis of every worker
+    clocks: list[dict[str, Any]] = field(default_factory=list)  # per faked host: drawn, stepped, measured
+    settings: list[dict[str, Any]] = field(default_factory=list)  # per worker start: its settings and host
+    verified_across_settings: int = 0  # verified_pending lines whose batch was recorded under other settings
+    target_reshards: list[dict[str, Any]] = field(default_factory=list)
+    ambiguous_puts: list[dict[str, Any]] = field(default_factory=list)  # when the proxy made a put ambiguous, where
     proxy_requests: dict[str, int] = field(default_factory=dict)  # the copier's calls through the proxy, by class
     unexpected_exits: int = 0
     restarts: int = 0
@@ -129,6 +153,9 @@ class _Harness:
         self.unexpected = 0
         self.restarts = 0
         self.live: list[Worker] = []
+        self.t0 = time.monotonic()  # the plan's clock; set again once every staging shard has a processor
+        self.reshard_threads: list[threading.Thread] = []
+        self.target_reshards: list[dict[str, Any]] = []  # appended by the reshard threads
         run = f"c{plan.seed}-{uuid.uuid4().hex[:6]}"
         self.proxy = FaultProxy(endpoint, plan.seed, hang_s=PUT_TIMEOUT_MS / 1000 + 0.5)
         self.proxy.__enter__()
@@ -144,7 +171,9 @@ class _Harness:
                 "targetEndpoint": self.proxy.endpoint,
                 "stateTableEndpoint": self.proxy.endpoint,
                 "unkeyedPolicy": "deadletter",
-                "deadLetterStreamName": dead_letter,
+                "deadLetterStreamName": dead_letter,  # under either policy (the check expects poison there)
+                "ordering": "partitionKey",  # the check fails a seed on disorder under it
+                "clockSkewMillis": str(plan.clock_skew_ms),
                 "putTimeoutMillis": str(PUT_TIMEOUT_MS),
                 "maxBackoffMillis": "2000",
                 "logLevel": "INFO",
@@ -154,11 +183,15 @@ class _Harness:
         self.pipeline.kinesis.create_stream(StreamName=dead_letter, ShardCount=1)
         self.pipeline.kinesis.get_waiter("stream_exists").wait(StreamName=dead_letter)
         self.producer = ChaosProducer(self.pipeline.kinesis, self.pipeline.staging, plan, run)
+        self.hosts = Hosts(plan, self.pipeline)
 
     # -- workers ------------------------------------------------------------------------
 
-    def start_worker(self) -> Worker:
-        worker = self.pipeline.start_worker(f"w{next(self.rng_names)}")
+    def start_worker(self, host: Host | None = None) -> Worker:
+        """Start a worker on ``host`` (a restart) or on a new host, with the next start's properties."""
+        name = f"w{next(self.rng_names)}"
+        properties = self.hosts.properties(host or self.hosts.new_host(), name)
+        worker = self.pipeline.start_worker(name, properties)
         self.live.append(worker)
         return worker
 
@@ -173,7 +206,7 @@ class _Harness:
                 self.unexpected += 1
             self.restarts += 1
             time.sleep(RESTART_DELAY_S)
-            self.start_worker()
+            self.start_worker(self.hosts.host_of[worker.name])
 
     def resume_due(self, now: float) -> None:
         for pid, when in list(self.stopped.items()):
@@ -181,26 +214,51 @@ class _Harness:
                 _signal(pid, signal.SIGCONT)
                 del self.stopped[pid]
 
-    def _pick(self, rng_index: int) -> Worker | None:
-        """A live, running worker that has processors (a daemon just restarted has none yet)."""
-        candidates = [w for w in self.live if w.alive and w.proc.pid not in self.stopped and _children(w.proc.pid)]
+    def _pick(self, rng_index: int, processors: bool = True) -> Worker | None:
+        """A live, running worker that has processors (a daemon just restarted has none yet), or with
+        ``processors=False`` any live one."""
+        candidates = [
+            w
+            for w in self.live
+            if w.alive and w.proc.pid not in self.stopped and (not processors or _children(w.proc.pid))
+        ]
         return candidates[rng_index % len(candidates)] if candidates else None
 
-    def act(self, action: Action, index: int) -> bool:
-        """Carry out one action of the plan (``index`` picks the worker); False if it found nothing to act on."""
+    def act(self, action: Action, index: int, last_try: bool = False) -> bool:
+        """Carry out one action of the plan (``index`` picks the worker); False if it found nothing to act on.
+
+        A clock step waits, like the other actions, for a worker with processors (a step they live through),
+        but on its ``last_try`` steps any live worker's host: its processors start on the stepped clock."""
         kind = action.kind
+        if kind in TARGET_RESHARDS:  # in a thread of its own (it may wait for an ambiguous put), counted there
+            thread = threading.Thread(target=self._target_reshard, args=(action,), name=kind, daemon=True)
+            self.reshard_threads.append(thread)
+            thread.start()
+            return True
+        label: str | None = f"{kind}_past_lease" if action.params.get("past_lease") else kind
         if kind == "worker_join":
             self.start_worker()
         elif kind in ("split", "merge"):
             if not self._reshard(kind):
                 return False
+        elif kind == "clock_step":
+            label = self._clock_step(action, index, last_try)
         else:
             worker = self._pick(index)
             if worker is None or not self._act_on(worker, action, index):
                 return False
-        label = f"{kind}_past_lease" if action.params.get("past_lease") else kind
+        if label is None:
+            return False
         self.faults[label] += 1
         return True
+
+    def _clock_step(self, action: Action, index: int, last_try: bool) -> str | None:
+        """Step a host's clock (see :meth:`act`); the fault's name, or None if there was no host to step."""
+        worker = self._pick(index) or (self._pick(index, processors=False) if last_try else None)
+        if worker is None:
+            return None
+        running = len(_children(worker.proc.pid))
+        return self.hosts.step(worker.name, int(action.params["step_ms"]), time.monotonic() - self.t0, running)
 
     def _act_on(self, worker: Worker, action: Action, index: int) -> bool:
         kind, pid = action.kind, worker.proc.pid
@@ -230,43 +288,92 @@ class _Harness:
         return _signal(child, signal.SIGKILL)
 
     def _reshard(self, kind: str) -> bool:
-        kinesis, stream = self.pipeline.kinesis, self.pipeline.staging
+        """A staging split or merge, between two of the producer's puts."""
         done = {"ok": False}
 
         def change() -> None:
-            shards = [
-                s
-                for s in kinesis.list_shards(StreamName=stream)["Shards"]
-                if "EndingSequenceNumber" not in s["SequenceNumberRange"]
-            ]
-            shards.sort(key=lambda s: int(s["HashKeyRange"]["StartingHashKey"]))
-            if kind == "split":
-                widest = max(
-                    shards,
-                    key=lambda s: int(s["HashKeyRange"]["EndingHashKey"]) - int(s["HashKeyRange"]["StartingHashKey"]),
-                )
-                low, high = int(widest["HashKeyRange"]["StartingHashKey"]), int(widest["HashKeyRange"]["EndingHashKey"])
-                kinesis.split_shard(
-                    StreamName=stream, ShardToSplit=widest["ShardId"], NewStartingHashKey=str((low + high) // 2)
-                )
-            elif len(shards) >= 2:
-                kinesis.merge_shards(
-                    StreamName=stream, ShardToMerge=shards[0]["ShardId"], AdjacentShardToMerge=shards[1]["ShardId"]
-                )
-            else:
-                return
-            kinesis.get_waiter("stream_exists").wait(StreamName=stream, WaiterConfig={"Delay": 0.2})
-            done["ok"] = True
+            done["ok"] = reshard_stream(self.pipeline.kinesis, self.pipeline.staging, kind)
 
         self.producer.reshard(change)
         return done["ok"]
 
+    def _target_reshard(self, action: Action) -> None:
+        """A target split or merge; an ambiguous one first makes the proxy turn the copier's next target put
+        into its ``ambiguous_put`` fault (a window of one injection), and reshards the moment it has."""
+        waited: Injection | None = None
+        put = action.params.get("ambiguous_put")
+        if put:
+            now, target = time.monotonic(), self.pipeline.target
+            self.proxy.add(FaultWindow(put, now, now, 1.0, stream=target))
+            waited = self.proxy.wait_for((put,), target, now, AMBIGUOUS_WAIT_S)
+        started = time.monotonic()
+        done = not self.proxy.cancelled and reshard_stream(
+            self.pipeline.kinesis, self.pipeline.target, action.kind.removeprefix("target_")
+        )
+        self.target_reshards.append(
+            {
+                "kind": action.kind,
+                "planned_at_s": action.at_s,
+                "at_s": round(started - self.t0, 1),
+                "ambiguous_put": put,
+                "waited_for": waited.kind if waited else None,
+                "done": done,
+                "started": started,
+                "ended": time.monotonic(),
+            }
+        )
+
     def close(self) -> None:
+        self.proxy.cancel_waits()  # a target reshard still waiting for an ambiguous put is not done
+        for thread in self.reshard_threads:
+            thread.join(60)
         for pid in list(self.stopped):
             _signal(pid, signal.SIGCONT)
         self.stopped.clear()
         self.pipeline.stop_workers([w for w in self.pipeline.workers if not w.log.closed])
         self.proxy.__exit__()
+        self.hosts.cleanup()
+
+
+def reshard_stream(kinesis: Any, stream: str, kind: str) -> bool:
+    """Split the widest open shard of ``stream`` in the middle, or merge its two lowest (adjacent) open shards,
+    and wait until the stream is active again; False if there is nothing to merge."""
+    shards = [
+        s for s in paged_shards(kinesis.list_shards, stream) if "EndingSequenceNumber" not in s["SequenceNumberRange"]
+    ]
+    shards.sort(key=lambda s: int(s["HashKeyRange"]["StartingHashKey"]))
+    if kind == "split":
+        widest = max(
+            shards, key=lambda s: int(s["HashKeyRange"]["EndingHashKey"]) - int(s["HashKeyRange"]["StartingHashKey"])
+        )
+        low, high = int(widest["HashKeyRange"]["StartingHashKey"]), int(widest["HashKeyRange"]["EndingHashKey"])
+        middle = str((low + high) // 2)
+        kinesis.split_shard(StreamName=stream, ShardToSplit=widest["ShardId"], NewStartingHashKey=middle)
+    elif len(shards) >= 2:
+        kinesis.merge_shards(
+            StreamName=stream, ShardToMerge=shards[0]["ShardId"], AdjacentShardToMerge=shards[1]["ShardId"]
+        )
+    else:
+        return False
+    kinesis.get_waiter("stream_exists").wait(StreamName=stream, WaiterConfig={"Delay": 0.2})
+    return True
+
+
+def _across_ambiguous_puts(reshards: list[dict[str, Any]], injections: list[Injection], target: str) -> None:
+    """Mark each target reshard that came between an ambiguous target put and the read that verifies it
+    (``across_ambiguous_put``: the kind, and how long before the reshard that put was sent)."""
+    for reshard in reshards:
+        across = [
+            i
+            for i in injections
+            if i.stream == target
+            and i.kind in VERIFIED_AFTER_S
+            and i.at <= reshard["started"]
+            and reshard["ended"] < i.at + VERIFIED_AFTER_S[i.kind]
+        ]
+        latest = max(across, key=lambda i: i.at) if across else None
+        reshard["across_ambiguous_put"] = latest.kind if latest else None
+        reshard["put_before_s"] = round(reshard["started"] - latest.at, 2) if latest else None
 
 
 def run_seed(plan: Plan, endpoint: str, workdir: Path) -> SeedResult:
@@ -283,6 +390,7 @@ def run_seed(plan: Plan, endpoint: str, workdir: Path) -> SeedResult:
     result.aggregates, result.largest_aggregate = out.aggregates, out.largest_aggregate
     result.producer_duplicates = out.duplicates
     result.poison = len(out.poison)
+    _record_later_faults(harness, result)
     result.faults = dict(
         sorted({**harness.faults, **{f"proxy_{k}": v for k, v in harness.proxy.injected.items()}}.items())
     )
@@ -295,14 +403,41 @@ def run_seed(plan: Plan, endpoint: str, workdir: Path) -> SeedResult:
     if harness.producer.error is not None:
         result.failures.append(f"producer failed: {harness.producer.error!r}")
     direct = replace(harness.pipeline.config, target_endpoint=endpoint)  # the check reads past the proxy
-    verdict = check(direct, out, sorted(workdir.glob("worker-*.log")))
+    logs = sorted(workdir.glob("worker-*.log"))
+    verdict = check(direct, out, logs, unkeyed_forwarded=harness.hosts.unkeyed_forwarded())
     result.target_records, result.dead_letter_records = verdict.target_records, verdict.dead_letter_records
+    result.unkeyed_copies = verdict.unkeyed_copies
+    result.target_shards, result.target_shards_closed = verdict.target_shards, verdict.target_shards_closed
+    verified = copier_events(logs, {"verified_pending"})
+    result.verified_across_settings = sum(1 for e in verified if e.get("settings_changed"))
     result.lost, result.duplicated = verdict.lost, verdict.duplicated
     result.explained_duplicates, result.out_of_order = verdict.explained_duplicates, verdict.out_of_order
     result.failures.extend(verdict.failures)
     result.ok = not result.failures
     result.total_s = round(time.monotonic() - started, 1)
     return result
+
+
+def _record_later_faults(harness: _Harness, result: SeedResult) -> None:
+    """Count what was injected of the clock, settings and target-reshard faults, and keep their details."""
+    harness.faults.update(harness.hosts.faults())
+    reshards = sorted(harness.target_reshards, key=lambda r: r["started"])
+    _across_ambiguous_puts(reshards, list(harness.proxy.log), harness.pipeline.target)
+    for reshard in reshards:
+        harness.faults[reshard["kind"] if reshard["done"] else f"skipped_{reshard['kind']}"] += 1
+        if reshard["done"] and reshard["across_ambiguous_put"]:
+            harness.faults["target_reshard_across_ambiguous_put"] += 1
+        del reshard["started"], reshard["ended"]
+    result.target_reshards = reshards
+    streams = {harness.pipeline.target: "target", harness.pipeline.config.dead_letter_stream_name: "dead-letter"}
+    result.ambiguous_puts = [
+        {"at_s": round(i.at - harness.t0, 2), "kind": i.kind, "stream": streams.get(i.stream, i.stream)}
+        for i in harness.proxy.log
+        if i.kind in VERIFIED_AFTER_S
+    ]
+    result.clock_skew_ms = harness.plan.clock_skew_ms
+    result.clocks = harness.hosts.clock_results()
+    result.settings = harness.hosts.settings_results()
 
 
 def _wait_ready(harness: _Harness, timeout_s: float) -> float:
@@ -321,7 +456,7 @@ def _drive(plan: Plan, harness: _Harness, result: SeedResult) -> None:
     for _ in range(plan.workers):
         harness.start_worker()
     result.startup_s = _wait_ready(harness, 120)  # the plan's times count from here: faults hit a busy copier
-    t0 = time.monotonic()
+    t0 = harness.t0 = time.monotonic()
     for window in plan.windows:
         harness.proxy.add(
             FaultWindow(window.kind, t0 + window.start_s, t0 + window.start_s + window.length_s, window.rate)
@@ -334,8 +469,9 @@ def _drive(plan: Plan, harness: _Harness, result: SeedResult) -> None:
         for item in [p for p in pending if p[0] <= now]:
             pending.remove(item)
             when, index, action, tries = item
-            if not harness.act(action, index):  # nothing to act on yet (workers restarting): a little later
-                if tries < RETRIES:
+            retries = STEP_RETRIES if action.kind == "clock_step" else RETRIES
+            if not harness.act(action, index, tries >= retries):  # nothing to act on yet (workers restarting): later
+                if tries < retries:
                     pending.append((now + 2.0, index, action, tries + 1))
                 else:
                     harness.faults[f"skipped_{action.kind}"] += 1

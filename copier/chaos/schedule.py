@@ -4,8 +4,14 @@ Pure: ``draw(seed, profile)`` returns the same :class:`Plan` every time. The
 plan fixes the pipeline's shape (workers, shards, the KCL's mode), what the
 producer writes (plain and KPL-aggregated records, producer duplicates,
 late duplicates, poison records) and the faults, each at a time after the
-start: process faults, workers joining and leaving, reshards, and windows
-in which the proxy injects AWS faults into the copier's calls.
+start: process faults, workers joining and leaving, reshards of the staging
+and of the target stream, windows in which the proxy injects AWS faults into
+the copier's calls, host clocks off AWS time and stepped while they run, and
+the settings each worker start runs with (a rolling deploy between owners).
+
+The three later kinds (clocks, settings, target reshards) are drawn from
+generators of their own, seeded from the seed: with them, a seed draws its
+earlier faults as before (the same kinds at the same times).
 
 What cannot be fixed by a seed is the interleaving of real processes (which
 request a proxy fault hits, where a SIGKILL lands in a batch): a run of the
@@ -16,12 +22,27 @@ requests. The results record what was injected.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from copier.chaos.proxy import FAULT_KINDS
+from copier.chaos.proxy import AMBIGUOUS_PUTS, FAULT_KINDS
 
-__all__ = ["PROCESS_FAULTS", "Action", "Plan", "Profile", "FULL", "SMOKE", "draw"]
+__all__ = [
+    "BASE_SETTINGS",
+    "CLOCK_KINDS",
+    "DEDUP_KEYS",
+    "PROCESS_FAULTS",
+    "TARGET_RESHARDS",
+    "UNKEYED_POLICIES",
+    "Action",
+    "HostClock",
+    "Plan",
+    "Profile",
+    "Settings",
+    "FULL",
+    "SMOKE",
+    "draw",
+]
 
 PROCESS_FAULTS = (
     "kill_processor",  # SIGKILL one copier process (its daemon exits too, and is restarted)
@@ -33,6 +54,16 @@ PROCESS_FAULTS = (
     "worker_leave",  # SIGTERM a worker: the KCL hands its leases over, copier releases its own
 )
 RESHARDS = ("split", "merge")
+TARGET_RESHARDS = ("target_split", "target_merge")  # {"ambiguous_put": a put fault}: at one on the target
+CLOCK_KINDS = (
+    "none",  # on AWS time
+    "within",  # off by up to half of copier.clockSkewMillis: the protocol's assumption holds
+    "beyond",  # off by several times copier.clockSkewMillis: the copier must measure it and widen its margins
+)
+DEDUP_KEYS = ("json:eventId", "json:alt")  # the producer's "alt" is "a-" + eventId: one to one
+UNKEYED_POLICIES = ("deadletter", "forward")
+DEFAULT_SKEW_MS = 200  # copier.clockSkewMillis of a seed without clock faults (copier.local.pipeline's)
+SETTINGS_STARTS = 16  # settings drawn for this many worker starts; later starts take them again in turn
 
 
 @dataclass(frozen=True)
@@ -55,6 +86,29 @@ class Window:
 
 
 @dataclass(frozen=True)
+class HostClock:
+    """How far a host's clock is off AWS time when its first worker starts (``offset_ms``: local minus AWS).
+
+    The harness runs the host's ``copier process`` children under libfaketime
+    (``copier.chaos.clocks``); ``clock_step`` actions move it while it runs.
+    """
+
+    kind: str  # one of CLOCK_KINDS
+    offset_ms: int
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What one worker start's properties file sets of the plan settings (the rest is the same for all)."""
+
+    dedup_key: str  # one of DEDUP_KEYS
+    unkeyed_policy: str  # one of UNKEYED_POLICIES
+
+
+BASE_SETTINGS = Settings("json:eventId", "deadletter")
+
+
+@dataclass(frozen=True)
 class Profile:
     """Sizes a plan is drawn within: the full suite's, or the short run inside ``make test``."""
 
@@ -69,10 +123,24 @@ class Profile:
     poison: tuple[int, int]
     catch_up_s: float
     late_at_s: float  # when the first events are written again (about that long after the originals)
+    clock_share: float  # share of seeds whose hosts' clocks are off AWS time (and stepped)
+    clock_skews_ms: tuple[int, ...]  # copier.clockSkewMillis of such a seed, one of these
+    clock_steps: tuple[int, int]  # clock steps in such a seed
+    settings_share: float  # share of seeds whose worker starts run with changing settings
+    target_reshards: tuple[int, int]
+    forced: bool  # every seed has each later kind of fault, the interesting cases first (make test runs two)
 
 
-FULL = Profile("full", (2, 4), (2, 4), (3000, 6000), 60.0, (3, 7), (0, 2), (2, 5), (3, 8), 300.0, 120.0)
-SMOKE = Profile("smoke", (2, 3), (2, 3), (1200, 1800), 30.0, (2, 3), (1, 1), (2, 3), (2, 4), 240.0, 40.0)
+FULL = Profile(
+    "full", (2, 4), (2, 4), (3000, 6000), 60.0, (3, 7), (0, 2), (2, 5), (3, 8), 300.0, 120.0,
+    clock_share=0.6, clock_skews_ms=(200, 500, 1000), clock_steps=(1, 3), settings_share=0.6,
+    target_reshards=(0, 2), forced=False,
+)
+SMOKE = Profile(
+    "smoke", (2, 3), (2, 3), (1200, 1800), 30.0, (2, 3), (1, 1), (2, 3), (2, 4), 240.0, 40.0,
+    clock_share=1.0, clock_skews_ms=(200,), clock_steps=(2, 2), settings_share=1.0,
+    target_reshards=(1, 1), forced=True,
+)
 
 
 @dataclass(frozen=True)
@@ -96,6 +164,9 @@ class Plan:
     actions: tuple[Action, ...]
     windows: tuple[Window, ...]
     catch_up_s: float
+    clock_skew_ms: int = DEFAULT_SKEW_MS  # copier.clockSkewMillis of every worker
+    clocks: tuple[HostClock, ...] = ()  # the n-th host's clock (in the order hosts first start); (): none faked
+    settings: tuple[Settings, ...] = (BASE_SETTINGS,)  # the n-th worker start's settings, taken in turn
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -112,6 +183,9 @@ class Plan:
             "poison": list(self.poison),
             "actions": [{"at_s": a.at_s, "kind": a.kind, **a.params} for a in self.actions],
             "windows": [w.__dict__ for w in self.windows],
+            "clock_skew_ms": self.clock_skew_ms,
+            "clocks": [c.__dict__ for c in self.clocks],
+            "settings": [s.__dict__ for s in self.settings],
         }
 
 
@@ -153,7 +227,7 @@ def draw(seed: int, profile: Profile = FULL, lease_s: float = 3.0) -> Plan:
         sorted((_window(rng, produce) for _ in range(rng.randint(*profile.windows))), key=lambda w: w.start_s)
     )
     poison = tuple(rng.choice(["no_id", "not_json", "oversize"]) for _ in range(rng.randint(*profile.poison)))
-    return Plan(
+    plan = Plan(
         seed=seed,
         profile=profile.name,
         kcl_mode=rng.choice(["3.x", "2.x"]),
@@ -172,3 +246,80 @@ def draw(seed: int, profile: Profile = FULL, lease_s: float = 3.0) -> Plan:
         windows=windows,
         catch_up_s=profile.catch_up_s,
     )
+    return _later_faults(plan, profile)
+
+
+def _later_faults(plan: Plan, profile: Profile) -> Plan:
+    """Add the clock, settings and target-reshard faults, each from its own generator (see the module docstring)."""
+    hosts = plan.workers + sum(1 for a in plan.actions if a.kind == "worker_join")
+    skew, clocks, steps = _clocks(random.Random(f"{plan.seed}:clocks"), profile, hosts)
+    settings = _settings(random.Random(f"{plan.seed}:settings"), profile)
+    reshards = _target_reshards(random.Random(f"{plan.seed}:target"), profile)
+    return replace(
+        plan,
+        clock_skew_ms=skew,
+        clocks=clocks,
+        settings=settings,
+        actions=tuple(sorted(plan.actions + steps + reshards, key=lambda a: a.at_s)),
+    )
+
+
+def _host_clock(rng: random.Random, kind: str, skew_ms: int) -> HostClock:
+    """A clock of ``kind``: within is 10% to 50% of the skew off (either way), beyond 3 to 8 times the skew."""
+    if kind == "none":
+        return HostClock(kind, 0)
+    sign = rng.choice((1, -1))
+    low, high = (0.1, 0.5) if kind == "within" else (3.0, 8.0)
+    return HostClock(kind, sign * round(rng.uniform(low, high) * skew_ms))
+
+
+def _clocks(rng: random.Random, profile: Profile, hosts: int) -> tuple[int, tuple[HostClock, ...], tuple[Action, ...]]:
+    """copier.clockSkewMillis, each host's clock, and the clock steps (2 to 6 times the skew, either way).
+
+    A forced profile has a host beyond the margin and steps both forward and back.
+    """
+    if rng.random() >= profile.clock_share:
+        return DEFAULT_SKEW_MS, (), ()
+    skew = rng.choice(profile.clock_skews_ms)
+    clocks = [_host_clock(rng, rng.choice(CLOCK_KINDS), skew) for _ in range(hosts)]
+    if profile.forced and all(c.kind != "beyond" for c in clocks):
+        clocks[0] = _host_clock(rng, "beyond", skew)
+    steps = []
+    for n in range(rng.randint(*profile.clock_steps)):
+        sign = (1, -1)[n % 2] if profile.forced else rng.choice((1, -1))
+        at = round(rng.uniform(5, profile.produce_s + 20), 1)
+        steps.append(Action(at, "clock_step", {"step_ms": sign * round(rng.uniform(2.0, 6.0) * skew)}))
+    return skew, tuple(clocks), tuple(steps)
+
+
+def _settings(rng: random.Random, profile: Profile) -> tuple[Settings, ...]:
+    """The settings of successive worker starts; a forced profile changes both between the first two."""
+    if rng.random() >= profile.settings_share:
+        return (BASE_SETTINGS,)
+    starts = [Settings(rng.choice(DEDUP_KEYS), rng.choice(UNKEYED_POLICIES)) for _ in range(SETTINGS_STARTS)]
+    if profile.forced:
+        starts[:2] = [BASE_SETTINGS, Settings("json:alt", "forward")]
+    return tuple(starts)
+
+
+def _target_reshards(rng: random.Random, profile: Profile) -> tuple[Action, ...]:
+    """Target splits and merges; most of them (a forced profile's first) at an ambiguous target put.
+
+    An ambiguous one names a put fault (``ambiguous_put``: put_timeout or put_lost_response): the
+    harness opens a window of that fault on the target's puts, waits for the proxy to inject it once,
+    and reshards at that moment, so that the copier verifies that put across the reshard. It is drawn
+    in the first 20% of the producer's time, while target puts are still to come: the producer's
+    aggregates of 50 to 300 events use the plan's events up early (the last new event of smoke seeds
+    8 and 10 is written 12.5 and 8 s into their 30 s, of full seeds 1 to 5 20 to 31.5 s into 60),
+    and a reshard that waits from later may see no target put at all.
+    """
+    actions = []
+    for n in range(rng.randint(*profile.target_reshards)):
+        kind = rng.choice(TARGET_RESHARDS)
+        put: str | None = None
+        if (profile.forced and n == 0) or rng.random() < 0.6:
+            at, put = rng.uniform(2, 0.2 * profile.produce_s), rng.choice(AMBIGUOUS_PUTS)
+        else:
+            at = rng.uniform(10, profile.produce_s)
+        actions.append(Action(round(at, 1), kind, {"ambiguous_put": put}))
+    return tuple(actions)

@@ -45,6 +45,15 @@ FAST_KCL = {
     "isGracefulLeaseHandoffEnabled": "false",  # KCL 3.1.3 can leave a lease stuck in a handoff
 }
 
+# The copier keys of a local run, unless the caller gives others.
+LOCAL_COPIER = {
+    "dedupKey": "json:eventId",
+    "jvmArgs": "-Daws.cborEnabled=false",
+    "checkpointIntervalMillis": "2000",
+    "putTimeoutMillis": "1000",
+    "clockSkewMillis": "200",
+}
+
 
 def local_properties(
     path: Path,
@@ -59,10 +68,11 @@ def local_properties(
     """Write a properties file for a local run: local endpoints, polling, no CloudWatch, fast KCL timings.
 
     ``kcl``: further daemon keys (``executableName`` among them, to run another processor);
-    ``copier``: further ``copier.*`` keys (without the prefix).
+    ``copier``: further ``copier.*`` keys (without the prefix), replacing those of :data:`LOCAL_COPIER`.
     """
     daemon = {**FAST_KCL, **(kcl or {})}
     executable = daemon.pop("executableName", f"{copier_bin} process --properties {path}")
+    keys = {**LOCAL_COPIER, **copier}  # an override replaces the default: one line a key
     lines = [
         f"executableName = {executable}",
         f"applicationName = {application}",
@@ -77,12 +87,7 @@ def local_properties(
         "disableWorkerMetrics = true",
         *(f"{k} = {v}" for k, v in daemon.items()),
         f"copier.targetStreamName = {target}",
-        "copier.dedupKey = json:eventId",
-        "copier.jvmArgs = -Daws.cborEnabled=false",
-        "copier.checkpointIntervalMillis = 2000",
-        "copier.putTimeoutMillis = 1000",
-        "copier.clockSkewMillis = 200",
-        *(f"copier.{k} = {v}" for k, v in copier.items()),
+        *(f"copier.{k} = {v}" for k, v in keys.items()),
     ]
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -184,11 +189,13 @@ class LocalPipeline:
             )
         self.store.create_table()
 
-    def start_worker(self, name: str) -> Worker:
+    def start_worker(self, name: str, properties: Path | None = None) -> Worker:
+        """``copier run`` with the pipeline's properties, or with ``properties`` (a worker started with another
+        configuration, as in a rolling deploy)."""
         log_path = self.workdir / f"worker-{name}.log"
         log = log_path.open("ab")
         proc = subprocess.Popen(
-            [self.copier_bin, "run", "--properties", str(self.properties)],
+            [self.copier_bin, "run", "--properties", str(properties or self.properties)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
