@@ -15,16 +15,25 @@ boundary of ``Date`` falls at different local instants from one sample to
 the next ("tick detection"): a sample sent just after the server's second
 ticked pins the upper end, one answered just before it ticks pins the lower.
 
-Only samples of the last ``keep_ms`` (10 minutes) are intersected: a clock
-drifting at ``p`` ppm moves about ``0.6 * p`` ms in that time, which the
-interval then follows instead of pinning the old offset. An answer whose
-interval is disjoint from the samples kept until then means this host's
-clock stepped (or a server's answer was far off, or, after more than
-``keep_ms`` without answers, the clock drifted past the error): the samples
-start again from the newest one, and :attr:`ClockBounds.steps` counts it. A
-step smaller than the interval's width may go unseen, and until a step is
-seen the interval can be off by up to the step; a step of more than a
-second is seen at the next answer.
+Steps: the samples are kept against a clock that never steps (the
+monotonic clock), and turned into wall-clock terms with the difference
+"wall minus monotonic" read when asked. A wall-clock step (``date -s``, an
+NTP step, a VM resumed) changes that difference by exactly the step, so the
+interval follows a step the instant it happens, before any answer shows it,
+and :attr:`ClockBounds.steps` counts it at the next answer. (Intersecting
+wall-clock samples instead would hide a step smaller than the interval's
+width: the intersection of samples from before and after it can miss the
+true offset by up to the step, which the exactly-once model found.) On
+Linux the monotonic clock is slewed with the wall clock, so slewing does
+not count as a step.
+
+Only samples of the last ``keep_ms`` (10 minutes, in monotonic time) are
+intersected: an oscillator drifting at ``p`` ppm moves about ``0.6 * p`` ms
+in that time, which the interval then follows instead of pinning the old
+offset. An answer whose interval is disjoint from the samples kept until
+then (a server's answer far off, or, after more than ``keep_ms`` without
+answers, drift past the error) starts the samples again from the newest
+one, and counts as a step too.
 
 Pure bookkeeping (no I/O, no clock of its own): the hooks that feed it from
 botocore and ``copier.awsjson`` are in ``copier.clockhooks``.
@@ -34,15 +43,30 @@ from __future__ import annotations
 
 import calendar
 import threading
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from email.utils import parsedate_tz
 
-__all__ = ["DATE_RESOLUTION_MS", "KEEP_MS", "ClockBounds", "ClockSnapshot", "parse_http_date"]
+__all__ = [
+    "DATE_RESOLUTION_MS",
+    "KEEP_MS",
+    "ClockBounds",
+    "ClockSnapshot",
+    "parse_http_date",
+    "wall_minus_monotonic",
+]
 
 DATE_RESOLUTION_MS = 1000  # an HTTP date names a whole second
 KEEP_MS = 10 * 60 * 1000
 REPORT_THRESHOLD_MS = 100
+STEP_TOLERANCE_MS = 2  # the two clocks are read one after the other: a change this small is that, not a step
+
+
+def wall_minus_monotonic() -> int:
+    """This host's wall clock minus its monotonic clock, in ms: it changes exactly when the wall clock steps."""
+    return time.time_ns() // 1_000_000 - time.monotonic_ns() // 1_000_000
 
 
 def parse_http_date(value: str) -> int | None:
@@ -93,15 +117,21 @@ class ClockBounds:
     clients may be shared by threads.
     """
 
-    def __init__(self, keep_ms: int = KEEP_MS) -> None:
+    def __init__(self, keep_ms: int = KEEP_MS, frame: Callable[[], int] | None = None) -> None:
+        """``frame``: the local wall clock minus a clock that never steps, read now (default: the monotonic
+        clock, :func:`wall_minus_monotonic`; tests give a host clock of their own)."""
         if keep_ms <= 0:
             raise ValueError(f"keep_ms must be positive, not {keep_ms}")
         self.keep_ms = keep_ms
+        self._frame = frame if frame is not None else wall_minus_monotonic
+        self._slack = STEP_TOLERANCE_MS if frame is None else 0  # two real clocks read one after the other
+        self._last_frame: int | None = None
         self.samples = 0
         self.steps = 0
         self.ignored = 0
-        self._lows: deque[tuple[int, int]] = deque()  # (received_ms, low end): low ends decreasing
-        self._highs: deque[tuple[int, int]] = deque()  # (received_ms, high end): high ends increasing
+        # Both in the frame of the clock that never steps (AWS minus monotonic; received at, in monotonic ms):
+        self._lows: deque[tuple[int, int]] = deque()  # (received at, low end): low ends decreasing
+        self._highs: deque[tuple[int, int]] = deque()  # (received at, high end): high ends increasing
         self._reported: tuple[int, int] | None = None  # (bound_ms, steps) at the last report
         self._lock = threading.Lock()
 
@@ -114,21 +144,26 @@ class ClockBounds:
         milliseconds cut from the true time, so the low end gets 1 ms of slack.
         """
         date_ms = parse_http_date(date_header)
+        frame = self._frame()
         with self._lock:
             if date_ms is None or received_ms < sent_ms:
                 self.ignored += 1
                 return
             self.samples += 1
-            low, high = date_ms - received_ms - 1, date_ms + DATE_RESOLUTION_MS - sent_ms
+            if self._last_frame is not None and abs(frame - self._last_frame) > self._slack:
+                self.steps += 1  # the wall clock stepped since the last answer (the samples stay right)
+            self._last_frame = frame
+            # In the never-stepping frame (+ frame), with the slack of reading two clocks one after the other.
+            low = date_ms - received_ms - 1 + frame - self._slack
+            high = date_ms + DATE_RESOLUTION_MS - sent_ms + frame + self._slack
+            received_at = received_ms - frame
             # Kept in nondecreasing order of time, even if answers come out of order, so both queues expire alike.
-            at_ms = max(received_ms, self._lows[-1][0]) if self._lows else received_ms
-            # Checked before expiring: a local step forward of more than keep_ms would otherwise expire every
-            # sample that shows it.
+            at_ms = max(received_at, self._lows[-1][0]) if self._lows else received_at
             if self._lows and (low > self._highs[0][1] or high < self._lows[0][1]):
                 self.steps += 1  # disjoint from the kept samples' intersection: start again from this one
                 self._lows.clear()
                 self._highs.clear()
-                at_ms = received_ms
+                at_ms = received_at
             self._expire(at_ms - self.keep_ms)
             _push(self._lows, at_ms, low, largest=True)
             _push(self._highs, at_ms, high, largest=False)
@@ -159,12 +194,13 @@ class ClockBounds:
 
     def snapshot(self) -> ClockSnapshot:
         """Everything at once, taken together (a log line's numbers agree with each other)."""
+        frame = self._frame()
         with self._lock:
             interval = self._interval()
             counts = (self.samples, self.steps, self.ignored)
         if interval is None:
             return ClockSnapshot(None, None, None, *counts)
-        low, high = interval
+        low, high = interval[0] - frame, interval[1] - frame  # in wall-clock terms, as the wall clock reads now
         offset = (low + high) // 2
         return ClockSnapshot(offset, high - offset, max(abs(low), abs(high)), *counts)
 

@@ -276,9 +276,15 @@ class ShardWorker:
         )
 
     def _ensure_lease(self) -> None:
-        """Before a put: renew the lease unless it outlives the put with margin to spare."""
+        """Before a put: renew the lease unless it outlives the put with margin to spare.
+
+        The margin is the configured skew or this host's measured clock bound,
+        whichever is larger: a clock stepped back since the lease was written
+        reads too early, and its own bound (from the answers since) says by how
+        much. A renewal also records the new bound for a successor to see.
+        """
         assert self.state is not None
-        need = self.config.put_timeout_millis + self.config.clock_skew_millis
+        need = self.config.put_timeout_millis + self._arrival_margin()
         if self.clock.now_ms() + need < self.state.lease_until_ms:
             return
         self._write(self.state)
@@ -985,7 +991,8 @@ class ShardWorker:
         """Fenced with requests of a chunk sent: if this processor's last lease ran out meanwhile (it was frozen
         past it: the honest limit), a successor may have verified the chunk before they landed."""
         assert self.state is not None
-        if attempted and self.clock.now_ms() > self.state.lease_until_ms:
+        # A clock stepped back reads the lease as longer than it was: its measured bound makes up for it.
+        if attempted and self.clock.now_ms() + (self._own_bound() or 0) > self.state.lease_until_ms:
             self._possible_duplicates(
                 index,
                 attempted,

@@ -343,7 +343,7 @@ def test_an_ambiguous_put_on_a_host_whose_clock_runs_ahead_is_verified_from_far_
     ambiguous put starts before the landed records' arrival stamps, so they are found, not sent again."""
     world = World()
     ahead = OffsetClock(world.clock, 300)
-    owner = world.worker(clock=ahead, clock_bounds=measured(world.clock, 300))
+    owner = world.worker(clock=ahead, clock_bounds=measured(ahead))
     calls = {"n": 0}
 
     def lose_the_answer(stream: str, entries: list[tuple[str, bytes]]) -> tuple[list[bool], BaseException | None]:
@@ -362,11 +362,11 @@ def test_a_successor_waits_out_the_lease_of_an_owner_whose_clock_runs_behind() -
     successor's margin widens to the two bounds, logged, so it does not take over while the owner may put."""
     world = World()
     behind = OffsetClock(world.clock, -400)
-    owner = world.worker(clock=behind, clock_bounds=measured(world.clock, -400))
+    owner = world.worker(clock=behind, clock_bounds=measured(behind))
     owner.process([at(world, 1, "a")])
     lease_end_true = world.store.get(KEY).lease_until_ms + 400  # type: ignore[union-attr]
     with capture_logs() as logs:
-        world.worker(clock_bounds=measured(world.clock, 0))
+        world.worker(clock_bounds=measured(OffsetClock(world.clock, 0)))
     assert world.clock.now_ms() > lease_end_true + world.config.clock_skew_millis
     widened = [e for e in logs if e["event"] == "clock_margin_widened"]
     assert widened and widened[0]["margin_ms"] >= 400
@@ -549,3 +549,47 @@ def test_a_chunk_in_flight_to_a_stream_deleted_since_is_redone_under_the_current
     assert "verification_stream_gone" in [e["event"] for e in logs]
     moved = Counter(json.loads(d)["eventId"] for d in world.streams.data("target2"))
     assert moved == Counter({"a": 1, "b": 1})
+
+
+@pytest.mark.parametrize("step_ms", [5_000, 300, 60])
+def test_a_clock_step_forward_just_before_a_chunk_is_recorded_is_in_the_bound_it_records(step_ms: int) -> None:
+    """A host clock jumps ahead after its last AWS answer and before it records a chunk, by more than the
+    margin or by less than the measurement's error: the chunk's recorded clock bound already holds the step
+    (the wall clock moved against the monotonic one), and a successor verifying the chunk after a crash finds
+    what landed (it used to read from the stepped start and resend it, unreported; the model found the
+    300 ms case, smaller than the error of the intersected Date samples)."""
+    world = World()
+    host = OffsetClock(world.clock, 0)
+    owner = world.worker(clock=host, clock_bounds=measured(host), answering=True)
+    owner.process([at(world, 1, "a")])
+    host.offset_ms += step_ms
+    crash_mid_put(world, landed=True)
+    with pytest.raises(SimulatedCrash):
+        owner.process([at(world, 2, "b"), at(world, 3, "c")])
+    recorded = next(world.store.batches(KEY, 10))
+    assert recorded.clock_bound_ms is not None and recorded.clock_bound_ms >= step_ms
+    all_land(world)
+    world.clock.advance(MINUTE)
+    world.worker().process([at(world, 2, "b"), at(world, 3, "c")])
+    assert ids_in(world.streams) == Counter({"a": 1, "b": 1, "c": 1})
+
+
+def test_an_owner_whose_clock_stepped_back_renews_before_a_put_its_lease_no_longer_covers() -> None:
+    """A host clock jumps 3 s back: its lease looks 3 s longer than it is. Once an answer shows the step, the
+    put rule counts the measured bound, so when the lease has run out in AWS time the owner renews it (and
+    records its bound for a successor) before it puts, instead of putting on a lease a successor may already
+    have slept out."""
+    world = World()
+    host = OffsetClock(world.clock, 0)
+    owner = world.worker(clock=host, clock_bounds=measured(host), answering=True)
+    owner.process([at(world, 1, "a")])
+    host.offset_ms -= 3_000
+    world.clock.advance(world.config.lease_millis)  # by AWS time the lease is over; by the host's, 3 s are left
+    calls: list[str] = []
+    write, put_batch = world.store.write, world.store.put_batch
+    world.store.write = lambda *a: calls.append("write") or write(*a)  # type: ignore[method-assign, func-returns-value]
+    world.store.put_batch = lambda *a: calls.append("batch") or put_batch(*a)  # type: ignore[method-assign, func-returns-value]
+    owner.process([at(world, 3, "c")])
+    assert calls[:2] == ["write", "batch"], calls  # renewed (with its bound) before anything of the chunk
+    state = world.store.get(KEY)
+    assert state is not None and state.clock_bound_ms is not None and state.clock_bound_ms >= 3_000

@@ -27,6 +27,11 @@ T0 = 1_700_000_000_000  # a local wall-clock time, in epoch ms
 SMALL_RTT_MS = 20
 
 
+def STEADY() -> int:  # noqa: N802 - a constant, as a frame
+    """A wall clock that never steps (wall minus monotonic stays 0): the simulated answers' own times are exact."""
+    return 0
+
+
 def http_date(ms: float) -> str:
     """The Date header a server whose clock reads ``ms`` sends (its whole second, as servers truncate)."""
     return formatdate(math.floor(ms / 1000), usegmt=True)
@@ -82,7 +87,7 @@ def test_what_is_not_an_http_date_is_refused(text: str) -> None:
 
 def test_nothing_is_known_before_the_first_answer() -> None:
     """No sample: no offset, no error, no bound, and nothing to report."""
-    bounds = ClockBounds()
+    bounds = ClockBounds(frame=STEADY)
     assert bounds.snapshot() == ClockSnapshot(None, None, None, 0, 0, 0)
     assert (bounds.offset_ms(), bounds.error_ms(), bounds.bound_ms()) == (None, None, None)
     assert bounds.changed_since_report() is False
@@ -90,7 +95,7 @@ def test_nothing_is_known_before_the_first_answer() -> None:
 
 def test_one_answer_bounds_the_offset_within_its_second_and_round_trip() -> None:
     """Sent at s, received at r, dated D: the offset lies in [D - r - 1, D + 1000 - s]."""
-    bounds = ClockBounds()
+    bounds = ClockBounds(frame=STEADY)
     date_ms = 1_700_000_001_000
     bounds.observe(date_ms - 5_040, date_ms - 5_000, http_date(date_ms))  # local is about 5 s ahead
     low, high = date_ms - (date_ms - 5_000) - 1, date_ms + 1000 - (date_ms - 5_040)
@@ -102,7 +107,7 @@ def test_one_answer_bounds_the_offset_within_its_second_and_round_trip() -> None
 
 def test_answers_on_both_sides_of_the_servers_tick_narrow_it_to_the_round_trip() -> None:
     """Tick detection: one answer just after the Date's second began, one just before it ends."""
-    bounds = ClockBounds()
+    bounds = ClockBounds(frame=STEADY)
     answer(bounds, T0 + 1, 4, 0.5, 0)  # the server read T0 + 3: Date T0
     answer(bounds, T0 + 2_995, 4, 0.5, 0)  # the server read T0 + 2997: Date T0 + 2000
     # [-6, 5] from about a second each: the round trips, 1 ms for whole-ms stamps, and how near the tick each fell
@@ -112,7 +117,7 @@ def test_answers_on_both_sides_of_the_servers_tick_narrow_it_to_the_round_trip()
 
 def test_unreadable_dates_and_answers_before_their_request_are_ignored_and_counted() -> None:
     """Neither changes the interval; both show in ``ignored``."""
-    bounds = ClockBounds()
+    bounds = ClockBounds(frame=STEADY)
     answer(bounds, T0, 10, 0.5, 0)
     before = bounds.snapshot()
     bounds.observe(T0 + 100, T0 + 110, "not a date")
@@ -129,7 +134,7 @@ def test_unreadable_dates_and_answers_before_their_request_are_ignored_and_count
 
 def test_old_answers_are_forgotten_so_a_drifted_clock_is_followed_without_a_step() -> None:
     """After ``keep_ms`` the samples of an old offset stop pinning the interval; answers that overlap it are no step."""
-    bounds = ClockBounds(keep_ms=60_000)
+    bounds = ClockBounds(keep_ms=60_000, frame=STEADY)
     answer(bounds, T0 + 0.5, 4, 0.5, 0)  # a tick pair at offset 0: [-5, 3]
     answer(bounds, T0 + 997, 4, 0.5, 0)
     assert contains(bounds.snapshot(), 0) and bounds.error_ms() == 4
@@ -143,7 +148,7 @@ def test_old_answers_are_forgotten_so_a_drifted_clock_is_followed_without_a_step
 
 def test_a_step_of_the_local_clock_is_counted_and_followed() -> None:
     """A jump of an hour is disjoint from every kept sample: counted, and the interval starts again."""
-    bounds = ClockBounds()
+    bounds = ClockBounds(frame=STEADY)
     rng = random.Random(3)
     end = many_small_answers(bounds, rng, T0, 0, 50)
     many_small_answers(bounds, rng, end, 3_600_000, 50)
@@ -154,7 +159,7 @@ def test_a_step_of_the_local_clock_is_counted_and_followed() -> None:
 
 def test_a_report_is_due_first_then_only_when_the_bound_moves_past_the_threshold_or_a_step_is_seen() -> None:
     """``changed_since_report``: the first bound, a move of more than the threshold, a step; not a small move."""
-    bounds = ClockBounds()
+    bounds = ClockBounds(frame=STEADY)
     bounds.observe(T0, T0 + 10, http_date(T0))
     assert bounds.changed_since_report(threshold_ms=100) is True
     assert bounds.changed_since_report(threshold_ms=100) is False, "reported: nothing new"
@@ -192,7 +197,7 @@ def test_the_true_offset_is_always_inside_the_interval(
     offset: float, samples: list[tuple[int, float, float, float]]
 ) -> None:
     """Whatever the offset and the timings (round trips up to 5 s, any spacing), the interval holds the truth."""
-    bounds = ClockBounds()
+    bounds = ClockBounds(frame=STEADY)
     t = float(T0)
     for gap, rtt, at, fraction in samples:
         t += gap + fraction
@@ -205,7 +210,7 @@ def test_the_true_offset_is_always_inside_the_interval(
 @given(offset=st.integers(-(10**8), 10**8), seed=st.integers(0, 2**32))
 def test_many_answers_of_small_round_trips_narrow_the_error_to_about_the_round_trip(offset: int, seed: int) -> None:
     """600 answers with round trips up to 20 ms, at random instants: the error falls from 500 ms to 40 ms or less."""
-    bounds = ClockBounds()
+    bounds = ClockBounds(frame=STEADY)
     many_small_answers(bounds, random.Random(seed), T0, -offset, 600)
     snapshot = bounds.snapshot()
     assert contains(snapshot, offset)
@@ -224,13 +229,50 @@ def test_a_step_larger_than_the_error_is_seen_and_the_interval_follows_it(
 ) -> None:
     """Once narrowed (error under 60 ms), a local step of 200 ms or more is counted once and the new offset followed."""
     rng = random.Random(seed)
-    bounds = ClockBounds()
+    bounds = ClockBounds(frame=STEADY)
     end = many_small_answers(bounds, rng, T0, -offset, 600)
     step = -step if backwards else step
     many_small_answers(bounds, rng, end, -offset + step, 600)
     snapshot = bounds.snapshot()
     assert snapshot.steps == 1
     assert contains(snapshot, offset - step)
+
+
+class SteppingHost:
+    """A host whose wall clock steps while its monotonic clock runs on: ``frame`` is wall minus monotonic."""
+
+    def __init__(self) -> None:
+        self.stepped_ms = 0
+
+    def frame(self) -> int:
+        return self.stepped_ms
+
+
+@settings(max_examples=60)
+@given(
+    offset=st.integers(-(10**6), 10**6),
+    steps=st.lists(st.integers(-(10**6), 10**6), min_size=1, max_size=4),
+    seed=st.integers(0, 2**32),
+)
+def test_a_step_of_any_size_moves_the_interval_at_once_and_is_counted_at_the_next_answer(
+    offset: int, steps: list[int], seed: int
+) -> None:
+    """However small the step (smaller than the error, which intersecting wall-clock samples would hide), the
+    interval holds the new offset the instant the wall clock steps, before any answer; the next answer counts it."""
+    rng = random.Random(seed)
+    host = SteppingHost()
+    bounds = ClockBounds(frame=host.frame)
+    shift = -offset  # local minus AWS
+    end = many_small_answers(bounds, rng, T0, shift, 200)
+    for step in steps:
+        host.stepped_ms += step
+        shift += step
+        assert contains(bounds.snapshot(), -shift), f"right after a step of {step} ms, with no answer since"
+        before = bounds.steps
+        end = many_small_answers(bounds, rng, end, shift, 50)
+        snapshot = bounds.snapshot()
+        assert contains(snapshot, -shift)
+        assert snapshot.steps == before + (step != 0)
 
 
 # -- the hooks, against the local backend ---------------------------------------------------------------------------

@@ -127,14 +127,38 @@ class OffsetClock:
         self.world.sleep_ms(ms)
 
 
-def measured(world: FakeClock, offset_ms: int, answers: int = 20, round_trip_ms: int = 10) -> ClockBounds:
-    """What ``copier.clockcheck`` knows on a host ``offset_ms`` off AWS time after ``answers`` AWS answers
-    (their Date headers at different points of the second, as real traffic gives)."""
-    bounds = ClockBounds()
+class Answering:
+    """A host's view of a shared fake store or streams: every call's answer carries AWS's Date (the world's
+    clock, in whole seconds), which feeds the host's ``ClockBounds`` as ``copier.clockhooks`` does."""
+
+    def __init__(self, inner: object, bounds: ClockBounds, host: Clock, world: FakeClock) -> None:
+        self._inner, self._bounds, self._host, self._world = inner, bounds, host, world
+
+    def __getattr__(self, name: str) -> object:
+        attr = getattr(self._inner, name)
+        if not callable(attr) or name.startswith("_"):
+            return attr
+
+        def call(*args: object, **kwargs: object) -> object:
+            sent = self._host.now_ms()
+            try:
+                return attr(*args, **kwargs)
+            finally:
+                date = formatdate(self._world.now_ms() // 1000, usegmt=True)
+                self._bounds.observe(sent, self._host.now_ms(), date)
+
+        return call
+
+
+def measured(host: OffsetClock, answers: int = 20, round_trip_ms: int = 10) -> ClockBounds:
+    """What ``copier.clockcheck`` knows on ``host`` after ``answers`` AWS answers (their Date headers at
+    different points of the second, as real traffic gives). The host's monotonic clock is AWS time: its wall
+    clock minus its monotonic clock is its offset, which a step of ``host.offset_ms`` changes."""
+    bounds = ClockBounds(frame=lambda: host.offset_ms)
     for i in range(answers):
-        true = world.now_ms() - 60_000 + i * 1_037  # AWS time when the server stamped the answer
+        true = host.world.now_ms() - 60_000 + i * 1_037  # AWS time when the server stamped the answer
         date = formatdate(true // 1000, usegmt=True)
-        local = true + offset_ms
+        local = true + host.offset_ms
         bounds.observe(local - round_trip_ms // 2, local + round_trip_ms // 2, date)
     return bounds
 
@@ -172,15 +196,22 @@ class World:
         cfg: Config | None = None,
         clock: Clock | None = None,
         clock_bounds: ClockBounds | None = None,
+        answering: bool = False,
     ) -> ShardWorker:
         """A new processor (a new owner ID) that takes the shard over, with ``cfg`` if given, on a host whose
-        clock is ``clock`` (default: AWS time exactly) and measured as ``clock_bounds``."""
+        clock is ``clock`` (default: AWS time exactly) and measured as ``clock_bounds`` (``answering``: fed by
+        the Date of every answer from the store and streams, as in production)."""
         self.workers += 1
+        host = clock or self.clock
+        store, streams = self.store, self.streams
+        if clock_bounds is not None and answering:
+            store = Answering(store, clock_bounds, host, self.clock)  # type: ignore[assignment]
+            streams = Answering(streams, clock_bounds, host, self.clock)  # type: ignore[assignment]
         w = ShardWorker(
             cfg or self.config,
-            self.store,
-            self.streams,
-            clock or self.clock,
+            store,
+            streams,
+            host,
             owner=f"worker-{self.workers}",
             chunk_events=self.chunk_events,
             metrics=self.metrics,

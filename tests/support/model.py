@@ -29,7 +29,10 @@ fault stands for:
 Every new processor may run on a host whose clock is off AWS time (which
 Kinesis stamps arrivals with): within half of ``copier.clockSkewMillis``
 and unmeasured, as the protocol assumes, or many times the margin off and
-measured from the Date headers of AWS answers (``copier.clockcheck``).
+measured from the Date headers of AWS answers (``copier.clockcheck``, fed
+by every answer of the fake store and streams), or stepping by several times
+the margin, forward or back, between two rounds: the host learns of a step
+only from the answers that follow it.
 
 Every new processor may run with another configuration (a rolling deploy):
 the dedup key, the unkeyed policy, the dead-letter stream and the ordering
@@ -186,7 +189,7 @@ class Driver:
         self.other_copies = new_faults is True or "other_copy" in chosen
         self.held_caps = [200_000, 3] if new_faults is True or "held_cap" in chosen else [200_000]
         skewed = new_faults is True or "clocks" in chosen
-        self.clock_kinds = ["exact", "exact", "within", "beyond"] if skewed else ["exact"]
+        self.clock_kinds = ["exact", "exact", "within", "beyond", "stepping"] if skewed else ["exact"]
         streams = self.world.streams
         streams.add_staging(SHARD, records)
         if "reshard_put" in self.faults:
@@ -209,11 +212,22 @@ class Driver:
         if kind == "within":
             offset = self.data.draw(st.integers(-skew // 2, skew // 2), label="clock offset ms")
             return self.world.worker(SHARD, cfg, OffsetClock(self.world.clock, offset))
-        if kind == "beyond":
-            offset = self.data.draw(st.sampled_from([-3 * skew, 3 * skew, 20 * skew]), label="clock offset ms")
-            bounds = measured(self.world.clock, offset)
-            return self.world.worker(SHARD, cfg, OffsetClock(self.world.clock, offset), bounds)
+        if kind in ("beyond", "stepping"):
+            offset = 0
+            if kind == "beyond":
+                offset = self.data.draw(st.sampled_from([-3 * skew, 3 * skew, 20 * skew]), label="clock offset ms")
+            host = OffsetClock(self.world.clock, offset)
+            bounds = measured(host)  # what the host learnt before, then every answer
+            return self.world.worker(SHARD, cfg, host, bounds, answering=True)
         return self.world.worker(SHARD, cfg)
+
+    def step_clock(self, worker: ShardWorker) -> None:
+        """The processor's host clock jumps (forward or back, by several times the margin) while it runs:
+        it learns of it only from the Date of the AWS answers that follow."""
+        if isinstance(worker.clock, OffsetClock) and worker.clock_bounds is not None:
+            skew = worker.config.clock_skew_millis
+            step = self.data.draw(st.sampled_from([-20 * skew, -3 * skew, 3 * skew, 20 * skew]), label="clock step ms")
+            worker.clock.offset_ms += step
 
     def restart(self, slow_verification: bool = False) -> ShardWorker:
         """After a crash: a new processor, and the daemon replays from its checkpoint."""
@@ -281,6 +295,8 @@ class Driver:
                 fault = "none"
             if self.other_copies and data.draw(st.booleans(), label="another shard's identical copy"):
                 self.other_copy()
+            if "stepping" in self.clock_kinds and data.draw(st.integers(0, 5), label="clock steps") == 3:
+                self.step_clock(worker)
             batch = [] if idle else self.next_batch(data.draw(st.integers(1, 8), label="batch size"))
             self.arm(fault, len(batch))
             try:
