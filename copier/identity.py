@@ -37,6 +37,7 @@ __all__ = [
     "DIGEST_BITS",
     "DIGEST_SIZE",
     "EventId",
+    "EventValue",
     "Unkeyed",
     "content_digest",
     "extract_event_id",
@@ -50,11 +51,15 @@ DIGEST_SIZE = 10
 DIGEST_BITS = 8 * DIGEST_SIZE
 
 
+EventValue = str | int  # an event ID as its JSON value: 1 and "1" are two IDs
+
+
 @dataclass(frozen=True)
 class EventId:
-    """The event ID of a keyed record."""
+    """The event ID of a keyed record: a JSON string, or a JSON integer (never the same ID as its digits
+    written as a string: they are different values, and a producer that writes both means two events)."""
 
-    value: str
+    value: EventValue
 
 
 @dataclass(frozen=True)
@@ -125,16 +130,18 @@ def extract_event_id(key: DedupKey, partition_key: str, data: bytes) -> EventId 
         node = node[part]
     if isinstance(node, bool) or not isinstance(node, (str, int)):
         return Unkeyed(f"field {'.'.join(key.path)} is {type(node).__name__}, not a string or integer")
-    value = str(node)
-    if not value:
+    if node == "":
         return Unkeyed(f"field {'.'.join(key.path)} is empty")
-    return EventId(value)
+    return EventId(node)
 
 
-def id_digest(event_id: str) -> int:
-    """The window's digest of an event ID."""
-    digest = hashlib.blake2b(event_id.encode("utf-8"), digest_size=DIGEST_SIZE, person=b"copier-id").digest()
-    return int.from_bytes(digest, "little")
+def id_digest(event_id: EventValue) -> int:
+    """The window's digest of an event ID; an integer ID's digest is of another domain than its digits'."""
+    if isinstance(event_id, int):
+        raw, person = str(event_id).encode("ascii"), b"copier-idnum"
+    else:
+        raw, person = event_id.encode("utf-8", "surrogatepass"), b"copier-id"
+    return int.from_bytes(hashlib.blake2b(raw, digest_size=DIGEST_SIZE, person=person).digest(), "little")
 
 
 def content_digest(partition_key: str, data: bytes) -> int:

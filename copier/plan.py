@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 from copier.config import DedupKey, parse_dedup_key
-from copier.identity import EventId, Unkeyed, content_digest, extract_event_id, id_digest, key_length
+from copier.identity import EventId, EventValue, Unkeyed, content_digest, extract_event_id, id_digest, key_length
 from copier.limits import MAX_PARTITION_KEY_CHARS, MAX_RECORD_BYTES, record_size
 from copier.positions import Position
 from copier.window import DedupWindow
@@ -88,7 +88,7 @@ class Outgoing(NamedTuple):
     partition_key: str
     data: bytes
     identity: int
-    event_id: str | None
+    event_id: EventValue | None
     b64: str | None = None
 
 

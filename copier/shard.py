@@ -925,6 +925,7 @@ class ShardWorker:
                 self._possible_duplicates(
                     index,
                     plan.redo_sent,
+                    now,
                     "sent again after a verification that started past the target's retention: the first copy "
                     "may have landed and expired from what the verification could read",
                 )
@@ -932,7 +933,7 @@ class ShardWorker:
             try:
                 stats = self.forwarder.forward(plan.send, now)
             except FencedError:
-                self._fenced_after_putting(index, self.forwarder.attempted)
+                self._fenced_after_putting(index, self.forwarder.attempted, now)
                 raise
             self.log.debug("put_done", batch=index, entries=len(plan.send), requests=stats.requests)
         self.window.add(plan.keyed_digests + plan.dead_ids, plan.arrival_max_ms)
@@ -974,7 +975,7 @@ class ShardWorker:
         try:
             self._write(commit)
         except FencedError:
-            self._fenced_after_putting(index, plan.send)
+            self._fenced_after_putting(index, plan.send, now)
             raise
         self.metrics.stalled = False
         self.log.debug(
@@ -987,7 +988,7 @@ class ShardWorker:
         )
         return plan.last
 
-    def _fenced_after_putting(self, index: int, attempted: Sequence[Outgoing]) -> None:
+    def _fenced_after_putting(self, index: int, attempted: Sequence[Outgoing], started_ms: int) -> None:
         """Fenced with requests of a chunk sent: if this processor's last lease ran out meanwhile (it was frozen
         past it: the honest limit), a successor may have verified the chunk before they landed."""
         assert self.state is not None
@@ -996,11 +997,19 @@ class ShardWorker:
             self._possible_duplicates(
                 index,
                 attempted,
+                started_ms,
                 "the lease ran out during the put; a successor may have verified the batch before it landed",
             )
 
-    def _possible_duplicates(self, index: int, sent: Sequence[Outgoing], detail: str) -> None:
-        """Log (and count) the events of a chunk that may have landed twice, with their IDs."""
+    def _possible_duplicates(self, index: int, sent: Sequence[Outgoing], since_ms: int, detail: str) -> None:
+        """Log (and count) the events of a chunk that may have landed twice, with their IDs.
+
+        ``window_from_ms``: no copy this report excuses arrived before it (the
+        chunk's start, or the resend's, less this host's clock margin); a copy
+        may arrive any time after (a successor redoes the chunk when the daemon
+        replays it). An audit excuses one extra copy per ID named, no more
+        (``copier.audit``).
+        """
         self.metrics.possible_duplicates += len(sent)
         self._emit(now=True)
         self.log.error(
@@ -1008,6 +1017,7 @@ class ShardWorker:
             batch=index,
             count=len(sent),
             event_ids=[o.event_id for o in sent if o.event_id is not None],
+            window_from_ms=since_ms - self._arrival_margin(),
             detail=detail,
         )
 

@@ -27,11 +27,12 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import hashlib
 import json
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TextIO, TypeVar
@@ -40,11 +41,20 @@ import boto3
 import botocore.config
 import botocore.exceptions
 
-from copier.audit import DEFAULT_EXAMPLES, AuditReport, TargetRecord, audit
+from copier.audit import (
+    DEFAULT_EXAMPLES,
+    AuditReport,
+    DeadLetter,
+    DuplicateReport,
+    Produced,
+    TargetRecord,
+    audit,
+    show,
+)
 from copier.aws import convert_aws_error
 from copier.config import Config, DedupKey, load_config
 from copier.errors import AwsError, ConfigError
-from copier.identity import EventId, extract_event_id
+from copier.identity import EventId, EventValue, extract_event_id
 from copier.kinesis import paged_shards
 from copier.kpl import as_daemon_delivers
 from copier.retry import backoff_ms
@@ -58,7 +68,10 @@ __all__ = [
     "dead_letter_event_id",
     "lineage_order",
     "main",
+    "manifest_entry",
+    "read_envelope",
     "read_manifest",
+    "read_reports",
     "render_json",
     "render_text",
     "run_verify",
@@ -279,50 +292,150 @@ class StreamReader:
                     future.cancel()
 
 
-def record_event_id(key: DedupKey, record: KinesisRecord) -> str | None:
+def record_event_id(key: DedupKey, record: KinesisRecord) -> EventValue | None:
     """The record's event ID as the copier would see it, or None when it has none."""
     return event_id_in(key, record["PartitionKey"], bytes(record["Data"]))
 
 
-def dead_letter_event_id(key: DedupKey, partition_key: str, data: bytes) -> str | None:
-    """The event ID of the original record inside a dead-letter envelope (see copier.plan).
+def arrival_ms(record: KinesisRecord) -> int:
+    """A record's ApproximateArrivalTimestamp in epoch milliseconds (botocore parses it to a datetime)."""
+    stamp = record.get("ApproximateArrivalTimestamp")
+    if stamp is None:
+        return 0
+    return int(stamp.timestamp() * 1000) if hasattr(stamp, "timestamp") else int(float(stamp) * 1000)
 
-    An envelope keeps the original partition key and, unless the record was
-    too large, its bytes in base64. Anything that is not an envelope is taken
-    as the original record itself.
-    """
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+_ENVELOPE_FIELDS = ("reason", "stream", "shardId", "sequenceNumber", "subSequenceNumber", "partitionKey")
+
+
+def read_envelope(key: DedupKey, shard_id: str, record: KinesisRecord) -> DeadLetter:
+    """A dead-letter record as the audit judges it: the envelope's fields (copier.plan.dead_letter_envelope),
+    or why it is not an envelope. The original's SHA-256 is computed from its data, or taken from
+    ``dataSha256`` when the data was too large to keep."""
+    where = {"shard_id": shard_id, "sequence_number": record["SequenceNumber"], "arrival_ms": arrival_ms(record)}
     try:
-        envelope = json.loads(data)
+        body = json.loads(bytes(record["Data"]))
     except (ValueError, UnicodeDecodeError):
-        envelope = None
-    if isinstance(envelope, dict) and "reason" in envelope and "partitionKey" in envelope:
-        original_key = str(envelope["partitionKey"])
-        encoded = envelope.get("data")
-        if key.kind == "partitionKey":
-            found = extract_event_id(key, original_key, b"")
-        elif isinstance(encoded, str):
-            try:
-                found = extract_event_id(key, original_key, base64.b64decode(encoded, validate=True))
-            except binascii.Error:
-                return None
-        else:
-            return None  # truncated: the ID is only in the staging stream
-        return found.value if isinstance(found, EventId) else None
-    found = extract_event_id(key, partition_key, data)
-    return found.value if isinstance(found, EventId) else None
+        return DeadLetter(**where, problem="not a dead-letter envelope (not JSON)")
+    if not isinstance(body, dict):
+        return DeadLetter(**where, problem="not a dead-letter envelope (not a JSON object)")
+    missing = [f for f in _ENVELOPE_FIELDS if f not in body]
+    if missing:
+        return DeadLetter(**where, problem=f"not a dead-letter envelope (no {', '.join(missing)})")
+    try:
+        position = (str(body["shardId"]), int(body["sequenceNumber"]), int(body["subSequenceNumber"]))
+    except (TypeError, ValueError):
+        return DeadLetter(**where, problem="its source position is not a position")
+    encoded = body.get("data")
+    event_id: EventValue | None = None
+    if isinstance(encoded, str):
+        try:
+            original = base64.b64decode(encoded, validate=True)
+        except binascii.Error:
+            return DeadLetter(**where, problem="its data is not base64")
+        digest: str | None = sha256_hex(original)
+        event_id = event_id_in(key, str(body["partitionKey"]), original)
+    elif body.get("dataTruncated") and isinstance(body.get("dataSha256"), str):
+        digest = body["dataSha256"]
+    else:
+        return DeadLetter(**where, problem="neither data nor dataSha256")
+    return DeadLetter(
+        **where,
+        reason=str(body["reason"]),
+        position=position,
+        partition_key=str(body["partitionKey"]),
+        sha256=digest,
+        event_id=event_id,
+    )
 
 
-def read_manifest(path: str, stdin: TextIO | None = None) -> list[str]:
-    """Event IDs, one a line in production order; blank lines ignored; '-' reads stdin."""
+def dead_letter_event_id(key: DedupKey, partition_key: str, data: bytes) -> EventValue | None:
+    """The event ID of the original record inside a dead-letter envelope (None: no envelope, or the data was
+    too large to keep; the audit checks envelopes in full, see :func:`read_envelope`)."""
+    letter = read_envelope(key, "", {"SequenceNumber": "", "Data": data, "PartitionKey": partition_key})
+    return letter.event_id if letter.problem is None else None
+
+
+def read_manifest(path: str, stdin: TextIO | None = None) -> list[Produced]:
+    """Produced events in production order, one a line; blank lines ignored; '-' reads stdin.
+
+    A line is an event ID (a string), or a JSON object: ``{"eventId": ID}``
+    (an integer ID, or a string with characters a line cannot hold), with
+    optionally ``"partitionKey"`` and ``"sha256"`` (hex of the record's
+    bytes): then every target copy must have that key and those bytes.
+    """
     if path == "-":
-        return [line.strip() for line in (stdin or sys.stdin) if line.strip()]
+        return _manifest_lines(stdin or sys.stdin, path)
     try:
         with open(path, encoding="utf-8") as f:
-            return [line.strip() for line in f if line.strip()]
+            return _manifest_lines(f, path)
     except OSError as exc:
         raise ConfigError(path, "--manifest", f"cannot read the file: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise ConfigError(path, "--manifest", "not UTF-8 text") from None
+
+
+def _manifest_lines(lines: Iterable[str], path: str) -> list[Produced]:
+    out: list[Produced] = []
+    for number, raw in enumerate(lines, 1):
+        try:
+            entry = manifest_entry(raw, number)
+        except ValueError as exc:
+            raise ConfigError(path, "--manifest", str(exc)) from None
+        if entry is not None:
+            out.append(entry)
+    return out
+
+
+def manifest_entry(raw: str, number: int) -> Produced | None:
+    """One manifest line (see :func:`read_manifest`); None for a blank one, ValueError for a bad one."""
+    line = raw.strip()
+    if not line:
+        return None
+    if not line.startswith("{"):
+        return Produced(line)
+    try:
+        doc = json.loads(line)
+        value = doc["eventId"]
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            raise ValueError("eventId is not a string or an integer")
+        return Produced(value, doc.get("partitionKey"), doc.get("sha256"))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"line {number}: not an event ID nor a manifest object: {exc}") from None
+
+
+def read_reports(path: str) -> list[DuplicateReport]:
+    """``possible_duplicates`` lines from a copier journal (JSON log lines; other lines are skipped)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return [r for r in (duplicate_report(line) for line in f) if r is not None]
+    except OSError as exc:
+        raise ConfigError(path, "--reports", f"cannot read the file: {exc.strerror or exc}") from None
+
+
+def duplicate_report(line: str) -> DuplicateReport | None:
+    """A ``possible_duplicates`` log line as the audit uses it (None for any other line). The JSON may be
+    wrapped in a line of the daemon's (``... [{json}] for shard X``): the outermost object is taken."""
+    start, end = line.find("{"), line.rfind("}")
+    if start < 0 or end < start:
+        return None
+    try:
+        doc = json.loads(line[start : end + 1])
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or doc.get("event") != "possible_duplicates":
+        return None
+    return DuplicateReport(
+        tuple(doc.get("event_ids", ())),
+        int(doc.get("window_from_ms", 0)),
+        None if doc.get("window_until_ms") is None else int(doc["window_until_ms"]),
+        str(doc.get("shard", "")),
+        int(doc.get("batch", 0)),
+    )
 
 
 @dataclass(frozen=True)
@@ -331,9 +444,13 @@ class StagedRecord:
 
     shard_id: str
     sequence_number: str
-    event_ids: list[str | None]
+    events: list[Produced]
     aggregated: bool
     problem: str | None
+
+    @property
+    def event_ids(self) -> list[EventValue | None]:
+        return [e.event_id for e in self.events]
 
 
 @dataclass(frozen=True)
@@ -359,29 +476,40 @@ class VerifyResult:
         return self.report.ok and self.undecodable == 0
 
 
+def _ids(ids: Iterable[EventValue]) -> str:
+    return ", ".join(show(i) for i in ids)
+
+
 def _example_lines(r: AuditReport) -> list[str]:
     lines: list[str] = []
     if r.lost_examples:
-        lines.append("  lost: " + ", ".join(r.lost_examples))
+        lines.append("  lost: " + _ids(r.lost_examples))
     if r.duplicated_examples:
-        copies = ", ".join(f"{i} x{n}" for i, n in r.duplicated_examples)
-        lines.append(f"  duplicated ({r.extra_copies} extra copies): {copies}")
+        copies = ", ".join(f"{show(i)} x{n}" for i, n in r.duplicated_examples)
+        lines.append(f"  duplicated ({r.extra_copies} extra copies, {r.explained_copies} reported): {copies}")
+    if r.unexplained_examples:
+        lines.append("  unexplained copies of: " + _ids(r.unexplained_examples))
+    if r.changed_examples:
+        lines.append("  changed (key or bytes not as produced): " + ", ".join(r.changed_examples))
     if r.unexpected_examples:
-        lines.append("  unexpected: " + ", ".join(r.unexpected_examples))
+        lines.append("  unexpected: " + _ids(r.unexpected_examples))
     if r.unkeyed_examples:
         where = ", ".join(
             f"{u.shard_id}@{u.sequence_number} (partition key {u.partition_key})" for u in r.unkeyed_examples
         )
-        lines.append("  unkeyed: " + where)
+        lines.append("  without an event ID in the target: " + where)
+    if r.unkeyed_lost_examples:
+        lines.append("  lost without an event ID (staging position): " + ", ".join(r.unkeyed_lost_examples))
     if r.out_of_order_examples:
         wrong = ", ".join(
-            f"{o.event_id} after {o.after} (partition key {o.partition_key})" for o in r.out_of_order_examples
+            f"{show(o.event_id)} after {show(o.after)} (partition key {o.partition_key})"
+            for o in r.out_of_order_examples
         )
         lines.append("  out of order: " + wrong)
     if r.dead_lettered_examples:
-        lines.append(
-            f"  dead-lettered ({r.dead_lettered}, counted as delivered): " + ", ".join(r.dead_lettered_examples)
-        )
+        lines.append(f"  dead-lettered ({r.dead_lettered}, delivered there): " + _ids(r.dead_lettered_examples))
+    if r.invalid_dead_letter_examples:
+        lines.append("  invalid dead-letter records: " + "; ".join(r.invalid_dead_letter_examples))
     return lines
 
 
@@ -404,8 +532,12 @@ def render_text(result: VerifyResult) -> str:
     lines = [
         _source_line(result),
         f"target: {r.found} records; dead-letter: {dead_letter}",
-        f"lost: {r.lost}, duplicated: {r.duplicated}, unexpected: {r.unexpected}, unkeyed: {r.unkeyed}, "
-        f"out of order (per partition key): {r.out_of_order}",
+        f"lost: {r.lost}, duplicated: {r.duplicated} ({r.unexplained_copies} unexplained copies), "
+        f"changed: {r.changed}, unexpected: {r.unexpected}, out of order (per partition key): {r.out_of_order}",
+        f"without an event ID: {r.unkeyed_expected} produced, {r.unkeyed_lost} lost, "
+        f"{r.unkeyed_extra_copies} extra copies; in the target without an ID: {r.unkeyed}",
+        f"dead-letter stream: {r.dead_lettered} events delivered there, {r.invalid_dead_letters} invalid records; "
+        f"possible_duplicates reports: {r.reports} naming {r.reported_ids} IDs",
         *_example_lines(r),
     ]
     if result.undecodable:
@@ -421,8 +553,19 @@ def render_text(result: VerifyResult) -> str:
     if result.ok:
         lines.append("verify: OK")
     else:
-        extra = f", undecodable aggregates {result.undecodable}" if result.undecodable else ""
-        lines.append(f"verify: FAILED (lost {r.lost}, duplicated {r.duplicated}{extra})")
+        problems = [
+            f"{name} {n}"
+            for name, n in (
+                ("lost", r.lost),
+                ("unexplained copies", r.unexplained_copies),
+                ("changed", r.changed),
+                ("invalid dead letters", r.invalid_dead_letters),
+                ("lost without an ID", r.unkeyed_lost),
+                ("undecodable aggregates", result.undecodable),
+            )
+            if n
+        ]
+        lines.append(f"verify: FAILED ({', '.join(problems)})")
     return "\n".join(lines)
 
 
@@ -472,11 +615,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"example IDs shown per problem (default {DEFAULT_EXAMPLES})",
     )
+    parser.add_argument(
+        "--reports",
+        metavar="FILE",
+        help="the copier's log lines (journal JSON): each possible_duplicates line excuses one extra copy of each "
+        "event ID it names that arrived within its window",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the text report")
 
 
 def read_staging(config: Config, reader: StreamReader) -> list[StagedRecord]:
-    """Every staging record, de-aggregated by the daemon's rules for the shard it was read from."""
+    """Every staging record, de-aggregated by the daemon's rules for the shard it was read from, each user
+    record with its key, the SHA-256 of its bytes and its position (what a copy must match)."""
     key = config.dedup_key
     ranges = {
         s["ShardId"]: (int(s["HashKeyRange"]["StartingHashKey"]), int(s["HashKeyRange"]["EndingHashKey"]))
@@ -486,13 +636,23 @@ def read_staging(config: Config, reader: StreamReader) -> list[StagedRecord]:
 
     def staged(shard_id: str, r: KinesisRecord) -> StagedRecord:
         view = as_daemon_delivers(bytes(r["Data"]), r["PartitionKey"], ranges.get(shard_id))
-        ids = [event_id_in(key, pk, data) for pk, data in view.written]  # what the daemon drops is lost
-        return StagedRecord(shard_id, r["SequenceNumber"], ids, view.aggregated, view.problem)
+        seq = int(r["SequenceNumber"])
+        events = [  # what the daemon drops is lost
+            Produced(
+                event_id_in(key, pk, data),
+                pk,
+                sha256_hex(data),
+                (shard_id, seq, n if view.aggregated else 0),
+                size=len(data) + len(pk.encode("utf-8")),
+            )
+            for n, (pk, data) in enumerate(view.written)
+        ]
+        return StagedRecord(shard_id, r["SequenceNumber"], events, view.aggregated, view.problem)
 
     return reader.read(config.stream_name, "staging", staged)
 
 
-def event_id_in(key: DedupKey, partition_key: str, data: bytes) -> str | None:
+def event_id_in(key: DedupKey, partition_key: str, data: bytes) -> EventValue | None:
     """A record's event ID as the copier reads it (None: it has none)."""
     found = extract_event_id(key, partition_key, data)
     return found.value if isinstance(found, EventId) else None
@@ -500,14 +660,16 @@ def event_id_in(key: DedupKey, partition_key: str, data: bytes) -> str | None:
 
 def run_verify(
     config: Config,
-    manifest: list[str] | None,
+    manifest: list[Produced] | None,
     examples: int,
     reader: StreamReader,
     target_reader: StreamReader | None = None,
+    reports: Sequence[DuplicateReport] = (),
 ) -> VerifyResult:
     """Audit the target (and dead-letter stream) against the manifest, or the staging stream without one.
 
-    ``reader`` reads staging; ``target_reader`` (default: the same) the target and dead-letter streams.
+    ``reader`` reads staging; ``target_reader`` (default: the same) the target and dead-letter streams;
+    ``reports``: the copier's ``possible_duplicates`` lines, which may excuse one extra copy each.
     """
     key = config.dedup_key
     target_side = target_reader or reader
@@ -517,13 +679,13 @@ def run_verify(
         source, source_records, source_unkeyed = "manifest", len(produced), 0
     else:
         records = read_staging(config, reader)
-        events = [event_id for record in records for event_id in record.event_ids]
-        produced = [i for i in events if i is not None]
-        source, source_records, source_unkeyed = "staging", len(records), len(events) - len(produced)
+        produced = [event for record in records for event in record.events]
+        keyed = sum(1 for p in produced if p.event_id is not None)
+        source, source_records, source_unkeyed = "staging", len(records), len(produced) - keyed
         undecodable = [f"{r.shard_id}@{r.sequence_number}" for r in records if r.problem == "undecodable"]
         dropped = [f"{r.shard_id}@{r.sequence_number}" for r in records if r.problem in ("out_of_range", "bad_index")]
         counts = {
-            "source_events": len(events),
+            "source_events": len(produced),
             "source_aggregates": sum(1 for r in records if r.aggregated),
             "undecodable": len(undecodable),
             "undecodable_examples": tuple(undecodable[:examples]),
@@ -532,18 +694,24 @@ def run_verify(
         }
 
     def target_record(shard_id: str, r: KinesisRecord) -> TargetRecord:
-        return TargetRecord(record_event_id(key, r), r["PartitionKey"], shard_id, r["SequenceNumber"])
+        data = bytes(r["Data"])
+        return TargetRecord(
+            event_id_in(key, r["PartitionKey"], data),
+            r["PartitionKey"],
+            shard_id,
+            r["SequenceNumber"],
+            sha256_hex(data),
+            arrival_ms(r),
+        )
 
     target = target_side.read(config.target_stream_name, "target", target_record)
-    dead_letter: list[str | None] = []
+    dead_letter: list[DeadLetter] = []
     if config.dead_letter_stream_name:
         dead_letter = target_side.read(
-            config.dead_letter_stream_name,
-            "dead-letter",
-            lambda _shard, r: dead_letter_event_id(key, r["PartitionKey"], bytes(r["Data"])),
+            config.dead_letter_stream_name, "dead-letter", lambda shard, r: read_envelope(key, shard, r)
         )
     return VerifyResult(
-        report=audit(produced, target, dead_letter, examples),
+        report=audit(produced, target, dead_letter, reports, examples),
         source=source,
         source_records=source_records,
         source_unkeyed=source_unkeyed,
@@ -561,8 +729,10 @@ def main(args: argparse.Namespace) -> int:
     """
     config = load_config(args.properties)
     manifest = read_manifest(args.manifest) if args.manifest is not None else None  # before any AWS call
+    reports = read_reports(args.reports) if args.reports else []
     progress = Progress()
     reader = StreamReader(make_client(config), progress)
-    result = run_verify(config, manifest, args.examples, reader, StreamReader(make_client(config, True), progress))
+    target_reader = StreamReader(make_client(config, True), progress)
+    result = run_verify(config, manifest, args.examples, reader, target_reader, reports)
     print(render_json(result) if args.json else render_text(result), flush=True)
     return 0 if result.ok else 1

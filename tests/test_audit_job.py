@@ -20,12 +20,18 @@ from typing import Any
 
 import pytest
 
+from copier.config import parse_dedup_key
 from copier.local.backend import DUMMY_ENV
 from copier.local.multilang import COPIER
+from copier.plan import PlanSettings, SourceRecord, dead_letter_envelope
+from copier.positions import Position
 from tests.support.backend import client, create_stream, local_backend
 from tests.support.props import write_properties
 
 pytestmark = [pytest.mark.protocol, pytest.mark.timeout(600)]
+SETTINGS = PlanSettings(
+    parse_dedup_key("json:eventId"), "forward", "audit-dlq", "audit-staging", "shardId-000000000000"
+)
 
 REPORT_KEYS = (
     "expected",
@@ -38,6 +44,10 @@ REPORT_KEYS = (
     "unexpected",
     "unkeyed",
     "dead_lettered",
+    "invalid_dead_letters",
+    "changed",
+    "explained_copies",
+    "unexplained_copies",
     "out_of_order",
     "examples",
     "ok",
@@ -64,8 +74,13 @@ def _build(endpoint: str, tmp_path: Path) -> tuple[Path, Path]:
     landed += [("hot", _event("e31")), ("hot", _event("e30"))]  # one key, produced 30 then 31: out of order
     for key, data in landed:
         kinesis.put_record(StreamName="audit-target", PartitionKey=key, Data=data)
-    envelope = {"reason": "oversize", "partitionKey": "k40", "data": base64.b64encode(_event("e40")).decode()}
-    kinesis.put_record(StreamName="audit-dlq", PartitionKey="k40", Data=json.dumps(envelope).encode())
+    original = SourceRecord(Position(40), "k40", _event("e40"))
+    envelope = dead_letter_envelope(
+        SETTINGS, original, "record of 1048577 bytes exceeds the target's limit of 1048576 bytes"
+    )
+    kinesis.put_record(StreamName="audit-dlq", PartitionKey="k40", Data=envelope)
+    # Not an envelope: it delivers nothing (e31's copy stands; e5 stays lost), and fails both reports.
+    kinesis.put_record(StreamName="audit-dlq", PartitionKey="k5", Data=json.dumps({"eventId": "e5"}).encode())
     manifest = tmp_path / "manifest" / "ids-000.txt"
     manifest.parent.mkdir()
     manifest.write_text("".join(f"{i}\n" for i in produced))
@@ -99,7 +114,7 @@ def test_audit_and_verify_report_the_same_on_the_same_data(tmp_path: Path) -> No
             )
             assert status == 0, err
     assert (verified["lost"], verified["duplicated"], verified["unexpected"], verified["unkeyed"]) == (1, 1, 1, 1)
-    assert (verified["out_of_order"], verified["dead_lettered"]) == (1, 1)
+    assert (verified["out_of_order"], verified["dead_lettered"], verified["invalid_dead_letters"]) == (1, 1, 1)
 
     audit = ["audit", "--properties", str(props), "--manifest", str(manifest), "--json"]
     status, out, err = _run(*audit, "--target", str(tmp_path / "target"), "--dead-letter", str(tmp_path / "dlq"))
@@ -124,7 +139,8 @@ def test_audit_and_verify_report_the_same_on_the_same_data(tmp_path: Path) -> No
     )
     assert status == 1, err[-3000:]
     bare = _report(out)
-    for key in ("expected", "produced", "found", "lost", "duplicated", "extra_copies", "unexpected", "unkeyed"):
+    keys = ("expected", "produced", "found", "lost", "duplicated", "extra_copies", "unexpected", "unkeyed")
+    for key in (*keys, "invalid_dead_letters", "dead_lettered"):
         assert bare[key] == verified[key], key
     assert bare["out_of_order"] == 0, "Firehose files carry no partition key: order is not measured"
     assert bare["examples"]["lost"] == verified["examples"]["lost"]

@@ -15,7 +15,7 @@ import botocore.exceptions
 import pytest
 
 from copier import kpl
-from copier.audit import audit
+from copier.audit import DeadLetter, TargetRecord, audit
 from copier.config import DedupKey
 from copier.errors import FatalAwsError, TransientAwsError
 from copier.plan import PlanSettings, SourceRecord, dead_letter_envelope
@@ -223,11 +223,12 @@ def test_progress_prints_at_most_one_line_per_interval() -> None:
 
 
 def settings() -> PlanSettings:
-    return PlanSettings(JSON_KEY, "deadletter", True, "staging", "shardId-000000000000")
+    return PlanSettings(JSON_KEY, "deadletter", "dlq", "staging", "shardId-000000000000")
 
 
 def test_dead_letter_envelopes_give_back_the_original_event_id() -> None:
-    """The ID inside an envelope is found; a truncated envelope or an unkeyed one has none."""
+    """The ID inside an envelope is found; a truncated envelope, an unkeyed one, or a record that is not an
+    envelope at all has none."""
     keyed = SourceRecord(Position(1, 0), "pk", b'{"eventId": "e-1"}')
     envelope = dead_letter_envelope(settings(), keyed, "record exceeds the target's size limit")
     assert dead_letter_event_id(JSON_KEY, "pk", envelope) == "e-1"
@@ -236,25 +237,33 @@ def test_dead_letter_envelopes_give_back_the_original_event_id() -> None:
     assert dead_letter_event_id(JSON_KEY, "pk", dead_letter_envelope(settings(), huge, "too large")) is None
     unkeyed = SourceRecord(Position(3, 0), "pk", b"not json")
     assert dead_letter_event_id(JSON_KEY, "pk", dead_letter_envelope(settings(), unkeyed, "no event ID")) is None
-    assert dead_letter_event_id(JSON_KEY, "pk", b'{"eventId": "raw"}') == "raw"
+    assert dead_letter_event_id(JSON_KEY, "pk", b'{"eventId": "raw"}') is None
 
 
 def test_manifest_ignores_blank_lines_and_reads_stdin() -> None:
-    """One ID a line, surrounding blanks dropped; '-' reads standard input."""
-    assert read_manifest("-", io.StringIO("a\n\n b \r\n\nc")) == ["a", "b", "c"]
+    """One ID a line, surrounding blanks dropped; '-' reads standard input; a JSON object line gives a typed ID
+    and the record's key and SHA-256."""
+    ids = [p.event_id for p in read_manifest("-", io.StringIO("a\n\n b \r\n\nc"))]
+    assert ids == ["a", "b", "c"]
+    (typed,) = read_manifest("-", io.StringIO('{"eventId": 7, "partitionKey": "k", "sha256": "ab"}\n'))
+    assert (typed.event_id, typed.partition_key, typed.sha256) == (7, "k", "ab")
 
 
 def test_text_report_format() -> None:
-    """The report: three count lines, one line of examples per problem, then the verdict."""
-    report = audit(["a", "b", "c"], [], ["c"], examples=5)
-    result = VerifyResult(report, "manifest", 3, 0, "t", "dlq")
+    """The report: the count lines, one line of examples per problem, then the verdict naming what failed."""
+    letter = DeadLetter("s", "1", reason="no event ID: x", event_id="c")
+    report = audit(["a", "b", "c", 1], [TargetRecord(1, "k", "s")], [letter], examples=5)
+    result = VerifyResult(report, "manifest", 4, 0, "t", "dlq")
     assert render_text(result) == (
-        "verify: produced 3 distinct events (3 manifest lines)\n"
-        "target: 0 records; dead-letter: 1 records\n"
-        "lost: 2, duplicated: 0, unexpected: 0, unkeyed: 0, out of order (per partition key): 0\n"
+        "verify: produced 4 distinct events (4 manifest lines)\n"
+        "target: 1 records; dead-letter: 1 records\n"
+        "lost: 2, duplicated: 0 (0 unexplained copies), changed: 0, unexpected: 0, "
+        "out of order (per partition key): 0\n"
+        "without an event ID: 0 produced, 0 lost, 0 extra copies; in the target without an ID: 0\n"
+        "dead-letter stream: 1 events delivered there, 0 invalid records; possible_duplicates reports: 0 naming 0 IDs\n"
         "  lost: a, b\n"
-        "  dead-lettered (1, counted as delivered): c\n"
-        "verify: FAILED (lost 2, duplicated 0)"
+        "  dead-lettered (1, delivered there): c\n"
+        "verify: FAILED (lost 2)"
     )
 
 
@@ -297,7 +306,10 @@ def test_a_clean_copy_verifies_ok(pipeline: Pipeline) -> None:
     assert result.stdout == (
         "verify: produced 20 distinct events (22 records in staging)\n"
         "target: 20 records; dead-letter: none configured\n"
-        "lost: 0, duplicated: 0, unexpected: 0, unkeyed: 0, out of order (per partition key): 0\n"
+        "lost: 0, duplicated: 0 (0 unexplained copies), changed: 0, unexpected: 0, "
+        "out of order (per partition key): 0\n"
+        "without an event ID: 0 produced, 0 lost, 0 extra copies; in the target without an ID: 0\n"
+        "dead-letter stream: 0 events delivered there, 0 invalid records; possible_duplicates reports: 0 naming 0 IDs\n"
         "verify: OK\n"
     )
 
@@ -310,10 +322,10 @@ def test_a_lost_and_a_duplicated_event_fail_with_examples(pipeline: Pipeline) ->
     assert result.returncode == 1, result.stderr
     lines = result.stdout.splitlines()
     assert lines[1] == "target: 10 records; dead-letter: none configured"
-    assert lines[2].startswith("lost: 1, duplicated: 1, unexpected: 0, unkeyed: 0, out of order (per partition key): ")
+    assert lines[2].startswith("lost: 1, duplicated: 1 (1 unexplained copies), changed: 0, unexpected: 0, ")
     assert "  lost: e-4" in lines
-    assert "  duplicated (1 extra copies): e-6 x2" in lines
-    assert lines[-1] == "verify: FAILED (lost 1, duplicated 1)"
+    assert "  duplicated (1 extra copies, 0 reported): e-6 x2" in lines
+    assert lines[-1] == "verify: FAILED (lost 1, unexplained copies 1)"
 
 
 def test_a_manifest_replaces_the_staging_stream(pipeline: Pipeline) -> None:
@@ -331,20 +343,46 @@ def test_a_manifest_replaces_the_staging_stream(pipeline: Pipeline) -> None:
 
 
 def test_an_event_in_the_dead_letter_stream_counts_as_delivered(pipeline: Pipeline) -> None:
-    """An event dead-lettered in an envelope instead of forwarded is not lost."""
+    """An event dead-lettered in a valid envelope instead of forwarded is not lost: here a user record of a
+    non-KPL aggregate with an empty partition key (which Kinesis refuses), pointing at its staging position."""
     dlq = f"{pipeline.target}-dlq"
     create_stream(pipeline.kinesis, dlq, 1)
     pipeline.write_properties(deadLetterStreamName=dlq)
-    put(pipeline, pipeline.staging, events(6))
-    put(pipeline, pipeline.target, [i for i in events(6) if i != "e-5"])
-    original = SourceRecord(Position(5, 0), "k2", json.dumps({"eventId": "e-5"}).encode())
-    envelope = dead_letter_envelope(settings(), original, "record exceeds the target's size limit")
-    pipeline.kinesis.put_record(StreamName=dlq, PartitionKey="k2", Data=envelope)
+    put(pipeline, pipeline.staging, events(5))
+    odd = json.dumps({"eventId": "e-5"}).encode()
+    (packed,) = kpl.aggregate([("k1", json.dumps({"eventId": "e-6"}).encode()), ("", odd)])
+    answer = pipeline.kinesis.put_record(
+        StreamName=pipeline.staging, PartitionKey="k1", Data=packed.data, ExplicitHashKey=packed.explicit_hash_key
+    )
+    put(pipeline, pipeline.target, events(5))
+    put(pipeline, pipeline.target, ["e-6"], key="k1")
+    original = SourceRecord(Position(int(answer["SequenceNumber"]), 1), "", odd)
+    envelope = dead_letter_envelope(settings(), original, "partition key is empty")
+    pipeline.kinesis.put_record(StreamName=dlq, PartitionKey="copier-x", Data=envelope)
     result = verify(pipeline, "--json")
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 0, result.stdout + result.stderr
     doc = json.loads(result.stdout)
-    assert (doc["lost"], doc["dead_lettered"], doc["dead_letter_records"]) == (0, 1, 1)
+    assert (doc["lost"], doc["dead_lettered"], doc["dead_letter_records"], doc["invalid_dead_letters"]) == (0, 1, 1, 0)
     assert doc["examples"]["dead_lettered"] == ["e-5"] and doc["dead_letter_stream"] == dlq
+
+
+def test_a_record_in_the_dead_letter_stream_that_is_no_valid_envelope_fails(pipeline: Pipeline) -> None:
+    """A bare {"eventId": ...}, or an envelope pointing at no staging record, delivers nothing: the event is
+    lost and the record invalid (status 1)."""
+    dlq = f"{pipeline.target}-dlq"
+    create_stream(pipeline.kinesis, dlq, 1)
+    pipeline.write_properties(deadLetterStreamName=dlq)
+    put(pipeline, pipeline.staging, events(3))
+    put(pipeline, pipeline.target, events(1))
+    pipeline.kinesis.put_record(StreamName=dlq, PartitionKey="k1", Data=json.dumps({"eventId": "e-1"}).encode())
+    invented = dead_letter_envelope(
+        settings(), SourceRecord(Position(12345, 0), "k2", json.dumps({"eventId": "e-2"}).encode()), "no event ID: x"
+    )
+    pipeline.kinesis.put_record(StreamName=dlq, PartitionKey="k2", Data=invented)
+    result = verify(pipeline, "--json")
+    assert result.returncode == 1, result.stdout + result.stderr
+    doc = json.loads(result.stdout)
+    assert (doc["lost"], doc["invalid_dead_letters"]) == (2, 2)
 
 
 def test_every_shard_of_a_resharded_target_is_read(pipeline: Pipeline) -> None:
@@ -413,9 +451,9 @@ def test_events_inside_an_aggregate_that_never_reached_the_target_are_lost(pipel
     assert lines[0] == (
         "verify: produced 4 distinct events (2 records in staging, 1 of them KPL aggregates, 4 events in all)"
     )
-    assert lines[2].startswith("lost: 3, duplicated: 0")
+    assert lines[2].startswith("lost: 3, duplicated: 0 ")
     assert "  lost: agg-1, agg-2, agg-3" in lines
-    assert lines[-1] == "verify: FAILED (lost 3, duplicated 0)"
+    assert lines[-1] == "verify: FAILED (lost 3)"
 
 
 def test_an_aggregate_that_cannot_be_decoded_fails_the_audit(pipeline: Pipeline) -> None:

@@ -30,8 +30,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from copier.audit import AuditReport, OutOfOrder, Unkeyed
+from copier.audit import AuditReport, DuplicateReport, OutOfOrder, Unkeyed, explain, show
 from copier.config import DedupKey, load_config
+from copier.identity import EventValue
 
 __all__ = ["add_arguments", "expand", "main", "run_audit"]
 
@@ -45,6 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dead-letter", action="append", metavar="PATH", help="dead-letter files or directory")
     parser.add_argument("--format", choices=["export", "firehose"], default="export", help="target file format")
     parser.add_argument("--examples", type=int, default=5, metavar="N", help="examples of each problem")
+    parser.add_argument(
+        "--reports", metavar="FILE", help="the copier's log lines: possible_duplicates lines excuse one copy each"
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object instead of the text report")
     parser.add_argument("--master", help="Spark master when not run by spark-submit (default: local[*])")
 
@@ -62,10 +66,14 @@ def expand(paths: Iterable[str]) -> list[str]:
 
 
 def _records(lines: Iterator[tuple[str, int]], key: DedupKey, fmt: str, dead_letter: bool) -> Iterator[tuple[Any, ...]]:
-    """(order, event ID or None, partition key, shard, sequence number) for each (line, line number),
-    the ID read as ``copier verify`` reads it. Firehose lines carry nothing but the record: their order is
-    the line's, and they have no partition key, shard or sequence number."""
-    from copier.verify import dead_letter_event_id, event_id_in
+    """One row per record of an export (or Firehose) file: (order, event key, partition key, shard, sequence
+    number, SHA-256 of the bytes, arrival, problem). IDs are read as ``copier verify`` reads them, and kept
+    as JSON text (an integer ID and its digits as a string stay apart). A dead-letter record is read as an
+    envelope (``copier.verify.read_envelope``): its event key is the original's, and ``problem`` says why it
+    is not a valid envelope (None when it is). Firehose lines carry nothing but the record: their order is
+    the line's, and they have no partition key, shard, sequence number or arrival."""
+    from copier.audit import check_dead_letter, event_key
+    from copier.verify import event_id_in, read_envelope, sha256_hex
 
     for line, number in lines:
         if not line.strip():
@@ -73,14 +81,42 @@ def _records(lines: Iterator[tuple[str, int]], key: DedupKey, fmt: str, dead_let
         if fmt == "export":
             doc = json.loads(line)
             order, pk, shard, seq = doc["order"], doc["partitionKey"], doc["shardId"], doc["sequenceNumber"]
+            arrival = int(doc.get("arrival", 0))
             data = base64.b64decode(doc["data"])
         else:
-            order, pk, shard, seq, data = number, "", "", "", line.encode()
-        event_id = dead_letter_event_id(key, pk, data) if dead_letter else event_id_in(key, pk, data)
-        yield order, event_id, pk, shard, seq
+            order, pk, shard, seq, arrival, data = number, "", "", "", 0, line.encode()
+        if dead_letter:
+            letter = read_envelope(key, shard, {"SequenceNumber": seq, "Data": data, "PartitionKey": pk})
+            event_id, problem = letter.event_id, check_dead_letter(letter)
+        else:
+            event_id, problem = event_id_in(key, pk, data), None
+        found = None if event_id is None else event_key(event_id)
+        yield order, found, pk, shard, seq, sha256_hex(data), arrival, problem
 
 
-_SCHEMA = "order long, event_id string, partition_key string, shard_id string, sequence_number string"
+_SCHEMA = (
+    "order long, event_id string, partition_key string, shard_id string, sequence_number string, "
+    "sha256 string, arrival long, problem string"
+)
+
+
+def _manifest_rows(lines: Iterator[tuple[str, int]]) -> Iterator[tuple[Any, ...]]:
+    """(position, event key, partition key or None, SHA-256 or None) per manifest line (copier.verify's format)."""
+    from copier.audit import event_key
+    from copier.verify import manifest_entry
+
+    for line, position in lines:
+        entry = manifest_entry(line, position)
+        if entry is not None:
+            assert entry.event_id is not None
+            yield position, event_key(entry.event_id), entry.partition_key, entry.sha256
+
+
+def _value(key: str) -> EventValue:
+    """An event key (JSON text) back as the event ID."""
+    value = json.loads(key)
+    assert isinstance(value, str | int)
+    return value
 
 
 def run_audit(
@@ -91,16 +127,21 @@ def run_audit(
     dead_letter: Sequence[str] | None,
     fmt: str = "export",
     examples: int = 5,
+    reports: Sequence[DuplicateReport] = (),
 ) -> AuditReport:
     """The report for these files; see the module docstring."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     sc = spark.sparkContext
-    lines = sc.textFile(",".join(expand(manifest))).map(str.strip).filter(bool)
-    indexed = lines.zipWithIndex().toDF("event_id string, position long")
-    occurrences = indexed.count()
-    produced = indexed.groupBy("event_id").agg(F.min("position").alias("index")).cache()
+    lines = sc.textFile(",".join(expand(manifest))).zipWithIndex()
+    listed = spark.createDataFrame(
+        lines.mapPartitions(_manifest_rows), "position long, event_id string, pk string, sha string"
+    ).cache()
+    occurrences = listed.count()
+    produced = listed.groupBy("event_id").agg(F.min("position").alias("index"), F.first("pk", True).alias("pk"))
+    produced = produced.cache()
+    versions = listed.where(F.col("pk").isNotNull() | F.col("sha").isNotNull()).select("event_id", "pk", "sha")
 
     def read(paths: Sequence[str], dead: bool) -> Any:
         numbered = sc.textFile(",".join(expand(paths))).zipWithIndex()
@@ -109,27 +150,58 @@ def run_audit(
     records = read(target, False).cache()
     found = records.count()
     keyed = records.where(F.col("event_id").isNotNull())
-    copies = keyed.groupBy("event_id").agg(F.count("*").alias("n"), F.min("order").alias("first")).cache()
+    copies_df = keyed.select("event_id", "order", "arrival")
 
+    dead_letter_records = invalid = 0
+    invalid_examples: tuple[str, ...] = ()
     dead_ids = spark.createDataFrame([], "event_id string")
-    dead_letter_records = 0
     if dead_letter:
         dead_df = read(dead_letter, True).cache()
         dead_letter_records = dead_df.count()
-        dead_ids = dead_df.where(F.col("event_id").isNotNull()).select("event_id").distinct()
-
-    def ids(df: Any, order: str) -> tuple[int, tuple[str, ...]]:
-        return df.count(), tuple(r.event_id for r in df.orderBy(order).limit(examples).collect())
-
-    lost, lost_examples = ids(
-        produced.join(copies, "event_id", "left_anti").join(dead_ids, "event_id", "left_anti"), "index"
+        bad = dead_df.where(F.col("problem").isNotNull())
+        invalid = bad.count()
+        invalid_examples = tuple(
+            f"{r.shard_id}@{r.sequence_number}: {r.problem}" for r in bad.orderBy("order").limit(examples).collect()
+        )
+        valid = dead_df.where(F.col("problem").isNull() & F.col("event_id").isNotNull())
+        dead_ids = valid.select("event_id").distinct()
+        copies_df = copies_df.unionByName(valid.select("event_id", F.lit(None).cast("long").alias("order"), "arrival"))
+    copies = copies_df.groupBy("event_id").agg(
+        F.count("*").alias("n"), F.min("order").alias("first"), F.collect_list("arrival").alias("arrivals")
     )
+    copies = copies.cache()
+
+    def ids(df: Any, order: str) -> tuple[int, tuple[EventValue, ...]]:
+        return df.count(), tuple(_value(r.event_id) for r in df.orderBy(order).limit(examples).collect())
+
+    lost, lost_examples = ids(produced.join(copies, "event_id", "left_anti"), "index")
     dead_lettered, dead_lettered_examples = ids(produced.join(dead_ids, "event_id", "left_semi"), "index")
-    unexpected, unexpected_examples = ids(copies.join(produced, "event_id", "left_anti"), "first")
-    doubles = copies.where(F.col("n") > 1)
+    in_target = keyed.select("event_id").distinct()
+    unexpected, unexpected_examples = ids(
+        copies.join(produced, "event_id", "left_anti").join(in_target, "event_id", "left_semi"), "first"
+    )
+    doubles = copies.where(F.col("n") > 1).cache()
     duplicated = doubles.count()
-    extra = doubles.agg(F.sum(F.col("n") - 1)).first()[0] or 0
-    duplicated_examples = tuple((r.event_id, r.n) for r in doubles.orderBy("first").limit(examples).collect())
+    extra = int(doubles.agg(F.sum(F.col("n") - 1)).first()[0] or 0)
+    duplicated_examples = tuple((_value(r.event_id), r.n) for r in doubles.orderBy("first").limit(examples).collect())
+    arrivals = {_value(r.event_id): list(r.arrivals) for r in doubles.select("event_id", "arrivals").collect()}
+    explained, unexplained = explain(arrivals, reports)
+
+    matched = keyed.join(versions, "event_id").withColumn(
+        "match",
+        (
+            (F.col("pk").isNull() | (F.col("pk") == F.col("partition_key")))
+            & (F.col("sha").isNull() | (F.col("sha") == F.col("sha256")))
+        ).cast("int"),
+    )
+    changed_df = matched.groupBy("order", "event_id", "shard_id", "sequence_number").agg(F.max("match").alias("m"))
+    changed_df = changed_df.where(F.col("m") == 0)
+    changed = changed_df.count()
+    changed_examples = tuple(
+        f"{show(_value(r.event_id))} at {r.shard_id}@{r.sequence_number}"
+        for r in changed_df.orderBy("order").limit(examples).collect()
+    )
+
     unkeyed_df = records.where(F.col("event_id").isNull())
     unkeyed = unkeyed_df.count()
     unkeyed_examples = tuple(
@@ -139,12 +211,18 @@ def run_audit(
 
     out_of_order, out_of_order_examples = 0, tuple[OutOfOrder, ...]()
     if fmt == "export":
-        window = Window.partitionBy("partition_key").orderBy("order").rowsBetween(Window.unboundedPreceding, -1)
-        placed = keyed.join(produced, "event_id").withColumn("ahead", F.max(F.struct("index", "event_id")).over(window))
+        first = keyed.groupBy("event_id").agg(F.min("order").alias("order"))  # a duplicate's later copy aside
+        placed = (
+            first.join(keyed.select("event_id", "order", "partition_key"), ["event_id", "order"])
+            .join(produced, "event_id")
+            .withColumn("key", F.coalesce(F.col("pk"), F.col("partition_key")))
+        )
+        window = Window.partitionBy("key").orderBy("order").rowsBetween(Window.unboundedPreceding, -1)
+        placed = placed.withColumn("ahead", F.max(F.struct("index", "event_id")).over(window))
         late = placed.where(F.col("ahead").isNotNull() & (F.col("index") < F.col("ahead.index")))
         out_of_order = late.count()
         out_of_order_examples = tuple(
-            OutOfOrder(r.event_id, r.partition_key, r.ahead.event_id)
+            OutOfOrder(_value(r.event_id), r.key, _value(r.ahead.event_id))
             for r in late.orderBy("order").limit(examples).collect()
         )
     return AuditReport(
@@ -154,17 +232,26 @@ def run_audit(
         dead_letter_records=dead_letter_records,
         lost=lost,
         duplicated=duplicated,
-        extra_copies=int(extra),
+        extra_copies=extra,
         unexpected=unexpected,
         unkeyed=unkeyed,
         dead_lettered=dead_lettered,
         out_of_order=out_of_order,
+        explained_copies=explained,
+        unexplained_copies=extra - explained,
+        reports=len(reports),
+        reported_ids=sum(len(set(r.event_ids)) for r in reports),
+        changed=changed,
+        invalid_dead_letters=invalid,
         lost_examples=lost_examples,
         duplicated_examples=duplicated_examples,
+        unexplained_examples=tuple(unexplained[:examples]),
         unexpected_examples=unexpected_examples,
         unkeyed_examples=unkeyed_examples,
         dead_lettered_examples=dead_lettered_examples,
         out_of_order_examples=out_of_order_examples,
+        changed_examples=changed_examples,
+        invalid_dead_letter_examples=invalid_examples,
     )
 
 
@@ -176,9 +263,10 @@ def main(args: argparse.Namespace) -> int:
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
-    from copier.verify import VerifyResult, render_json, render_text
+    from copier.verify import VerifyResult, read_reports, render_json, render_text
 
     config = load_config(args.properties)
+    reports = read_reports(args.reports) if args.reports else []
     builder = SparkSession.builder.appName("copier-audit")
     if args.master or not SparkConf().contains("spark.master"):  # run directly, not by spark-submit
         builder = builder.master(args.master or "local[*]")
@@ -187,7 +275,7 @@ def main(args: argparse.Namespace) -> int:
     spark.sparkContext.setLogLevel("WARN")
     try:
         report = run_audit(
-            spark, config.dedup_key, args.manifest, args.target, args.dead_letter, args.format, args.examples
+            spark, config.dedup_key, args.manifest, args.target, args.dead_letter, args.format, args.examples, reports
         )
     finally:
         spark.stop()
