@@ -373,9 +373,7 @@ class _Copies:
     in_target: int = 0
 
 
-def explain(
-    arrivals: dict[EventValue, list[int]], reports: Sequence[DuplicateReport]
-) -> tuple[int, list[EventValue]]:
+def explain(arrivals: dict[EventValue, list[int]], reports: Sequence[DuplicateReport]) -> tuple[int, list[EventValue]]:
     """Match each extra copy (all but the earliest) to a report naming its ID whose window holds its arrival;
     a report excuses one copy per ID it names. ``arrivals``: every copy's arrival, per duplicated ID.
     Returns (explained, IDs with an unexplained copy)."""
@@ -469,7 +467,7 @@ def audit(
     duplicated = [(i, len(c.arrivals)) for i, c in copies.items() if len(c.arrivals) > 1]
     explained, unexplained = explain({i: copies[i].arrivals for i, _ in duplicated}, reports)
     unexpected = [i for i, c in copies.items() if i not in index and c.in_target]
-    disorder, disorder_examples = order_violations(records, index, examples, produced_keys or None)
+    disorder, disorder_examples = order_violations(first_copies(records), index, examples, produced_keys or None)
 
     without_id = [p for p in records_produced if p.event_id is None]
     unkeyed_lost: list[str] = []
@@ -483,8 +481,7 @@ def audit(
         if left[(p.partition_key or "", p.sha256)] > 0:
             left[(p.partition_key or "", p.sha256)] -= 1
             continue
-        if p.dead_letter is None or p.dead_letter == "no_id":
-            unkeyed_lost.append(f"{p.position[0]}@{p.position[1]}/{p.position[2]}" if p.position else "?")
+        unkeyed_lost.append(f"{p.position[0]}@{p.position[1]}/{p.position[2]}" if p.position else "?")
     unkeyed_extra += sum(left.values()) if without_id else 0
     extra = sum(n - 1 for _, n in duplicated)
     return AuditReport(

@@ -194,8 +194,10 @@ class StreamReader:
         workers: int = READ_WORKERS,
         max_attempts: int = MAX_ATTEMPTS,
         max_backoff_ms: int = MAX_BACKOFF_MS,
+        page_records: int = GET_RECORDS_LIMIT,
     ) -> None:
         self._client = client
+        self._page_records = page_records
         self._progress = progress
         self._sleep = sleep
         self._clock = clock
@@ -248,7 +250,7 @@ class StreamReader:
             previous_call = self._clock()
             try:
                 page = self._call(
-                    "GetRecords", self._client.get_records, ShardIterator=iterator, Limit=GET_RECORDS_LIMIT
+                    "GetRecords", self._client.get_records, ShardIterator=iterator, Limit=self._page_records
                 )
             except AwsError as exc:
                 if exc.code != _EXPIRED:
@@ -264,17 +266,31 @@ class StreamReader:
                 return
 
     def _read_shard(
-        self, stream: str, label: str, shard_id: str, convert: Callable[[str, KinesisRecord], T]
+        self,
+        stream: str,
+        label: str,
+        shard_id: str,
+        convert: Callable[[str, KinesisRecord], T],
+        on_page: Callable[[str], None] | None = None,
     ) -> list[T]:
         out: list[T] = []
         for records in self.pages(stream, shard_id):
+            if on_page is not None:
+                on_page(shard_id)
             out.extend(convert(shard_id, r) for r in records)
             self._progress.records(label, len(records))
         self._progress.shard_done(label)
         return out
 
-    def read(self, stream: str, label: str, convert: Callable[[str, KinesisRecord], T]) -> list[T]:
-        """Every record of the stream, converted, shard by shard in lineage order, each in sequence order."""
+    def read(
+        self,
+        stream: str,
+        label: str,
+        convert: Callable[[str, KinesisRecord], T],
+        on_page: Callable[[str], None] | None = None,
+    ) -> list[T]:
+        """Every record of the stream, converted, shard by shard in lineage order, each in sequence order
+        (``on_page``: told the shard of each page that held records, from the reading threads)."""
         shards = self.shards(stream)
         self._progress.start(label, len(shards))
         if not shards:
@@ -282,7 +298,7 @@ class StreamReader:
         self._stop.clear()
         with ThreadPoolExecutor(max_workers=min(self._workers, len(shards))) as pool:
             futures: list[Future[list[T]]] = [
-                pool.submit(self._read_shard, stream, label, s["ShardId"], convert) for s in shards
+                pool.submit(self._read_shard, stream, label, s["ShardId"], convert, on_page) for s in shards
             ]
             try:
                 return [record for future in futures for record in future.result()]
@@ -417,24 +433,36 @@ def read_reports(path: str) -> list[DuplicateReport]:
         raise ConfigError(path, "--reports", f"cannot read the file: {exc.strerror or exc}") from None
 
 
-def duplicate_report(line: str) -> DuplicateReport | None:
-    """A ``possible_duplicates`` log line as the audit uses it (None for any other line). The JSON may be
-    wrapped in a line of the daemon's (``... [{json}] for shard X``): the outermost object is taken."""
+def log_event(line: str) -> dict[str, Any] | None:
+    """The copier's JSON event in a log line: the line itself, or the daemon's wrapping of it
+    (``... Received error line from subprocess [{json}] for shard X``): the outermost object is taken."""
     start, end = line.find("{"), line.rfind("}")
     if start < 0 or end < start:
         return None
     try:
-        doc = json.loads(line[start : end + 1])
+        event = json.loads(line[start : end + 1])
     except ValueError:
         return None
-    if not isinstance(doc, dict) or doc.get("event") != "possible_duplicates":
+    return event if isinstance(event, dict) and isinstance(event.get("event"), str) else None
+
+
+def duplicate_report(line: str) -> DuplicateReport | None:
+    """A ``possible_duplicates`` log line (raw or wrapped by the daemon) as the audit uses it; None for any
+    other line."""
+    event = log_event(line)
+    return report_of(event) if event is not None else None
+
+
+def report_of(event: dict[str, Any]) -> DuplicateReport | None:
+    """A ``possible_duplicates`` log event as the audit uses it; None for any other event."""
+    if event.get("event") != "possible_duplicates":
         return None
     return DuplicateReport(
-        tuple(doc.get("event_ids", ())),
-        int(doc.get("window_from_ms", 0)),
-        None if doc.get("window_until_ms") is None else int(doc["window_until_ms"]),
-        str(doc.get("shard", "")),
-        int(doc.get("batch", 0)),
+        tuple(event.get("event_ids", ())),
+        int(event.get("window_from_ms", 0)),
+        None if event.get("window_until_ms") is None else int(event["window_until_ms"]),
+        str(event.get("shard", "")),
+        int(event.get("batch", 0)),
     )
 
 

@@ -141,10 +141,13 @@ def test_out_of_order_counts_every_record_behind_the_latest_produced() -> None:
     assert r.out_of_order_examples == (OutOfOrder("a", "k", "c"), OutOfOrder("b", "k", "c"))
 
 
-def test_a_late_duplicate_is_also_out_of_order() -> None:
-    """A copy arriving after later events of its key is a duplicate and out of order."""
+def test_a_late_duplicate_is_a_duplicate_and_order_is_judged_on_first_copies() -> None:
+    """A copy arriving after later events of its key is a duplicate (judged as one); the order of first copies
+    is kept, so it is not counted again as out of order. A first copy after a later event is."""
     r = audit(["a", "b"], [TargetRecord("a", "k", "s"), TargetRecord("b", "k", "s"), TargetRecord("a", "k", "s")])
-    assert (r.duplicated, r.extra_copies, r.out_of_order) == (1, 1, 1)
+    assert (r.duplicated, r.extra_copies, r.out_of_order) == (1, 1, 0)
+    swapped = audit(["a", "b"], [TargetRecord("b", "k", "s"), TargetRecord("a", "k", "s")])
+    assert swapped.out_of_order == 1
     assert r.duplicated_examples == (("a", 2),)
 
 

@@ -550,6 +550,38 @@ def error_code(error: pytest.ExceptionInfo[ClientError]) -> str:
     return str(error.value.response["Error"]["Code"])
 
 
+def test_record_limits_are_per_stream_as_update_max_record_size_sets_them(backend: LocalBackend) -> None:
+    """A new stream takes records up to 1 MiB (key included) and refuses a byte more; UpdateMaxRecordSize
+    raises one stream's limit (DescribeStreamSummary says so) and not another's; a PutRecords request
+    carries up to 10 MiB; a limit over 10,240 KiB is refused."""
+    kinesis = aws("kinesis", backend.endpoint, retries=1)
+    big, small = create_stream(kinesis, 1), create_stream(kinesis, 1)
+    limit = 1024 * 1024
+    kinesis.put_record(StreamName=small, PartitionKey="k", Data=b"x" * (limit - 1))
+    with pytest.raises(ClientError, match="ValidationException"):
+        kinesis.put_records(StreamName=small, Records=[{"PartitionKey": "k", "Data": b"x" * limit}])
+    with pytest.raises(ClientError, match="ValidationException"):
+        kinesis.put_record(StreamName=small, PartitionKey="k", Data=b"x" * limit)
+    arn = kinesis.describe_stream_summary(StreamName=big)["StreamDescriptionSummary"]["StreamARN"]
+    kinesis.update_max_record_size(StreamARN=arn, MaxRecordSizeInKiB=4096)
+    assert kinesis.describe_stream_summary(StreamName=big)["StreamDescriptionSummary"]["MaxRecordSizeInKiB"] == 4096
+    assert kinesis.describe_stream_summary(StreamName=small)["StreamDescriptionSummary"]["MaxRecordSizeInKiB"] == 1024
+    answer = kinesis.put_records(
+        StreamName=big, Records=[{"PartitionKey": "k", "Data": b"y" * (3 * limit)} for _ in range(3)]
+    )
+    assert answer["FailedRecordCount"] == 0  # 9 MiB in one request, records of 3 MiB
+    with pytest.raises(ClientError, match="ValidationException"):
+        kinesis.put_records(StreamName=big, Records=[{"PartitionKey": "k", "Data": b"y" * (4 * limit - 1)}] * 3)
+    with pytest.raises(ClientError, match="ValidationException"):
+        kinesis.put_record(StreamName=big, PartitionKey="k", Data=b"z" * (4 * limit))
+    with pytest.raises(ClientError, match="ValidationException"):  # (boto3 itself refuses one under 1,024)
+        kinesis.update_max_record_size(StreamARN=arn, MaxRecordSizeInKiB=10241)
+    shard = kinesis.list_shards(StreamName=big)["Shards"][0]["ShardId"]
+    iterator = kinesis.get_shard_iterator(StreamName=big, ShardId=shard, ShardIteratorType="TRIM_HORIZON")
+    records = kinesis.get_records(ShardIterator=iterator["ShardIterator"])["Records"]
+    assert [len(r["Data"]) for r in records] == [3 * limit] * 3
+
+
 def test_dynamodb_conditional_writes(backend: LocalBackend) -> None:
     """A write whose condition fails raises ConditionalCheckFailedException and changes nothing."""
     dynamodb = aws("dynamodb", backend.endpoint)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from copier.chaos import __main__ as chaos_main
+from copier.chaos.producer import alt_id, event_id, read_event_id
 from copier.chaos.proxy import FAULT_KINDS
 from copier.chaos.report import render
 from copier.chaos.run import SeedResult, run_seed
@@ -89,7 +90,7 @@ def test_each_smoke_seed_has_each_later_kind_of_fault() -> None:
     for seed in SMOKE_SEEDS:
         plan = draw(seed, SMOKE)
         kinds = _later_kinds(plan)
-        assert {"clock_beyond", "step_forward", "step_back", "json:alt", "forward"} <= kinds, (seed, kinds)
+        assert {"clock_beyond", "step_forward", "step_back", "json:meta.alt", "forward"} <= kinds, (seed, kinds)
         assert plan.settings[0] != plan.settings[1] and plan.settings[0] == BASE_SETTINGS
         assert any(k.endswith("_ambiguous") for k in kinds), (seed, kinds)
 
@@ -113,6 +114,7 @@ def test_the_report_has_a_summary_and_a_row_a_seed() -> None:
     assert "| 2 | 1 | 15 |" in text and "| kill_host | 2 |" in text
     assert "FAILED: lost 1: e-1" in text and "`python -m copier.chaos --seeds 2`" in text
     assert "In progress" not in text, "a complete run says nothing of progress"
+    assert "## What a seed must show to pass" in text and "one copy per" in text
     partial = render([good, bad], "python -m copier.chaos --seeds 5", 120.0, planned=5)
     assert "In progress or interrupted: 2 of 5 seeds ran." in partial
 
@@ -124,7 +126,7 @@ def test_the_report_describes_and_sums_the_clock_settings_and_target_reshard_fau
         {"kind": "beyond", "margin_widened": 0},
         {"kind": "within", "margin_widened": 1},
     ]
-    settings = [{"settings": {"dedup_key": k, "unkeyed_policy": "forward"}} for k in ("json:eventId", "json:alt")]
+    settings = [{"settings": {"dedup_key": k, "unkeyed_policy": "forward"}} for k in ("json:eventId", "json:meta.alt")]
     faults = {"clock_offset_beyond": 2, "clock_step_back": 1, "target_split": 1}
     faults["target_reshard_across_ambiguous_put"] = 1
     one = SeedResult(1, "full", "3.x", 2, ok=True, clocks=clocks, settings=settings, faults=faults, unkeyed_copies=3)
@@ -175,6 +177,8 @@ def test_a_chaos_seed_loses_and_duplicates_nothing(endpoint: str, tmp_path: Path
     assert result.ok, f"{result.failures}; logs in {tmp_path}"
     assert (result.lost, result.duplicated - result.explained_duplicates) == (0, 0)
     assert result.target_records + result.dead_letter_records >= result.events + result.poison
+    assert result.faults.get("poison_oversize", 0) >= 1, "a record too large for the target went through"
+    assert result.check_pages > result.target_shards, "the check read shards of several pages"
     injected = {k: v for k, v in result.faults.items() if k.startswith("proxy_")}
     assert sum(injected.values()) > 0, result.proxy_requests
     assert any(k.split("_past")[0] in PROCESS_FAULTS for k in result.faults), result.faults
@@ -186,3 +190,20 @@ def test_a_chaos_seed_loses_and_duplicates_nothing(endpoint: str, tmp_path: Path
     assert any(
         c["margin_widened"] and any(abs(m - c["offset_ms"]) <= 500 for m in c["measured_offsets_ms"]) for c in beyond
     ), f"a host beyond the margin was measured and its margins widened: {result.clocks}"
+
+
+def test_the_producer_draws_ids_at_the_edges_of_identity_and_reads_them_back_by_itself() -> None:
+    """Integers and strings of the same digits (two events), unicode, IDs over 256 characters; meta.alt one to
+    one with eventId; the check's own reader keeps 7 and "7" apart and takes no bool for an ID."""
+    ids = [event_id(n, "c1") for n in range(1, 23)]
+    assert any(isinstance(i, int) for i in ids) and str(ids[0]) in ids, ids[:3]
+    assert any(isinstance(i, str) and not i.isascii() for i in ids)
+    assert any(isinstance(i, str) and len(i) > 256 for i in ids)
+    assert len(set(ids)) == len(ids) and len({alt_id(i) for i in ids}) == len(ids)
+    assert alt_id(7) != alt_id("7")
+    assert [read_event_id(d) for d in (b'{"eventId": 7}', b'{"eventId": "7"}', b'{"eventId": true}', b"[7]")] == [
+        7,
+        "7",
+        None,
+        None,
+    ]

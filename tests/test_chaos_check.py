@@ -1,175 +1,320 @@
 """The chaos suite's independent check (copier.chaos.check) fails a seed for what it must: it can say no.
 
-Each test writes a target stream by hand through the local backend, as a
-faulty copier might have left it, and runs the check against a manifest.
+Each test writes the target and dead-letter streams by hand through the
+local backend, as a faulty copier might have left them, and runs the check
+against what a producer wrote (event IDs typed as JSON: 7 and "7" are two
+events). Every hole a sceptical review found in the check has a case here.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from copier.chaos.check import Check, _Read, _short_reads, check
-from copier.chaos.producer import Poison, Produced
-from copier.config import load_config
+import pytest
+
+from copier.audit import Produced
+from copier.chaos.check import PAGE_RECORDS, Check, check, copier_events, short_reads
+from copier.chaos.producer import Output, Poison, alt_id
+from copier.config import load_config, parse_dedup_key
+from copier.identity import EventValue
+from copier.limits import MAX_RECORD_BYTES
+from copier.plan import PlanSettings, SourceRecord, dead_letter_envelope
+from copier.positions import Position
+from copier.shardmap import hash_key
 from tests.conftest import Pipeline
 from tests.support.backend import create_stream
 
-MANIFEST = ["e1", "e2", "e3", "e4"]  # production order; keys below
-KEYS = {"e1": "k", "e2": "j", "e3": "k", "e4": "k"}
+STAGING_SHARD = "shardId-000000000000"
+IDS: list[EventValue] = ["e1", "e2", "e3", 7, "7"]  # production order; 7 and "7" are two events
+KEYS = {"e1": "k", "e2": "j", "e3": "k", 7: "k", "7": "j"}
+REAL_DAEMON_LOG = Path(__file__).parent / "data" / "daemon-worker.log"  # a chaos worker's log, as the daemon wrote it
 
 
-POISON = b"\xff\xfe not json"  # a poison record: no event ID
+def body(event_id: EventValue) -> bytes:
+    """An event as the producer writes it: the ID, its meta.alt twin, a payload."""
+    return json.dumps({"eventId": event_id, "meta": {"alt": alt_id(event_id)}, "body": "x" * 20}).encode()
 
 
-def _judge(
+POISON_BYTES = {"not_json": b"\xff\xfe not json", "no_id": b'{"body": "no ID"}', "oversize": b"\x00" * MAX_RECORD_BYTES}
+
+
+def produced(poison: Sequence[str] = ()) -> Output:
+    """What the producer wrote: each of IDS once, at staging sequence numbers 1.., then poison records."""
+    out = Output()
+    for n, event_id in enumerate(IDS, 1):
+        data = body(event_id)
+        out.records.append(
+            Produced(event_id, KEYS[event_id], hashlib.sha256(data).hexdigest(), (STAGING_SHARD, n, 0), None, len(data))
+        )
+    for n, kind in enumerate(poison, 100):
+        data, key = POISON_BYTES[kind], f"poison-{kind}"
+        sha, size = hashlib.sha256(data).hexdigest(), len(data) + len(key)
+        reason = "oversize" if kind == "oversize" else "no_id"
+        out.records.append(Produced(None, key, sha, (STAGING_SHARD, n, 0), reason, size))
+        out.poison.append(Poison(kind, STAGING_SHARD, str(n), sha, size))
+    return out
+
+
+def record_at(out: Output, what: EventValue) -> SourceRecord:
+    """The staging record of an event ID, or of a poison kind ("poison:no_id")."""
+    for p in out.records:
+        assert p.position is not None and p.partition_key is not None
+        kind = p.partition_key.removeprefix("poison-")
+        if p.event_id == what or (p.event_id is None and f"poison:{kind}" == what):
+            data = POISON_BYTES[kind] if p.event_id is None else body(what)
+            return SourceRecord(Position(p.position[1], p.position[2]), p.partition_key, data)
+    raise KeyError(what)
+
+
+def envelope(out: Output, what: EventValue, reason: str = "no event ID: not JSON") -> bytes:
+    """The dead-letter envelope copier writes for the record of ``what``."""
+    settings = PlanSettings(parse_dedup_key("json:eventId"), "deadletter", "dlq", "staging", STAGING_SHARD)
+    return dead_letter_envelope(settings, record_at(out, what), reason)
+
+
+def judge(
     p: Pipeline,
-    target: list[str],
-    logs: Sequence[dict[str, object]] = (),
-    dead_letter: Sequence[str] = (),
-    poison: Sequence[Poison] = (),
+    target: Sequence[Any],
+    dead_letter: Sequence[bytes] = (),
+    logs: Sequence[str] = (),
+    out: Output | None = None,
     unkeyed_forwarded: bool = False,
     **copier: object,
 ) -> Check:
-    """Put ``target`` (event IDs, in this order; "poison" for POISON) into the target stream and ``dead_letter``
-    into a dead-letter stream (as envelopes; "poison" for POISON's), then check both against MANIFEST."""
-    for event_id in target:
-        data = POISON if event_id == "poison" else json.dumps({"eventId": event_id}).encode()
-        p.kinesis.put_record(StreamName=p.target, PartitionKey=KEYS.get(event_id, "k"), Data=data)
-    if dead_letter:
-        copier["deadLetterStreamName"] = dlq = f"{p.target}-dlq"
-        create_stream(p.kinesis, dlq, 1)
-        for event_id in dead_letter:
-            p.kinesis.put_record(StreamName=dlq, PartitionKey="k", Data=json.dumps(_envelope(event_id)).encode())
+    """Write ``target`` (event IDs as produced, "poison:<kind>" for a poison record, or (key, bytes) for a
+    record of one's own) and ``dead_letter`` (records' bytes), then check them against ``out``."""
+    out = out or produced()
+    for item in target:
+        if isinstance(item, tuple):
+            key, data = item
+        elif isinstance(item, str) and item.startswith("poison:"):
+            key, data = f"poison-{item[7:]}", POISON_BYTES[item[7:]]
+        else:
+            key, data = KEYS[item], body(item)
+        p.kinesis.put_record(StreamName=p.target, PartitionKey=key, Data=data)
+    copier["deadLetterStreamName"] = dlq = f"{p.target}-dlq"
+    create_stream(p.kinesis, dlq, 1)
+    for data in dead_letter:
+        p.kinesis.put_record(StreamName=dlq, PartitionKey="k", Data=data)
     log = p.tmp / "worker-1.log"
-    log.write_text("".join(f"[stderr] {json.dumps(e)}\n" for e in logs))
+    log.write_text("".join(f"{line}\n" for line in logs))
     config = load_config(p.write_properties(**copier))
-    produced = Produced(manifest=list(MANIFEST), poison=list(poison))
-    return check(config, produced, [log], unkeyed_forwarded=unkeyed_forwarded)
+    return check(config, out, [log], unkeyed_forwarded=unkeyed_forwarded)
 
 
-def _envelope(event_id: str) -> dict[str, Any]:
-    """A dead-letter envelope as copier writes one (copier.plan): the original record and where it was in staging."""
-    data = POISON if event_id == "poison" else json.dumps({"eventId": event_id}).encode()
-    where = ("shardId-000000000000", "7") if event_id == "poison" else ("shardId-000000000000", "1")
-    return {
-        "reason": "test",
-        "partitionKey": "k",
-        "data": base64.b64encode(data).decode(),
-        "shardId": where[0],
-        "sequenceNumber": where[1],
-    }
+def report(*ids: EventValue, from_ms: int = 0, until_ms: int | None = None) -> str:
+    """A possible_duplicates line as the daemon writes it (wrapped), naming ``ids``."""
+    event = {"event": "possible_duplicates", "event_ids": list(ids), "shard": STAGING_SHARD, "batch": 3}
+    event |= {"window_from_ms": from_ms, "window_until_ms": until_ms}
+    return (
+        "2026-11-23 15:18:08,646 ERROR [multi-lang-daemon-0001] s.a.k.multilang.DrainChildSTDERRTask - "
+        f"Received error line from subprocess [{json.dumps(event)}] for shard {STAGING_SHARD}"
+    )
 
 
-THE_POISON = Poison("not_json", "shardId-000000000000", "7", hashlib.sha256(POISON).hexdigest())
+ALL = list(IDS)
+
+
+def keys_on_one_shard(p: Pipeline, n: int) -> list[str]:
+    """``n`` partition keys other than the produced ones that the target routes to its first shard."""
+    first = p.kinesis.list_shards(StreamName=p.target)["Shards"][0]["HashKeyRange"]
+    low, high = int(first["StartingHashKey"]), int(first["EndingHashKey"])
+    found = [f"r{i}" for i in range(1000) if low <= hash_key(f"r{i}") <= high]
+    return found[:n]
 
 
 def test_a_clean_target_passes(pipeline: Pipeline) -> None:
-    """Each event once, each key in production order: no failure."""
-    verdict = _judge(pipeline, ["e1", "e2", "e3", "e4"])
-    assert verdict.failures == [] and (verdict.lost, verdict.duplicated, verdict.out_of_order) == (0, 0, 0)
+    verdict = judge(pipeline, ALL)
+    assert verdict.failures == [] and verdict.expected == 5 and verdict.lost == 0
 
 
-def test_a_lost_event_fails(pipeline: Pipeline) -> None:
-    """An event produced and in neither stream fails the seed, named."""
-    verdict = _judge(pipeline, ["e1", "e2", "e4"])
-    assert verdict.lost == 1 and verdict.failures == ["lost 1: e3"]
+def test_a_lost_event_fails_and_an_integer_id_is_not_its_string_twin(pipeline: Pipeline) -> None:
+    """Only the integer 7, twice: the string "7" is lost and 7 duplicated (one ID to a checker that reads
+    both as "7" would pass this)."""
+    verdict = judge(pipeline, ["e1", "e2", "e3", 7, 7])
+    assert verdict.lost == 1 and verdict.duplicated == 1
+    assert any(f.startswith("lost 1: 7") for f in verdict.failures), verdict.failures
 
 
 def test_a_duplicate_the_copier_did_not_report_fails(pipeline: Pipeline) -> None:
-    """An extra copy with no ``possible_duplicates`` report naming it fails the seed."""
-    verdict = _judge(pipeline, ["e1", "e2", "e3", "e4", "e2"])
-    assert verdict.duplicated == 1
-    assert verdict.failures == ["duplicated 1 without a possible_duplicates report: ['e2']"]
+    verdict = judge(pipeline, [*ALL, "e2"])
+    assert verdict.failures == ["1 extra copies no possible_duplicates report explains (of 1 duplicated IDs): e2"]
 
 
-def test_a_reported_late_copy_is_a_duplicate_not_an_order_violation(pipeline: Pipeline) -> None:
-    """A zombie's late copy of e1 after e3 and e4: explained by the report, and the first copies kept order."""
-    report = {"event": "possible_duplicates", "event_ids": ["e1"]}
-    verdict = _judge(pipeline, ["e1", "e2", "e3", "e4", "e1"], logs=[report])
-    assert verdict.failures == []
-    assert (verdict.duplicated, verdict.explained_duplicates, verdict.out_of_order) == (1, 1, 0)
+def test_one_report_excuses_one_extra_copy_per_id_and_no_more(pipeline: Pipeline) -> None:
+    """A report naming e2 and e3 excuses one extra copy of each: a third copy of e2 fails; counted."""
+    verdict = judge(pipeline, [*ALL, "e2", "e2", "e3"], logs=[report("e2", "e3")])
+    assert (verdict.extra_copies, verdict.explained_duplicates) == (3, 2)
+    assert (verdict.possible_duplicate_reports, verdict.reported_ids) == (1, 2)
+    assert verdict.failures == ["1 extra copies no possible_duplicates report explains (of 2 duplicated IDs): e2"]
 
 
-def test_a_key_out_of_order_fails_with_partition_key_ordering(pipeline: Pipeline) -> None:
-    """e4 before e3 (same key k) breaks the order that copier.ordering = partitionKey promises."""
-    verdict = _judge(pipeline, ["e1", "e2", "e4", "e3"])
+def test_a_copy_arriving_outside_the_reports_window_is_not_excused(pipeline: Pipeline) -> None:
+    """The report's window closed in 2001: a copy landing now is another duplicate."""
+    verdict = judge(pipeline, [*ALL, "e2"], logs=[report("e2", until_ms=1_000_000_000_000)])
+    assert verdict.explained_duplicates == 0 and len(verdict.failures) == 1
+
+
+def test_a_report_under_the_nested_dedup_key_is_mapped_back_and_its_echo_counts_once(pipeline: Pipeline) -> None:
+    """A worker running dedupKey = json:meta.alt reports alt IDs: the check maps them back to eventId; the
+    daemon's raw echo of the same line is not a second report."""
+    line = report(alt_id(7))
+    echo = line[line.index("[") + 1 : line.rindex("]")]
+    verdict = judge(pipeline, [*ALL, 7], logs=[line, echo])
+    assert verdict.failures == [] and (verdict.explained_duplicates, verdict.possible_duplicate_reports) == (1, 1)
+
+
+def test_a_bare_event_id_in_the_dead_letter_stream_is_no_delivery(pipeline: Pipeline) -> None:
+    """{"eventId": "e3"} with no envelope: invalid, and e3 is lost."""
+    verdict = judge(pipeline, ["e1", "e2", 7, "7"], dead_letter=[b'{"eventId": "e3"}'])
+    assert verdict.lost == 1 and verdict.invalid_dead_letters == 1
+    assert any("not a dead-letter envelope" in f for f in verdict.failures), verdict.failures
+
+
+def test_an_envelope_with_an_invented_reason_or_position_is_invalid(pipeline: Pipeline) -> None:
+    out = produced(["not_json"])
+    made_up = json.loads(envelope(out, "poison:not_json"))
+    wrong_reason = json.dumps(made_up | {"reason": "because"}).encode()
+    wrong_place = json.dumps(made_up | {"sequenceNumber": "99"}).encode()
+    verdict = judge(pipeline, ALL, dead_letter=[wrong_reason, wrong_place], out=out)
+    assert verdict.invalid_dead_letters == 2
+    assert any("unknown reason" in f and "points at no produced record" in f for f in verdict.failures)
+
+
+def test_a_keyed_event_in_the_dead_letter_stream_fails_even_in_a_valid_envelope(pipeline: Pipeline) -> None:
+    """No rule of a chaos run dead-letters a keyed event: e3 there (and not in the target) fails."""
+    out = produced()
+    verdict = judge(pipeline, ["e1", "e2", 7, "7"], dead_letter=[envelope(out, "e3", "no event ID: x")], out=out)
+    assert verdict.invalid_dead_letters == 1 and verdict.lost == 1
+
+
+def test_a_target_copy_cut_down_or_rekeyed_is_changed(pipeline: Pipeline) -> None:
+    """e1 with its payload cut to the ID, e2 under another key: both fail, though every ID is there once."""
+    target = [("k", json.dumps({"eventId": "e1"}).encode()), ("other", body("e2")), "e3", 7, "7"]
+    verdict = judge(pipeline, target)
+    assert verdict.changed == 2 and verdict.lost == 0 and verdict.duplicated == 0
+    assert verdict.failures[0].startswith("2 target copies not as produced")
+
+
+def test_a_reorder_with_rewritten_keys_is_judged_on_the_produced_keys(pipeline: Pipeline) -> None:
+    """e3 before e1 (both produced under key k), each under a key of its own in the target (on one shard, so
+    the target's order between them is defined): out of order, judged by the produced key k."""
+    x, y = keys_on_one_shard(pipeline, 2)
+    target = [(x, body("e3")), "e2", (y, body("e1")), 7, "7"]
+    verdict = judge(pipeline, target)
     assert verdict.out_of_order == 1
-    assert verdict.failures == ["1 events out of order per partition key: e3 after e4 (key k)"]
-
-
-def test_out_of_order_is_only_counted_with_ordering_none(pipeline: Pipeline) -> None:
-    """With copier.ordering = none, Kinesis keeps no order across retries: disorder is counted, not failed."""
-    verdict = _judge(pipeline, ["e1", "e2", "e4", "e3"], ordering="none")
-    assert verdict.out_of_order == 1 and verdict.failures == []
-
-
-def test_a_fatal_log_line_fails(pipeline: Pipeline) -> None:
-    """Nothing in a chaos run should end a process: a ``fatal`` line in a worker's log fails the seed."""
-    verdict = _judge(pipeline, ["e1", "e2", "e3", "e4"], logs=[{"event": "fatal", "error": "boom"}])
-    assert verdict.failures == ["1 fatal errors in the copier's logs: boom"]
-
-
-def test_a_duplicate_reported_under_the_other_dedup_key_is_explained(pipeline: Pipeline) -> None:
-    """A worker running dedupKey = json:alt reports "a-e2": the check maps it back to e2."""
-    report = {"event": "possible_duplicates", "event_ids": ["a-e2"]}
-    verdict = _judge(pipeline, ["e1", "e2", "e3", "e4", "e2"], logs=[report])
-    assert verdict.failures == [] and (verdict.duplicated, verdict.explained_duplicates) == (1, 1)
-
-
-def test_an_event_in_both_the_target_and_the_dead_letter_stream_is_a_duplicate(pipeline: Pipeline) -> None:
-    """Exactly once holds across the two streams: a keyed event in both, unreported, fails."""
-    verdict = _judge(pipeline, ["e1", "e2", "e3", "e4"], dead_letter=["e2"])
-    assert verdict.failures == ["duplicated 1 without a possible_duplicates report: ['e2']"]
+    assert any("out of order" in f for f in verdict.failures)
 
 
 def test_with_deadletter_only_a_poison_record_must_be_dead_lettered_exactly_once(pipeline: Pipeline) -> None:
-    """No worker ran unkeyedPolicy = forward: the poison record in the target instead fails the seed."""
-    verdict = _judge(pipeline, ["e1", "e2", "e3", "e4", "poison"], dead_letter=["poison"], poison=[THE_POISON])
-    assert verdict.failures == [
-        "poison not_json at shardId-000000000000@7: 1 copies in the dead-letter stream, 1 in the target",
+    """No worker ran forward: a poison record twice in the dead-letter stream, or in the target, fails."""
+    out = produced(["not_json", "no_id"])
+    twice = [envelope(out, "poison:not_json")] * 2
+    verdict = judge(pipeline, [*ALL, "poison:no_id"], dead_letter=twice, out=out)
+    assert verdict.failures[-3:] == [
+        f"poison not_json at {STAGING_SHARD}@100: 2 copies in the dead-letter stream, 0 in the target",
+        f"poison no_id at {STAGING_SHARD}@101: 0 copies in the dead-letter stream, 1 in the target",
         "1 records without an event ID in the target (poison not dead-lettered)",
     ]
 
 
 def test_with_forward_a_poison_record_is_delivered_at_least_once_and_its_copies_counted(pipeline: Pipeline) -> None:
-    """Under forward (for some worker) a record without an ID may be in either stream, more than once: counted."""
-    target = ["e1", "poison", "e2", "e3", "e4", "poison"]
-    verdict = _judge(pipeline, target, dead_letter=["poison"], poison=[THE_POISON], unkeyed_forwarded=True)
+    out = produced(["not_json"])
+    target = ["e1", "poison:not_json", "e2", "e3", 7, "7", "poison:not_json"]
+    verdict = judge(pipeline, target, dead_letter=[envelope(out, "poison:not_json")], out=out, unkeyed_forwarded=True)
     assert verdict.failures == [] and (verdict.poison_delivered, verdict.unkeyed_copies) == (1, 2)
 
 
 def test_with_forward_a_poison_record_in_neither_stream_is_lost(pipeline: Pipeline) -> None:
-    """At least once still means once: a poison record nowhere fails the seed."""
-    verdict = _judge(pipeline, ["e1", "e2", "e3", "e4"], poison=[THE_POISON], unkeyed_forwarded=True)
-    assert verdict.failures == [
-        "poison not_json at shardId-000000000000@7: lost (in neither the target nor the dead-letter stream)"
-    ]
+    verdict = judge(pipeline, ALL, out=produced(["not_json"]), unkeyed_forwarded=True)
+    assert f"poison not_json at {STAGING_SHARD}@100: lost (in neither the target nor the dead-letter stream)" in (
+        verdict.failures
+    )
+
+
+def test_an_oversize_record_must_be_dead_lettered_as_oversize_under_any_policy(pipeline: Pipeline) -> None:
+    """Too large for the target: only the dead-letter stream can hold it, with a reason that says so and its
+    true size; an envelope calling it "no event ID" is invalid, and then it is missing."""
+    out = produced(["oversize"])
+    size = MAX_RECORD_BYTES + len("poison-oversize")
+    right = envelope(out, "poison:oversize", f"record of {size} bytes exceeds the target's limit of 1048576 bytes")
+    assert judge(pipeline, ALL, dead_letter=[right], out=out, unkeyed_forwarded=True).failures == []
+
+
+def test_an_oversize_record_called_something_else_fails(pipeline: Pipeline) -> None:
+    out = produced(["oversize"])
+    verdict = judge(pipeline, ALL, dead_letter=[envelope(out, "poison:oversize", "no event ID: x")], out=out)
+    assert verdict.invalid_dead_letters == 1 and verdict.poison_delivered == 0
 
 
 def test_a_record_without_an_id_that_is_no_poison_record_fails_even_under_forward(pipeline: Pipeline) -> None:
-    """The producer writes nothing else without an ID: such a record in the target is unexplained."""
-    verdict = _judge(pipeline, ["e1", "e2", "e3", "e4", "poison"], unkeyed_forwarded=True)
-    assert verdict.failures == ["1 records without an event ID in the target that are no poison record"]
+    verdict = judge(pipeline, [*ALL, ("k", b"stray")], unkeyed_forwarded=True)
+    assert "1 records without an event ID in the target that are no poison record" in verdict.failures
 
 
-def test_closed_target_shards_are_read_to_their_last_record(pipeline: Pipeline) -> None:
-    """After a split, the closed parent and its children are all read: nothing lost, the parent counted as closed."""
+def test_an_id_in_the_target_that_was_never_produced_fails(pipeline: Pipeline) -> None:
+    verdict = judge(pipeline, [*ALL, ("k", body("ghost"))])
+    assert "1 event IDs in the target that were never produced: ghost" in verdict.failures
+
+
+# -- the daemon's real log ----------------------------------------------------------------------------
+
+
+def _real_log(tmp_path: Path, keep: str) -> Path:
+    """The real daemon log, with both forms of each processor line, only the wrapped, or only the raw."""
+    lines = REAL_DAEMON_LOG.read_text().splitlines()
+    if keep == "wrapped":
+        lines = [line for line in lines if not line.startswith("{")]
+    elif keep == "raw":
+        lines = [line for line in lines if "Received error line" not in line]
+    path = tmp_path / f"{keep}.log"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("keep", ["both", "wrapped", "raw"])
+def test_events_are_read_from_a_real_daemon_log_once_each_in_any_form(tmp_path: Path, keep: str) -> None:
+    """The daemon wraps each processor line (``Received error line from subprocess [{...}] for shard X``) and
+    echoes it raw: either form alone, or both, gives each event once."""
+    events = copier_events([_real_log(tmp_path, keep)], {"took_over", "released", "lease_lost"})
+    assert sorted(e["event"] for e in events) == ["lease_lost", "released", "took_over"]
+    assert events[0]["shard"] == "shardId-000000000001"
+
+
+@pytest.mark.parametrize("keep", ["wrapped", "raw"])
+def test_a_fatal_line_in_a_real_daemon_log_fails_the_seed(pipeline: Pipeline, keep: str) -> None:
+    """A ``fatal`` event in the daemon's own format (a real line, its event renamed) fails the seed."""
+    path = _real_log(pipeline.tmp, keep)
+    lines = path.read_text().replace('"event": "released"', '"event": "fatal", "error": "boom"').splitlines()
+    verdict = judge(pipeline, ALL, logs=lines)
+    assert verdict.failures == ["1 fatal errors in the copier's logs: boom"]
+
+
+# -- reading -----------------------------------------------------------------------------------------
+
+
+def test_closed_target_shards_and_many_pages_are_read_to_their_end(pipeline: Pipeline) -> None:
+    """After a split, the closed parent and its children are all read, a shard of several pages in full."""
     p = pipeline
-    for event_id in ["e1", "e2"]:
-        data = json.dumps({"eventId": event_id}).encode()
-        p.kinesis.put_record(StreamName=p.target, PartitionKey=KEYS[event_id], Data=data)
+    filler = [{"PartitionKey": "k", "Data": json.dumps({"n": n}).encode()} for n in range(2 * PAGE_RECORDS + 10)]
+    for start in range(0, len(filler), 500):
+        p.kinesis.put_records(StreamName=p.target, Records=filler[start : start + 500])
+    p.kinesis.put_record(StreamName=p.target, PartitionKey="k", Data=body("e1"))
     shards = p.kinesis.list_shards(StreamName=p.target)["Shards"]
     first = shards[0]["HashKeyRange"]
     middle = (int(first["StartingHashKey"]) + int(first["EndingHashKey"])) // 2
     p.kinesis.split_shard(StreamName=p.target, ShardToSplit=shards[0]["ShardId"], NewStartingHashKey=str(middle))
     p.kinesis.get_waiter("stream_exists").wait(StreamName=p.target, WaiterConfig={"Delay": 0.2})
-    verdict = _judge(p, ["e3", "e4"])
-    assert verdict.failures == [] and verdict.lost == 0
+    verdict = judge(p, ["e2", "e3", 7, "7"], unkeyed_forwarded=True)
+    assert verdict.lost == 0 and verdict.pages >= 3
     assert (verdict.target_shards, verdict.target_shards_closed) == (4, 1)
+    assert verdict.failures == [
+        f"{2 * PAGE_RECORDS + 10} records without an event ID in the target that are no poison record"
+    ]
 
 
 def test_a_closed_shard_read_short_of_its_last_record_fails() -> None:
@@ -179,7 +324,5 @@ def test_a_closed_shard_read_short_of_its_last_record_fails() -> None:
         {"ShardId": "s1", "SequenceNumberRange": {"StartingSequenceNumber": "2", "EndingSequenceNumber": "2"}},
         {"ShardId": "s2", "SequenceNumberRange": {"StartingSequenceNumber": "3"}},
     ]
-    read = _Read([("s0", {"SequenceNumber": "5"}), ("s2", {"SequenceNumber": "8"})], shards)
-    assert _short_reads("t", read) == ["t shard s0 read to 5, its last record is 9"]
-    whole = _Read([("s0", {"SequenceNumber": "5"}), ("s0", {"SequenceNumber": "9"})], shards)
-    assert _short_reads("t", whole) == []
+    assert short_reads("t", shards, {"s0": 5, "s2": 8}) == ["t shard s0 read to 5, its last record is 9"]
+    assert short_reads("t", shards, {"s0": 9}) == []

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from copier.chaos.report import render
-from copier.chaos.run import SeedResult, run_seed
+from copier.chaos.run import SeedResult, run_seed, worker_lease_ms
 from copier.chaos.schedule import FULL, SMOKE, draw
 
 
@@ -61,9 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     if done:
         print(f"resuming: {len(done)} seeds already ran on this code ({sorted(done)})", flush=True)
     started = time.monotonic() - before
+    lease_s = worker_lease_ms() / 1000  # pauses shorter and longer than the lease the workers run with
     with LocalBackend() as backend:
         for seed in [s for s in seeds if s not in done]:
-            plan = draw(seed, profile)
+            plan = draw(seed, profile, lease_s=lease_s)
             seed_dir = workdir / f"seed-{seed}"
             seed_dir.mkdir(parents=True, exist_ok=True)
             (seed_dir / "plan.json").write_text(json.dumps(plan.to_json(), indent=1))

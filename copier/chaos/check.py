@@ -1,51 +1,58 @@
-"""The independent check after a chaos seed: what the target and dead-letter streams hold against what was produced.
+"""The independent check after a chaos seed: every copy in the target and dead-letter streams against what was produced.
 
-It does not ask the copier anything: it reads both streams to their ends
-(``copier.verify.StreamReader``) and compares them with the producer's own
-record (the manifest of keyed event IDs, and where each poison record sits
-in staging) through the same pure audit as ``copier verify``. Events are
-identified by ``eventId`` whatever dedup key each worker ran with (the
-producer's ``alt`` field is one to one with it). Then:
+It does not ask the copier anything. It reads both streams to their ends
+(``copier.verify.StreamReader``, in pages of :data:`PAGE_RECORDS` so that a
+shard takes several) and judges them with the pure audit of ``copier.audit``
+against the producer's own record of every user record it wrote
+(``copier.chaos.producer``: event ID as read from its bytes, partition key,
+SHA-256, staging position, and for poison the dead-letter reason it must
+get). The event ID of a target record is read here, from its bytes, by the
+producer's few lines (:func:`copier.chaos.producer.read_event_id`), not by
+the copier's extraction, so one bug cannot hide in both. A seed passes only
+if all of this holds:
 
-* every shard of both streams, closed ones included (a reshard of the
-  target closes its parents), must have been read to its last record: the
+* **Read to the end:** every shard of both streams, closed ones included (a
+  target reshard closes its parents), was read to its last record: the
   local backend gives a closed shard's last record as its
-  ``EndingSequenceNumber`` (``copier.local.moto_patches``), and a read that
-  stopped short fails the seed;
-* every produced event must be in the target or the dead-letter stream
-  (lost: a failure);
-* no event may be in the two streams more than once, unless the copier
-  itself reported it as a possible duplicate (``possible_duplicates``, the
-  documented limit of a process frozen past its lease mid-put; its IDs
-  under either dedup key): an unexplained duplicate is a failure;
-* every poison record (all are without an event ID) must be delivered:
-  when every worker ran ``unkeyedPolicy = deadletter``, to the dead-letter
-  stream exactly once, with nothing without an ID in the target. When some
-  worker ran ``forward``, a poison record goes to the target under that
-  worker and to the dead-letter stream under another, at least once (an
-  unkeyed send whose put was ambiguous is sent again: it cannot be told
-  apart from an identical record): it must be in one of the two, and its
-  copies beyond the first are counted (``unkeyed_copies``), not failed. The
-  "oversize" poison is no exception: a record of a megabyte that is not
-  JSON, it is under the target's record limit (1 MiB, the same as staging's:
-  staging could not hold a record the target refuses), so its policy sends
-  it like the others; what is oversize is its dead-letter envelope, which
-  keeps its SHA-256 instead of its bytes. A record without an ID in the
-  target that is no poison record fails;
-* the copier's logs must hold no ``fatal`` or ``unexpected_error``: nothing
-  in a chaos run is a fault that should end a process;
-* with ``copier.ordering = partitionKey`` (the default, and what the suite
-  runs), each key's events must arrive in the order they were produced: an
-  event whose first copy lands after a later-produced event of its key is a
-  failure (the producer writes each key to one shard in production order, so
-  production order is staging order). A duplicate's later copy is not
-  counted again: it is judged as a duplicate above. With ``none`` such
-  events are only counted.
+  ``EndingSequenceNumber`` (``copier.local.moto_patches``).
+* **Nothing lost:** every produced event ID has a copy in the target or a
+  valid dead-letter envelope.
+* **Per copy:** every copy of an ID, in the target and the dead-letter
+  stream together, counts. A copy beyond the first is *explained* only by a
+  ``possible_duplicates`` report of the copier that names the ID (under
+  either dedup key a worker ran: ``eventId`` or ``meta.alt``), one copy per
+  report, arriving within the window the report gives; any other extra copy
+  fails the seed. The number of reports, the IDs they name and the copies
+  they excused are counted.
+* **Per byte:** every target copy has the partition key and the SHA-256 of
+  a record produced under its ID (a record cut down, or rekeyed, fails).
+* **Dead letters:** each dead-letter record must be an envelope pointing at
+  a produced record (source shard, sequence and sub-sequence number), with
+  its partition key and bytes (or their SHA-256 when too large to keep), a
+  reason the record bears out, and the reason the producer wrote it for. A
+  keyed event in the dead-letter stream fails: nothing in a chaos run sends
+  one there.
+* **Poison** (records without an event ID, and records too large for the
+  target): when every worker ran ``unkeyedPolicy = deadletter``, each is in
+  the dead-letter stream exactly once and nothing without an ID is in the
+  target. When some worker ran ``forward``, a record without an ID may go to
+  either stream under that worker, at least once (an unkeyed send whose put
+  was ambiguous is sent again: it cannot be told apart from an identical
+  record): it must be somewhere, and copies beyond the first are counted
+  (``unkeyed_copies``), not failed. An oversize record goes to the
+  dead-letter stream under any policy.
+* **No fatal line:** the copier's logs hold no ``fatal`` or
+  ``unexpected_error`` event, read from the lines the daemon writes (its
+  ``Received error line from subprocess [{...}] for shard ...`` wrapping, or
+  the raw line it echoes).
+* **Order:** with ``copier.ordering = partitionKey``, per partition key *as
+  produced*, no event's first copy lands after a later-produced one's (the
+  producer writes each key to one shard in production order). With ``none``
+  such events are only counted.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import Counter
 from collections.abc import Iterable
@@ -53,77 +60,78 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from copier.audit import TargetRecord, audit, first_copies, order_violations, production_index
-from copier.chaos.producer import Poison, Produced, original_id
-from copier.config import Config, DedupKey
-from copier.kinesis import paged_shards
-from copier.verify import Progress, StreamReader, dead_letter_event_id, make_client, record_event_id
+from copier.audit import AuditReport, DeadLetter, DuplicateReport, TargetRecord, audit, check_dead_letter, show
+from copier.chaos.producer import Output, alt_id, read_event_id
+from copier.config import Config
+from copier.identity import EventValue
+from copier.verify import (
+    Progress,
+    StreamReader,
+    arrival_ms,
+    log_event,
+    make_client,
+    read_envelope,
+    report_of,
+    sha256_hex,
+)
 
-__all__ = ["Check", "check", "copier_events"]
+__all__ = ["PAGE_RECORDS", "Check", "check", "copier_events"]
 
+PAGE_RECORDS = 500  # GetRecords page size of the check: a shard of the suite's size takes several pages
 KinesisRecord = dict[str, Any]
 
 
 @dataclass
 class Check:
-    """The verdict of one seed's streams and logs."""
+    """The verdict of one seed's streams and logs, every count from what was read."""
 
-    expected: int = 0
+    expected: int = 0  # distinct keyed event IDs produced
     target_records: int = 0
     dead_letter_records: int = 0
     target_shards: int = 0  # every shard read, closed ones included
     target_shards_closed: int = 0
+    pages: int = 0  # GetRecords pages that held records, both streams
     lost: int = 0
-    duplicated: int = 0
-    explained_duplicates: int = 0
+    duplicated: int = 0  # IDs with more than one copy
+    extra_copies: int = 0
+    explained_duplicates: int = 0  # extra copies a report excused
+    changed: int = 0  # target copies whose key or bytes are not what was produced
+    invalid_dead_letters: int = 0
     out_of_order: int = 0
     unkeyed_in_target: int = 0
-    unkeyed_copies: int = 0  # copies of poison records without an ID beyond the first (unkeyedPolicy = forward)
+    unkeyed_copies: int = 0  # copies of poison records beyond the first (unkeyedPolicy = forward)
     poison_expected: int = 0
     poison_delivered: int = 0
     possible_duplicate_reports: int = 0
+    reported_ids: int = 0  # IDs the reports name, each report counted
     fatal_logs: int = 0
     failures: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class _Read:
-    """One stream as read: its records as (shard, record), and its shards as ListShards gives them."""
-
-    records: list[tuple[str, KinesisRecord]]
-    shards: list[dict[str, Any]]
-
-
 def copier_events(log_paths: Iterable[Path], names: set[str]) -> list[dict[str, Any]]:
-    """The copier's JSON log events named ``names`` in worker logs (the daemon relays each stderr line)."""
+    """The copier's log events named ``names`` in worker logs, each once: the daemon both wraps a processor's
+    stderr line and echoes it raw, so the same event (the same JSON, timestamp included) counts once."""
     found: list[dict[str, Any]] = []
     for path in log_paths:
+        seen: set[str] = set()
         with path.open(encoding="utf-8", errors="replace") as f:
             for line in f:
-                start = line.find('{"')
-                if start < 0 or not any(f'"event": "{n}"' in line for n in names):
+                if not any(f'"{n}"' in line for n in names):
                     continue
-                try:
-                    event = json.loads(line[start:])
-                except ValueError:
+                event = log_event(line)
+                if event is None or event["event"] not in names:
                     continue
-                if event.get("event") in names:
+                text = json.dumps(event, sort_keys=True)
+                if text not in seen:
+                    seen.add(text)
                     found.append(event)
     return found
 
 
-def _read(reader: StreamReader, client: Any, stream: str, label: str) -> _Read:
-    records = reader.read(stream, label, lambda shard_id, r: (shard_id, r))
-    return _Read(records, paged_shards(client.list_shards, stream))
-
-
-def _short_reads(stream: str, read: _Read) -> list[str]:
+def short_reads(stream: str, shards: list[dict[str, Any]], last: dict[str, int]) -> list[str]:
     """Closed shards whose read stopped before their last record (``EndingSequenceNumber`` on the local backend)."""
-    last: dict[str, int] = {}
-    for shard_id, record in read.records:
-        last[shard_id] = max(last.get(shard_id, 0), int(record["SequenceNumber"]))
     out = []
-    for shard in read.shards:
+    for shard in shards:
         numbers = shard["SequenceNumberRange"]
         end = numbers.get("EndingSequenceNumber")
         if end is None or end == numbers["StartingSequenceNumber"]:
@@ -134,120 +142,157 @@ def _short_reads(stream: str, read: _Read) -> list[str]:
     return out
 
 
-def _target_records(key: DedupKey, read: _Read) -> tuple[list[TargetRecord], Counter[str]]:
-    """The target's records for the audit, and the SHA-256 of each record without an event ID, counted."""
-    records, unkeyed = [], Counter[str]()
-    for shard_id, r in read.records:
-        event_id = record_event_id(key, r)
-        records.append(TargetRecord(event_id, r["PartitionKey"], shard_id, r["SequenceNumber"]))
-        if event_id is None:
-            unkeyed[hashlib.sha256(bytes(r["Data"])).hexdigest()] += 1
-    return records, unkeyed
+class _Reader:
+    """Both streams, read in pages, with where each shard's read ended."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.client = make_client(config, target=True)
+        self.reader = StreamReader(self.client, Progress(interval=30.0), page_records=PAGE_RECORDS)
+        self.failures: list[str] = []
+        self.pages = 0
+
+    def read(self, stream: str, label: str, convert: Any) -> tuple[list[Any], list[dict[str, Any]]]:
+        shards = self.reader.shards(stream)
+        last: dict[str, int] = {}
+        pages: Counter[str] = Counter()
+
+        def noting(shard_id: str, r: KinesisRecord) -> Any:
+            last[shard_id] = max(last.get(shard_id, 0), int(r["SequenceNumber"]))
+            return convert(shard_id, r)
+
+        records = self.reader.read(stream, label, noting, on_page=lambda shard_id: pages.update([shard_id]))
+        self.pages += sum(pages.values())
+        self.failures.extend(short_reads(stream, shards, last))
+        return records, shards
 
 
-def _dead_letters(key: DedupKey, read: _Read) -> tuple[list[str | None], Counter[tuple[str, str]]]:
-    """The event ID in each dead-letter record (None without one), and the envelopes counted by staging position."""
-    ids: list[str | None] = []
-    letters: Counter[tuple[str, str]] = Counter()
-    for _, r in read.records:
-        data = bytes(r["Data"])
-        ids.append(dead_letter_event_id(key, r["PartitionKey"], data))
-        try:
-            envelope = json.loads(data)
-        except ValueError:
-            continue
-        if isinstance(envelope, dict) and "reason" in envelope:
-            letters[(str(envelope.get("shardId")), str(envelope.get("sequenceNumber")))] += 1
-    return ids, letters
+def _target_record(shard_id: str, r: KinesisRecord) -> TargetRecord:
+    data = bytes(r["Data"])
+    return TargetRecord(
+        read_event_id(data), r["PartitionKey"], shard_id, r["SequenceNumber"], sha256_hex(data), arrival_ms(r)
+    )
 
 
-def _duplicates(target: list[TargetRecord], dead_letter: list[str | None]) -> list[str]:
-    """Event IDs with more than one copy in the two streams together (exactly once holds across both)."""
-    copies = Counter(r.event_id for r in target if r.event_id is not None)
-    copies.update(i for i in dead_letter if i is not None)
-    return [i for i, n in copies.items() if n > 1]
-
-
-def _judge_poison(
-    out: Check, poison: list[Poison], letters: Counter[tuple[str, str]], unkeyed: Counter[str], forwarded: bool
-) -> None:
-    """Each poison record where its kind and the workers' unkeyed policies send it (see the module docstring)."""
-    out.poison_expected = len(poison)
-    for p in poison:
-        in_dlq, in_target = letters[(p.shard_id, p.sequence_number)], unkeyed[p.sha256]
-        where = f"poison {p.kind} at {p.shard_id}@{p.sequence_number}"
-        if forwarded:
-            if in_dlq + in_target == 0:
-                out.failures.append(f"{where}: lost (in neither the target nor the dead-letter stream)")
-                continue
-            out.unkeyed_copies += in_dlq + in_target - 1
-        elif (in_dlq, in_target) != (1, 0):
-            out.failures.append(f"{where}: {in_dlq} copies in the dead-letter stream, {in_target} in the target")
-            continue
-        out.poison_delivered += 1
-    known = {p.sha256 for p in poison}
-    strays = sum(n for sha, n in unkeyed.items() if sha not in known)
-    if strays:
-        out.failures.append(f"{strays} records without an event ID in the target that are no poison record")
-    elif unkeyed and not forwarded:
-        count = sum(unkeyed.values())
-        out.failures.append(f"{count} records without an event ID in the target (poison not dead-lettered)")
+def _reports(log_paths: Iterable[Path], produced: Output) -> list[DuplicateReport]:
+    """The copier's possible_duplicates reports, each once, with IDs reported under ``meta.alt`` mapped back."""
+    back = {alt_id(i): i for i in produced.keyed_ids}
+    out: dict[DuplicateReport, None] = {}
+    for event in copier_events(log_paths, {"possible_duplicates"}):
+        report = report_of(event)
+        if report is not None:
+            ids: tuple[EventValue, ...] = tuple(back.get(i, i) if isinstance(i, str) else i for i in report.event_ids)
+            out[DuplicateReport(ids, report.from_ms, report.until_ms, report.shard_id, report.batch)] = None
+    return list(out)
 
 
 def check(
-    config: Config, produced: Produced, log_paths: list[Path], examples: int = 5, unkeyed_forwarded: bool = False
+    config: Config, produced: Output, log_paths: list[Path], examples: int = 5, unkeyed_forwarded: bool = False
 ) -> Check:
     """Read the target and dead-letter streams and judge them; see the module docstring.
 
-    ``config``: the one the check reads with (its dedup key names ``eventId``); ``unkeyed_forwarded``:
-    whether any worker ran with ``copier.unkeyedPolicy = forward``.
+    ``config``: what the check reads with (its streams; the dead-letter envelopes' original IDs are taken
+    from the producer's record of the position they point at); ``unkeyed_forwarded``: whether any worker
+    ran with ``copier.unkeyedPolicy = forward``.
     """
-    client = make_client(config, target=True)
-    reader = StreamReader(client, Progress(interval=30.0))
-    key = config.dedup_key
-    target_read = _read(reader, client, config.target_stream_name, "target")
-    target, unkeyed = _target_records(key, target_read)
-    out = Check(target_shards=len(target_read.shards))
-    out.target_shards_closed = sum(1 for s in target_read.shards if "EndingSequenceNumber" in s["SequenceNumberRange"])
-    out.failures.extend(_short_reads(config.target_stream_name, target_read))
-    dead_letter: list[str | None] = []
-    letters: Counter[tuple[str, str]] = Counter()
+    reader = _Reader(config)
+    target, target_shards = reader.read(config.target_stream_name, "target", _target_record)
+    letters: list[DeadLetter] = []
     if config.dead_letter_stream_name:
-        dlq_read = _read(reader, client, config.dead_letter_stream_name, "dead-letter")
-        out.failures.extend(_short_reads(config.dead_letter_stream_name, dlq_read))
-        dead_letter, letters = _dead_letters(key, dlq_read)
-    report = audit(produced.manifest, target, dead_letter, examples=examples)
-    out.expected, out.target_records, out.dead_letter_records = report.expected, report.found, len(dead_letter)
-    out.lost, out.unkeyed_in_target = report.lost, report.unkeyed
-    if report.lost:
-        out.failures.append(f"lost {report.lost}: {', '.join(report.lost_examples[:examples])}")
-    _judge_duplicates(out, _duplicates(target, dead_letter), log_paths, examples)
-    _judge_order(out, config, produced, target, examples)
-    _judge_poison(out, produced.poison, letters, unkeyed, unkeyed_forwarded)
+        key = config.dedup_key
+        letters, _ = reader.read(
+            config.dead_letter_stream_name, "dead-letter", lambda shard, r: read_envelope(key, shard, r)
+        )
+    reports = _reports(log_paths, produced)
+    report = audit(produced.records, target, letters, reports, examples, keyed_dead_letters=False)
+    out = Check(
+        expected=report.expected,
+        target_records=report.found,
+        dead_letter_records=report.dead_letter_records,
+        target_shards=len(target_shards),
+        target_shards_closed=sum(1 for s in target_shards if "EndingSequenceNumber" in s["SequenceNumberRange"]),
+        pages=reader.pages,
+        lost=report.lost,
+        duplicated=report.duplicated,
+        extra_copies=report.extra_copies,
+        explained_duplicates=report.explained_copies,
+        changed=report.changed,
+        invalid_dead_letters=report.invalid_dead_letters,
+        out_of_order=report.out_of_order,
+        unkeyed_in_target=report.unkeyed,
+        possible_duplicate_reports=report.reports,
+        reported_ids=report.reported_ids,
+    )
+    out.failures.extend(reader.failures)
+    _judge_audit(out, report, config, examples)
+    _judge_poison(out, produced, target, letters, unkeyed_forwarded)
+    _judge_logs(out, log_paths)
     return out
 
 
-def _judge_duplicates(out: Check, duplicated: list[str], log_paths: list[Path], examples: int) -> None:
-    """Duplicates must each be named by a ``possible_duplicates`` report; no ``fatal`` line may be logged."""
-    reports = copier_events(log_paths, {"possible_duplicates", "fatal", "unexpected_error"})
-    reported = {original_id(i) for e in reports if e["event"] == "possible_duplicates" for i in e.get("event_ids", [])}
-    out.possible_duplicate_reports = sum(1 for e in reports if e["event"] == "possible_duplicates")
-    unexplained = [i for i in duplicated if i not in reported]
-    out.duplicated, out.explained_duplicates = len(duplicated), len(duplicated) - len(unexplained)
-    if unexplained:
+def _judge_audit(out: Check, report: AuditReport, config: Config, examples: int) -> None:
+    """The audit's findings as failures: lost, unexplained copies, changed copies, invalid dead letters, order."""
+    if report.lost:
+        out.failures.append(f"lost {report.lost}: {', '.join(show(i) for i in report.lost_examples)}")
+    if report.unexplained_copies:
+        shown = ", ".join(show(i) for i in report.unexplained_examples)
         out.failures.append(
-            f"duplicated {len(unexplained)} without a possible_duplicates report: {unexplained[:examples]}"
+            f"{report.unexplained_copies} extra copies no possible_duplicates report explains (of {report.duplicated}"
+            f" duplicated IDs): {shown}"
         )
-    fatal = [e for e in reports if e["event"] in ("fatal", "unexpected_error")]
+    if report.changed:
+        out.failures.append(f"{report.changed} target copies not as produced: {', '.join(report.changed_examples)}")
+    if report.invalid_dead_letters:
+        shown = "; ".join(report.invalid_dead_letter_examples)
+        out.failures.append(f"{report.invalid_dead_letters} invalid dead-letter records: {shown}")
+    if report.unexpected:
+        shown = ", ".join(show(i) for i in report.unexpected_examples)
+        out.failures.append(f"{report.unexpected} event IDs in the target that were never produced: {shown}")
+    if report.out_of_order and config.ordering == "partitionKey":
+        shown = ", ".join(
+            f"{show(o.event_id)} after {show(o.after)} (key {o.partition_key})"
+            for o in report.out_of_order_examples[:examples]
+        )
+        out.failures.append(f"{report.out_of_order} events out of order per partition key: {shown}")
+
+
+def _judge_poison(
+    out: Check, produced: Output, target: list[TargetRecord], letters: list[DeadLetter], forwarded: bool
+) -> None:
+    """Each poison record where its kind and the workers' unkeyed policies send it (see the module docstring)."""
+    at = {p.position: p for p in produced.records if p.position is not None}
+    in_dlq: Counter[tuple[str, int, int]] = Counter(
+        letter.position
+        for letter in letters
+        if letter.position is not None and check_dead_letter(letter, at, False, True) is None
+    )
+    in_target = Counter((r.partition_key, r.sha256) for r in target if r.event_id is None)
+    out.poison_expected = len(produced.poison)
+    for p in produced.poison:
+        position = (p.shard_id, int(p.sequence_number), 0)
+        dlq, tgt = in_dlq[position], in_target[(f"poison-{p.kind}", p.sha256)]
+        where = f"poison {p.kind} at {p.shard_id}@{p.sequence_number}"
+        if forwarded and p.kind != "oversize":
+            if dlq + tgt == 0:
+                out.failures.append(f"{where}: lost (in neither the target nor the dead-letter stream)")
+                continue
+            out.unkeyed_copies += dlq + tgt - 1
+        elif (dlq, tgt) != (1, 0):
+            out.failures.append(f"{where}: {dlq} copies in the dead-letter stream, {tgt} in the target")
+            continue
+        out.poison_delivered += 1
+    known = {(f"poison-{p.kind}", p.sha256) for p in produced.poison}
+    strays = sum(n for k, n in in_target.items() if k not in known)
+    if strays:
+        out.failures.append(f"{strays} records without an event ID in the target that are no poison record")
+    elif in_target and not forwarded:
+        count = sum(in_target.values())
+        out.failures.append(f"{count} records without an event ID in the target (poison not dead-lettered)")
+
+
+def _judge_logs(out: Check, log_paths: list[Path]) -> None:
+    """No ``fatal`` or ``unexpected_error`` line: nothing in a chaos run should end a process."""
+    fatal = copier_events(log_paths, {"fatal", "unexpected_error"})
     out.fatal_logs = len(fatal)
     if fatal:
         out.failures.append(f"{len(fatal)} fatal errors in the copier's logs: {fatal[0].get('error', fatal[0])}")
-
-
-def _judge_order(out: Check, config: Config, produced: Produced, target: list[TargetRecord], examples: int) -> None:
-    """Each key's first copies in production order (a failure under ``copier.ordering = partitionKey``)."""
-    index, _ = production_index(produced.manifest)
-    out.out_of_order, disorder_examples = order_violations(first_copies(target), index, examples)
-    if out.out_of_order and config.ordering == "partitionKey":
-        shown = ", ".join(f"{o.event_id} after {o.after} (key {o.partition_key})" for o in disorder_examples)
-        out.failures.append(f"{out.out_of_order} events out of order per partition key: {shown}")

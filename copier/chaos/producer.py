@@ -9,15 +9,26 @@ original (a micro-batch replayed after a restart); poison records (JSON
 without an ID, bytes that are not JSON, a record of a megabyte) go in
 between. Only failed entries are retried, as the real writer does.
 
-Every event carries its ID twice: ``eventId`` and ``alt`` (``"a-"`` and the
-same ID), so that workers may run with either as ``copier.dedupKey`` (a
-rolling deploy changing it) while the check identifies every event by
-``eventId`` (:func:`original_id` maps an ``alt`` back). Each poison record
-is distinct (no two have the same bytes), so that the check can count the
-copies of each one, in the target too (under ``unkeyedPolicy = forward``).
+Event IDs exercise the edges of identity (:func:`event_id`): most are
+strings, but some are JSON integers, some strings of the same digits (the
+integer 1000015 and the string "1000015" are two events), some unicode, some
+300 characters long. Every event carries its ID twice: ``eventId`` and, in a
+nested object, ``meta.alt`` (:func:`alt_id`: ``"a-"`` and the ID as JSON), so
+that workers may run with either as ``copier.dedupKey`` (a rolling deploy
+changing it) while the check identifies every event by ``eventId``.
 
-It records the manifest (keyed event IDs in first-production order), every
-poison record's staging position, and the last position written per shard,
+Poison records are what their kind says: ``no_id`` is JSON without an event
+ID, ``not_json`` bytes that are not JSON, ``oversize`` a record larger than
+the target's record limit (the staging stream's limit is raised to
+:data:`STAGING_MAX_RECORD_KIB` with UpdateMaxRecordSize, as Kinesis now
+allows), of a size drawn around that limit. Each is distinct (no two have
+the same bytes), so that the check can count the copies of each one.
+
+It records every user record it wrote (:attr:`Output.records`, in
+production order, duplicates included): its event ID as read from its own
+bytes, its partition key, the SHA-256 of its bytes, its staging position
+(shard, sequence number, index inside a KPL aggregate) and, for poison, the
+dead-letter reason it must get. Also the last position written per shard,
 so the harness knows when the copier has caught up. A reshard takes
 :attr:`ChaosProducer.lock` so no batch is grouped by a stale shard map.
 """
@@ -34,54 +45,98 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from copier import kpl
+from copier.audit import Produced
 from copier.chaos.schedule import Plan
+from copier.identity import EventValue
 from copier.kinesis import paged_shards
+from copier.limits import MAX_RECORD_BYTES
 from copier.positions import Position
 from copier.shardmap import ShardMap, hash_key
 
-__all__ = ["ALT_PREFIX", "ChaosProducer", "Poison", "Produced", "alt_id", "original_id"]
+__all__ = [
+    "ALT_PREFIX",
+    "STAGING_MAX_RECORD_KIB",
+    "ChaosProducer",
+    "Output",
+    "Poison",
+    "alt_id",
+    "event_id",
+    "read_event_id",
+]
 
 TICK_S = 0.5
-OVERSIZE_BYTES = 1_000_000  # under the 1 MiB record limit, but its dead-letter envelope (base64) is not
-ALT_PREFIX = "a-"  # an event's "alt" field: this and its eventId (event IDs start with "c")
+STAGING_MAX_RECORD_KIB = 2048  # staging takes records the target (1 MiB) cannot: they must be dead-lettered
+ALT_PREFIX = "a-"  # an event's "meta.alt" field: this and its eventId as JSON
+POISON_REASONS = {"no_id": "no_id", "not_json": "no_id", "oversize": "oversize"}  # kind -> audit reason kind
 
 
-def alt_id(event_id: str) -> str:
-    """The event's second ID field, one to one with its eventId."""
-    return ALT_PREFIX + event_id
+def event_id(n: int, run: str) -> EventValue:
+    """The ID of event ``n``: a string mostly, and four kinds of edge in every eleven (see the module docstring)."""
+    kind = n % 11
+    if kind == 1:
+        return 1_000_000_000 + n  # a JSON integer
+    if kind == 2:
+        return str(1_000_000_000 + n - 1)  # the same digits as the event before, as a string: another event
+    if kind == 3:
+        return f"ü-{run}-{n}-日本"
+    if kind == 4:
+        return f"{run}-{n:07d}-" + "x" * 300
+    return f"{run}-{n:07d}"
 
 
-def original_id(found: str) -> str:
-    """The eventId of an ID the copier reports under either dedup key (``eventId`` or ``alt``)."""
-    return found.removeprefix(ALT_PREFIX)
+def alt_id(value: EventValue) -> str:
+    """The event's second ID field (``meta.alt``), one to one with its eventId (1 and "1" stay apart)."""
+    return ALT_PREFIX + json.dumps(value, ensure_ascii=False)
+
+
+def read_event_id(data: bytes) -> EventValue | None:
+    """The ``eventId`` in a record's bytes, read here and not with the copier's code (a shared bug would hide in
+    both): a JSON object's string or integer member; None for anything else."""
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    value = doc.get("eventId")
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        return None
+    return value
 
 
 @dataclass(frozen=True)
 class Poison:
-    """A record the copier must dead-letter, and where it is in staging."""
+    """A record the copier must dead-letter (or, under unkeyedPolicy = forward, may forward), and where it is."""
 
     kind: str
     shard_id: str
     sequence_number: str
     sha256: str
+    size: int = 0  # bytes counted against the record limit (data and UTF-8 partition key)
 
 
 @dataclass
-class Produced:
-    manifest: list[str] = field(default_factory=list)
+class Output:
+    """What the producer wrote, as it wrote it (see the module docstring)."""
+
+    records: list[Produced] = field(default_factory=list)
     poison: list[Poison] = field(default_factory=list)
     last: dict[str, Position] = field(default_factory=dict)
-    records: int = 0  # Kinesis records written (an aggregate counts once)
-    events: int = 0  # events written, duplicates included
+    staging_records: int = 0  # Kinesis records written (an aggregate counts once)
+    events: int = 0  # keyed events written, duplicates included
     duplicates: int = 0  # events written again (at once or late)
     aggregates: int = 0
     largest_aggregate: int = 0
 
+    @property
+    def keyed_ids(self) -> set[EventValue]:
+        return {r.event_id for r in self.records if r.event_id is not None}
 
-def _event(n: int, run: str) -> tuple[str, str, bytes]:
-    event_id = f"{run}-{n:07d}"
-    body = {"eventId": event_id, "alt": alt_id(event_id), "n": n, "body": "x" * 80}
-    return event_id, f"user-{n % 64}", json.dumps(body).encode()
+
+def _event(n: int, run: str) -> tuple[EventValue, str, bytes]:
+    value = event_id(n, run)
+    body = {"eventId": value, "meta": {"alt": alt_id(value)}, "n": n, "body": "x" * 80}
+    return value, f"user-{n % 64}", json.dumps(body, ensure_ascii=False).encode()
 
 
 class ChaosProducer:
@@ -94,7 +149,7 @@ class ChaosProducer:
         self.run_id = run
         self.rng = random.Random(plan.seed * 7919 + 1)
         self.lock = threading.Lock()  # held for each put; a reshard holds it too
-        self.out = Produced()
+        self.out = Output()
         self._map: ShardMap | None = None
         self._stop = threading.Event()
         self.error: BaseException | None = None
@@ -116,7 +171,9 @@ class ChaosProducer:
             self._map = ShardMap.of(paged_shards(self.kinesis.list_shards, self.stream))
         return self._map
 
-    def _put(self, records: list[kpl.KinesisRecord], counts: list[int]) -> list[tuple[str, str]]:
+    def _put(
+        self, records: list[kpl.KinesisRecord], counts: list[int], dead_letter: str | None = None
+    ) -> list[tuple[str, str]]:
         """PutRecords until every record landed (failed ones alone retried); (shard, sequence) of each."""
         where: list[tuple[str, str] | None] = [None] * len(records)
         left = list(range(len(records)))
@@ -142,10 +199,31 @@ class ChaosProducer:
             if left:
                 time.sleep(min(1.0, 0.05 * 2**attempt) * self.rng.random())
                 attempt += 1
-        self.out.records += len(records)
-        return [w for w in where if w is not None]
+        self.out.staging_records += len(records)
+        placed = [w for w in where if w is not None]
+        for record, (shard, sequence) in zip(records, placed, strict=True):
+            self._note(record, shard, sequence, dead_letter)
+        return placed
 
-    def _write(self, events: list[tuple[str, str, bytes]], aggregate: bool) -> None:
+    def _note(self, record: kpl.KinesisRecord, shard: str, sequence: str, dead_letter: str | None = None) -> None:
+        """Each user record of a written Kinesis record, as the daemon will deliver it, into the output."""
+        users = kpl.deaggregate(record.data, record.partition_key)
+        for index, (pk, data) in enumerate(users):
+            value = read_event_id(data)
+            self.out.records.append(
+                Produced(
+                    value,
+                    pk,
+                    hashlib.sha256(data).hexdigest(),
+                    (shard, int(sequence), index),  # a plain record is its own user record 0
+                    dead_letter,
+                    len(data) + len(pk.encode("utf-8")),
+                )
+            )
+            if value is not None:
+                self.out.events += 1
+
+    def _write(self, events: list[tuple[EventValue, str, bytes]], aggregate: bool) -> None:
         with self.lock:
             if aggregate:
                 shard_map = self._shard_map()
@@ -164,17 +242,24 @@ class ChaosProducer:
                 records = [kpl.KinesisRecord(pk, None, data) for _, pk, data in events]
                 counts = [1] * len(records)
             self._put(records, counts)
-        self.out.events += len(events)
 
     def _poison(self, kind: str) -> None:
-        data = {
-            "no_id": json.dumps({"body": "an event without an ID", "poison": len(self.out.poison)}).encode(),
-            "not_json": b"\xff\xfe not json " + bytes(self.rng.getrandbits(8) for _ in range(16)),
-            "oversize": b"\x00" * OVERSIZE_BYTES + bytes(self.rng.getrandbits(8) for _ in range(8)),
-        }[kind]
+        key = f"poison-{kind}"
+        if kind == "oversize":  # over the target's limit by one byte, or by up to the staging stream's room
+            over = (
+                1 if self.rng.random() < 0.5 else self.rng.randint(2, STAGING_MAX_RECORD_KIB * 1024 - MAX_RECORD_BYTES)
+            )
+            size = MAX_RECORD_BYTES + over - len(key)
+            data = bytes(self.rng.getrandbits(8) for _ in range(16)) + b"\x00" * (size - 16)
+        else:
+            data = {
+                "no_id": json.dumps({"body": "an event without an ID", "poison": len(self.out.poison)}).encode(),
+                "not_json": b"\xff\xfe not json " + bytes(self.rng.getrandbits(8) for _ in range(16)),
+            }[kind]
+        record = kpl.KinesisRecord(key, None, data)
         with self.lock:
-            ((shard, sequence),) = self._put([kpl.KinesisRecord(f"poison-{kind}", None, data)], [1])
-        self.out.poison.append(Poison(kind, shard, sequence, hashlib.sha256(data).hexdigest()))
+            ((shard, sequence),) = self._put([record], [1], POISON_REASONS[kind])
+        self.out.poison.append(Poison(kind, shard, sequence, hashlib.sha256(data).hexdigest(), len(data) + len(key)))
 
     def run(self) -> None:
         """The thread's body: write everything the plan says, then set :attr:`done`."""
@@ -190,9 +275,11 @@ class ChaosProducer:
         start = time.monotonic()
         ticks = max(1, int(plan.produce_s / TICK_S))
         per_tick = max(1, plan.events // ticks)
-        poison_at = {self.rng.randrange(ticks): kind for kind in plan.poison}
+        poison_at: dict[int, list[str]] = {}  # two drawn for one tick are both written
+        for kind in plan.poison:
+            poison_at.setdefault(self.rng.randrange(ticks), []).append(kind)
         late_at = int(plan.late_at_s / TICK_S)
-        written: list[tuple[str, str, bytes]] = []
+        written: list[tuple[EventValue, str, bytes]] = []
         n = 0
         for tick in range(max(ticks, late_at) + 1):
             if self._stop.is_set():
@@ -204,7 +291,6 @@ class ChaosProducer:
             if size > 0:
                 batch = [_event(i, self.run_id) for i in range(n, n + size)]
                 n += size
-                self.out.manifest.extend(e[0] for e in batch)
                 written.extend(batch)
                 self._write(batch, aggregate)
                 if self.rng.random() < plan.retry_share:  # a retried task writes a slice again
@@ -212,8 +298,8 @@ class ChaosProducer:
                     again = batch[a : a + self.rng.randint(1, max(1, len(batch) // 3))]
                     self._write(again, aggregate)
                     self.out.duplicates += len(again)
-            if tick in poison_at:
-                self._poison(poison_at[tick])
+            for kind in poison_at.get(tick, ()):
+                self._poison(kind)
             if tick == late_at and written:  # the oldest events, written again long after
                 late = written[: plan.late_duplicates]
                 self._write(late, False)

@@ -131,6 +131,7 @@ class FaultProxy:
         self._injected_cv = threading.Condition(self._lock)
         self._windows: list[FaultWindow] = []
         self._hits: Counter[FaultWindow] = Counter()
+        self._added: list[FaultWindow] = []  # every window ever added (clear() closes them, they stay counted)
         self.injected: Counter[str] = Counter()
         self.log: list[Injection] = []  # every injection, in order
         self.cancelled = False  # set by cancel_waits: wait_for returns at once
@@ -148,10 +149,16 @@ class FaultProxy:
         at an ambiguous put): it goes first, so that the plan's windows, which inject at most one fault a
         request, do not take every request it waits for."""
         with self._lock:
+            self._added.append(window)
             if window.stream:
                 self._windows.insert(0, window)
             else:
                 self._windows.append(window)
+
+    def idle_windows(self) -> list[FaultWindow]:
+        """The windows added that injected nothing (the run ended before one met a request)."""
+        with self._lock:
+            return [w for w in self._added if not self._hits[w]]
 
     def clear(self) -> None:
         """No faults from now on (what was injected stays counted)."""

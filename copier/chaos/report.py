@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from copier.chaos.run import SeedResult
 
-__all__ = ["METHOD", "render"]
+__all__ = ["METHOD", "PASS", "render"]
 
 # The faults beyond processes, staging reshards and the proxy's (what they are, why, and how each is counted).
 METHOD = [
@@ -25,14 +25,52 @@ METHOD = [
     "  `clock_offset_beyond`), steps written while the host's worker ran (`clock_step_forward`,",
     "  `clock_step_back`); each seed's results keep, per host, what was drawn, stepped and measured.",
     "- **Settings changing between owners.** Each worker start, restarts included, runs with a properties",
-    "  file of its own, as in a rolling deploy: `copier.dedupKey` `json:eventId` or `json:alt` (the producer",
-    "  writes `alt`, `a-` and the event ID, into every event; the check goes by `eventId`) and",
+    "  file of its own, as in a rolling deploy: `copier.dedupKey` `json:eventId` or `json:meta.alt` (the",
+    "  producer writes `meta.alt`, `a-` and the event ID as JSON, into every event; the check goes by",
+    "  `eventId`) and",
     "  `copier.unkeyedPolicy` `deadletter` or `forward`. Counted: starts whose settings differ from the",
     "  previous start's (`settings_change`).",
     "- **Target reshards.** Splits and merges of the target stream, most of them carried out the moment the",
     "  proxy makes a target put ambiguous (a timeout or a lost answer), so that the copier verifies that put",
     "  across the reshard. Counted: `target_split`, `target_merge`, and `target_reshard_across_ambiguous_put`",
     "  when an ambiguous target put was sent before the reshard and verified after it.",
+]
+
+
+# What a seed must show to pass (copier/chaos/check.py's module docstring says the same, rule by rule).
+PASS = [
+    "## What a seed must show to pass",
+    "",
+    "The check reads both streams to their ends (every shard, closed ones included, in pages of 500 records",
+    "so that shards take several) and compares every copy with the producer's own record of each user record",
+    "it wrote: event ID (read from the bytes by the check's own code, not the copier's: the integer `7` and",
+    'the string `"7"` are two events, and the producer writes both kinds, unicode and 300-character IDs',
+    "too), partition key, SHA-256 of the bytes, staging position, and for a poison record the dead-letter",
+    "reason it must get. A seed passes only if:",
+    "",
+    "- every produced event ID has a copy in the target or in a valid dead-letter envelope (else *lost*);",
+    "- every copy counts, target and dead-letter stream together. An extra copy is *explained* only by a",
+    "  `possible_duplicates` report that names its ID (under either dedup key a worker ran), one copy per",
+    "  report and ID, arriving within the window the report gives; any other extra copy fails the seed. The",
+    "  reports, the IDs they name and the copies they excused are counted below;",
+    "- every target copy has the partition key and bytes (SHA-256) of a record produced under its ID (a copy",
+    "  cut down or rekeyed is *changed* and fails), and no ID in the target was never produced;",
+    "- every dead-letter record is an envelope that points at a produced record (shard, sequence and",
+    "  sub-sequence number) with its key and bytes (or their SHA-256 when too large to keep) and a reason",
+    "  the record bears out and the producer wrote it for (no event ID; too large for the target: the",
+    "  staging stream takes records up to 2 MiB, the target 1 MiB). A keyed event there fails the seed;",
+    "- each poison record is in the dead-letter stream exactly once and nothing without an ID is in the",
+    "  target, unless a worker ran `unkeyedPolicy = forward`: then a record without an ID must be in one of",
+    "  the two streams at least once (its further copies counted, not failed); an oversize record goes to",
+    "  the dead-letter stream under any policy;",
+    "- per partition key as produced, no event's first copy lands after a later-produced event's;",
+    "- every shard of both streams was read to its last record; no `fatal` or `unexpected_error` line in the",
+    "  copier's logs (read from the daemon's wrapped lines and its raw echo, each event once); no crash loop;",
+    "  every shard caught up in time.",
+    "",
+    "Counts in the report are of what happened: poison records as written, proxy faults as injected (a",
+    "window that met no request before the run ended is counted as `proxy_window_idle_<kind>`), the pauses",
+    "shorter and longer than the lease drawn around the lease the workers' properties give.",
 ]
 
 
@@ -79,12 +117,7 @@ def render(
         "",
         *METHOD,
         "",
-        "A seed fails on a lost event, a duplicate (in the target and dead-letter streams together) the copier",
-        "did not report (`possible_duplicates`, under either dedup key), an event whose first copy is out of its",
-        "key's order, a poison record not delivered (exactly once to the dead-letter stream; when a worker ran",
-        "`unkeyedPolicy = forward`, at least once to either stream, its further copies counted, not failed), a",
-        "shard of either stream (closed ones included) not read to its last record, a `fatal` log line, a crash",
-        "loop, or a shard not caught up in time.",
+        *PASS,
         "",
         f"Command: `{command}` ({elapsed_s / 60:.0f} minutes on {platform.machine()}, "
         f"{platform.python_implementation()} {platform.python_version()}). Raw results: `docs/reliability.json`.",
@@ -101,11 +134,14 @@ def render(
             if planned is not None and len(results) < planned
             else []
         ),
-        "| seeds | failed | events | events written | lost | duplicated | explained duplicates | out of order |",
-        "|---|---|---|---|---|---|---|---|",
+        "| seeds | failed | events | events written | lost | duplicated IDs | extra copies | explained copies | "
+        "reports (IDs named) | changed | out of order |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
         f"| {len(results)} | {len(failed)} | {sum(r.events for r in results)} | "
         f"{sum(r.events_written for r in results)} | {sum(r.lost for r in results)} | "
-        f"{sum(r.duplicated for r in results)} | {sum(r.explained_duplicates for r in results)} | "
+        f"{sum(r.duplicated for r in results)} | {sum(r.extra_copies for r in results)} | "
+        f"{sum(r.explained_duplicates for r in results)} | {sum(r.possible_duplicate_reports for r in results)} "
+        f"({sum(r.reported_ids for r in results)}) | {sum(r.changed for r in results)} | "
         f"{sum(r.out_of_order for r in results)} |",
         "",
         f"KCL 3.x mode: {sum(1 for r in results if r.kcl_mode == '3.x')} seeds; "

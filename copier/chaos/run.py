@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import signal
+import tempfile
 import threading
 import time
 import uuid
@@ -42,11 +43,12 @@ from typing import Any
 
 from copier.chaos.check import check, copier_events
 from copier.chaos.hosts import Host, Hosts
-from copier.chaos.producer import ChaosProducer
+from copier.chaos.producer import STAGING_MAX_RECORD_KIB, ChaosProducer
 from copier.chaos.proxy import FaultProxy, FaultWindow, Injection
 from copier.chaos.schedule import TARGET_RESHARDS, Action, Plan
+from copier.config import load_config
 from copier.kinesis import paged_shards
-from copier.local.pipeline import LocalPipeline, Worker
+from copier.local.pipeline import LocalPipeline, Worker, local_properties
 
 __all__ = ["SeedResult", "run_seed"]
 
@@ -56,8 +58,14 @@ RETRIES = 15  # an action that finds no worker with processors is tried again ev
 # leader's lock expiring); then it steps a host whose processors start on the stepped clock.
 STEP_RETRIES = 60
 CRASH_LOOP = 3  # unexpected daemon exits in one seed that count as a crash loop
-LEASE_MS = 3000
 PUT_TIMEOUT_MS = 1000
+SEED_COPIER = {  # copier.* keys every worker of a seed starts from (hosts.py adds each start's own settings)
+    "unkeyedPolicy": "deadletter",
+    "ordering": "partitionKey",  # the check fails a seed on disorder under it
+    "putTimeoutMillis": str(PUT_TIMEOUT_MS),
+    "maxBackoffMillis": "2000",
+    "logLevel": "INFO",
+}
 # Small GetRecords batches: many puts and state writes, so that the proxy's fault windows meet traffic.
 KCL_BATCHES = {"maxRecords": "200"}
 KCL_2X = {"clientVersionConfig": "CLIENT_VERSION_CONFIG_COMPATIBLE_WITH_2X"}
@@ -89,7 +97,12 @@ class SeedResult:
     dead_letter_records: int = 0
     lost: int = 0
     duplicated: int = 0
-    explained_duplicates: int = 0
+    explained_duplicates: int = 0  # extra copies a possible_duplicates report excused (one per report and ID)
+    extra_copies: int = 0  # copies beyond the first, explained or not
+    changed: int = 0  # target copies whose key or bytes differ from what was produced
+    possible_duplicate_reports: int = 0
+    reported_ids: int = 0  # IDs the reports name, each report counted
+    check_pages: int = 0  # GetRecords pages the check read (several per shard: the multi-page path)
     out_of_order: int = 0
     poison: int = 0
     unkeyed_copies: int = 0  # copies beyond the first of poison records without an ID (unkeyedPolicy = forward)
@@ -170,16 +183,16 @@ class _Harness:
             copier={
                 "targetEndpoint": self.proxy.endpoint,
                 "stateTableEndpoint": self.proxy.endpoint,
-                "unkeyedPolicy": "deadletter",
                 "deadLetterStreamName": dead_letter,  # under either policy (the check expects poison there)
-                "ordering": "partitionKey",  # the check fails a seed on disorder under it
                 "clockSkewMillis": str(plan.clock_skew_ms),
-                "putTimeoutMillis": str(PUT_TIMEOUT_MS),
-                "maxBackoffMillis": "2000",
-                "logLevel": "INFO",
+                **SEED_COPIER,
             },
         )
         self.pipeline.create(plan.staging_shards, plan.target_shards)
+        staging_arn = self.pipeline.kinesis.describe_stream_summary(StreamName=self.pipeline.staging)
+        self.pipeline.kinesis.update_max_record_size(  # records the target cannot take: dead-lettered as oversize
+            StreamARN=staging_arn["StreamDescriptionSummary"]["StreamARN"], MaxRecordSizeInKiB=STAGING_MAX_RECORD_KIB
+        )
         self.pipeline.kinesis.create_stream(StreamName=dead_letter, ShardCount=1)
         self.pipeline.kinesis.get_waiter("stream_exists").wait(StreamName=dead_letter)
         self.producer = ChaosProducer(self.pipeline.kinesis, self.pipeline.staging, plan, run)
@@ -376,6 +389,24 @@ def _across_ambiguous_puts(reshards: list[dict[str, Any]], injections: list[Inje
         reshard["put_before_s"] = round(reshard["started"] - latest.at, 2) if latest else None
 
 
+def worker_lease_ms() -> int:
+    """The lease the workers of a seed run with, read from the properties the harness writes for them
+    (``copier.leaseMillis``, else the KCL's ``failoverTimeMillis``): the schedule draws pauses around it."""
+    with tempfile.TemporaryDirectory(prefix="copier-chaos-lease-") as tmp:
+        path = local_properties(
+            Path(tmp) / "lease.properties",
+            "http://127.0.0.1:1",
+            "lease",
+            "staging",
+            "target",
+            "copier",
+            kcl=KCL_BATCHES,
+            deadLetterStreamName="dlq",
+            **SEED_COPIER,
+        )
+        return load_config(path).lease_millis
+
+
 def run_seed(plan: Plan, endpoint: str, workdir: Path) -> SeedResult:
     """Run one seed on the backend at ``endpoint``; its logs stay in ``workdir``."""
     started = time.monotonic()
@@ -386,7 +417,7 @@ def run_seed(plan: Plan, endpoint: str, workdir: Path) -> SeedResult:
     finally:
         harness.close()
     out = harness.producer.out
-    result.events, result.events_written, result.staging_records = len(set(out.manifest)), out.events, out.records
+    result.events, result.events_written, result.staging_records = len(out.keyed_ids), out.events, out.staging_records
     result.aggregates, result.largest_aggregate = out.aggregates, out.largest_aggregate
     result.producer_duplicates = out.duplicates
     result.poison = len(out.poison)
@@ -394,8 +425,10 @@ def run_seed(plan: Plan, endpoint: str, workdir: Path) -> SeedResult:
     result.faults = dict(
         sorted({**harness.faults, **{f"proxy_{k}": v for k, v in harness.proxy.injected.items()}}.items())
     )
-    for kind in plan.poison:
-        result.faults[f"poison_{kind}"] = result.faults.get(f"poison_{kind}", 0) + 1
+    for kind, count in Counter(p.kind for p in out.poison).items():  # written, not planned
+        result.faults[f"poison_{kind}"] = count
+    for kind, count in Counter(w.kind for w in harness.proxy.idle_windows()).items():
+        result.faults[f"proxy_window_idle_{kind}"] = count  # drawn, but met no request before the run ended
     result.unexpected_exits, result.restarts = harness.unexpected, harness.restarts
     result.proxy_requests = dict(harness.proxy.requests)
     if harness.unexpected >= CRASH_LOOP:
@@ -412,6 +445,9 @@ def run_seed(plan: Plan, endpoint: str, workdir: Path) -> SeedResult:
     result.verified_across_settings = sum(1 for e in verified if e.get("settings_changed"))
     result.lost, result.duplicated = verdict.lost, verdict.duplicated
     result.explained_duplicates, result.out_of_order = verdict.explained_duplicates, verdict.out_of_order
+    result.extra_copies, result.changed = verdict.extra_copies, verdict.changed
+    result.possible_duplicate_reports, result.reported_ids = verdict.possible_duplicate_reports, verdict.reported_ids
+    result.check_pages = verdict.pages
     result.failures.extend(verdict.failures)
     result.ok = not result.failures
     result.total_s = round(time.monotonic() - started, 1)

@@ -31,6 +31,7 @@ __all__ = [
     "BASE_SETTINGS",
     "CLOCK_KINDS",
     "DEDUP_KEYS",
+    "POISON_KINDS",
     "PROCESS_FAULTS",
     "TARGET_RESHARDS",
     "UNKEYED_POLICIES",
@@ -60,8 +61,9 @@ CLOCK_KINDS = (
     "within",  # off by up to half of copier.clockSkewMillis: the protocol's assumption holds
     "beyond",  # off by several times copier.clockSkewMillis: the copier must measure it and widen its margins
 )
-DEDUP_KEYS = ("json:eventId", "json:alt")  # the producer's "alt" is "a-" + eventId: one to one
+DEDUP_KEYS = ("json:eventId", "json:meta.alt")  # the producer's meta.alt is one to one with eventId
 UNKEYED_POLICIES = ("deadletter", "forward")
+POISON_KINDS = ("no_id", "not_json", "oversize")  # copier.chaos.producer writes each as its name says
 DEFAULT_SKEW_MS = 200  # copier.clockSkewMillis of a seed without clock faults (copier.local.pipeline's)
 SETTINGS_STARTS = 16  # settings drawn for this many worker starts; later starts take them again in turn
 
@@ -132,14 +134,42 @@ class Profile:
 
 
 FULL = Profile(
-    "full", (2, 4), (2, 4), (3000, 6000), 60.0, (3, 7), (0, 2), (2, 5), (3, 8), 300.0, 120.0,
-    clock_share=0.6, clock_skews_ms=(200, 500, 1000), clock_steps=(1, 3), settings_share=0.6,
-    target_reshards=(0, 2), forced=False,
+    "full",
+    (2, 4),
+    (2, 4),
+    (3000, 6000),
+    60.0,
+    (3, 7),
+    (0, 2),
+    (2, 5),
+    (3, 8),
+    300.0,
+    120.0,
+    clock_share=0.6,
+    clock_skews_ms=(200, 500, 1000),
+    clock_steps=(1, 3),
+    settings_share=0.6,
+    target_reshards=(0, 2),
+    forced=False,
 )
 SMOKE = Profile(
-    "smoke", (2, 3), (2, 3), (1200, 1800), 30.0, (2, 3), (1, 1), (2, 3), (2, 4), 240.0, 40.0,
-    clock_share=1.0, clock_skews_ms=(200,), clock_steps=(2, 2), settings_share=1.0,
-    target_reshards=(1, 1), forced=True,
+    "smoke",
+    (2, 3),
+    (2, 3),
+    (1200, 1800),
+    30.0,
+    (2, 3),
+    (1, 1),
+    (2, 3),
+    (2, 4),
+    240.0,
+    40.0,
+    clock_share=1.0,
+    clock_skews_ms=(200,),
+    clock_steps=(2, 2),
+    settings_share=1.0,
+    target_reshards=(1, 1),
+    forced=True,
 )
 
 
@@ -226,7 +256,9 @@ def draw(seed: int, profile: Profile = FULL, lease_s: float = 3.0) -> Plan:
     windows = tuple(
         sorted((_window(rng, produce) for _ in range(rng.randint(*profile.windows))), key=lambda w: w.start_s)
     )
-    poison = tuple(rng.choice(["no_id", "not_json", "oversize"]) for _ in range(rng.randint(*profile.poison)))
+    poison = tuple(rng.choice(POISON_KINDS) for _ in range(rng.randint(*profile.poison)))
+    if profile.forced:  # every kind, drawn without touching the generator (the rest of the plan stays the same)
+        poison += tuple(k for k in POISON_KINDS if k not in poison)
     plan = Plan(
         seed=seed,
         profile=profile.name,
@@ -298,7 +330,7 @@ def _settings(rng: random.Random, profile: Profile) -> tuple[Settings, ...]:
         return (BASE_SETTINGS,)
     starts = [Settings(rng.choice(DEDUP_KEYS), rng.choice(UNKEYED_POLICIES)) for _ in range(SETTINGS_STARTS)]
     if profile.forced:
-        starts[:2] = [BASE_SETTINGS, Settings("json:alt", "forward")]
+        starts[:2] = [BASE_SETTINGS, Settings("json:meta.alt", "forward")]
     return tuple(starts)
 
 
