@@ -150,12 +150,16 @@ class ClockBounds:
                 self.ignored += 1
                 return
             self.samples += 1
+            # The frame when the request was sent: this one, unless the wall clock stepped since the last answer,
+            # perhaps during this request (then ``sent_ms`` may be of the frame before): either, the looser.
+            sent_frame = frame
             if self._last_frame is not None and abs(frame - self._last_frame) > self._slack:
                 self.steps += 1  # the wall clock stepped since the last answer (the samples stay right)
+                sent_frame = max(frame, self._last_frame)
             self._last_frame = frame
             # In the never-stepping frame (+ frame), with the slack of reading two clocks one after the other.
             low = date_ms - received_ms - 1 + frame - self._slack
-            high = date_ms + DATE_RESOLUTION_MS - sent_ms + frame + self._slack
+            high = date_ms + DATE_RESOLUTION_MS - sent_ms + sent_frame + self._slack
             received_at = received_ms - frame
             # Kept in nondecreasing order of time, even if answers come out of order, so both queues expire alike.
             at_ms = max(received_at, self._lows[-1][0]) if self._lows else received_at

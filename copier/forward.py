@@ -82,7 +82,6 @@ class Forwarder:
         identity_for: Callable[[str], Identity],
         retrying: Callable[[str, Callable[[], Any]], Any],
         put_timeout_ms: int,
-        clock_margin: Callable[[], int],
         max_backoff_ms: int,
         on_retry: Callable[[str, int, int], None] = lambda code, entries, attempt: None,
         on_request: Callable[[str, int, int, float | None], None] = lambda stream, entries, failed, ms: None,
@@ -96,7 +95,6 @@ class Forwarder:
         self.identity_for = identity_for
         self.retrying = retrying
         self.put_timeout_ms = put_timeout_ms
-        self.clock_margin = clock_margin  # how far this host's clock may be off Kinesis' arrival stamps
         self.max_backoff_ms = max_backoff_ms
         self.on_retry = on_retry
         self.on_request = on_request
@@ -104,18 +102,24 @@ class Forwarder:
         self.ordered = ordered
         self.attempted: list[Outgoing] = []
 
-    def forward(self, outgoing: Sequence[Outgoing], started_ms: int) -> ForwardStats:
+    def forward(self, outgoing: Sequence[Outgoing], read_from_ms: int) -> ForwardStats:
         """Put every entry until it landed; see the module docstring. :attr:`attempted` lists the entries a
-        request was sent for, so far (a caller fenced midway knows what may have landed)."""
+        request was sent for, so far (a caller fenced midway knows what may have landed).
+
+        ``read_from_ms``: the earliest Kinesis arrival time any of these puts can have, in AWS time (the
+        caller's clock reading before the first put, less the bound on its offset taken at that same
+        moment): where verifying an ambiguous put starts reading. Taken by the caller, not here, because a
+        clock step between the reading and a later bound would pair a time of one clock with the bound of
+        another."""
         self.attempted = []
         stats = ForwardStats()
         for destination in ("target", "deadletter"):
             entries = [o for o in outgoing if o.destination == destination]
             if entries:
-                self._forward_to(destination, entries, started_ms, stats)
+                self._forward_to(destination, entries, read_from_ms, stats)
         return stats
 
-    def _forward_to(self, destination: str, entries: list[Outgoing], started_ms: int, stats: ForwardStats) -> None:
+    def _forward_to(self, destination: str, entries: list[Outgoing], read_from_ms: int, stats: ForwardStats) -> None:
         stream = self.stream_names[destination]
         landed: Counter[int] = Counter()
         left = list(entries)
@@ -163,7 +167,7 @@ class Forwarder:
                         codes[code] += 1
                 self.on_request(stream, len(request), len(failed) - before, (time.monotonic() - sent) * 1000)
             if unknown:
-                failed.extend(self._verify(destination, stream, unknown, started_ms, landed, stats, routes))
+                failed.extend(self._verify(destination, stream, unknown, read_from_ms, landed, stats, routes))
             if failed:
                 failed.sort(key=lambda o: o.position)
                 stats.retried_entries += len(failed)
@@ -189,7 +193,7 @@ class Forwarder:
         destination: str,
         stream: str,
         unknown: list[Outgoing],
-        started_ms: int,
+        read_from_ms: int,
         landed: Counter[int],
         stats: ForwardStats,
         routes: ShardMap | None,
@@ -204,7 +208,7 @@ class Forwarder:
         if routes is not None:
             shards = shards_covering(routes, (e.partition_key for e in checkable))
         identity = self.identity_for(destination)
-        since = started_ms - self.clock_margin()
+        since = read_from_ms
         found = self.retrying(
             "verify_put",
             lambda: self.streams.read_identities(stream, shards, since, None, identity, keep_alive=self.ensure_lease),

@@ -131,7 +131,6 @@ class ShardWorker:
             self._identity_for,
             self._retrying,
             config.put_timeout_millis,
-            self._arrival_margin,
             config.max_backoff_millis,
             on_retry=self._on_put_retry,
             on_request=self._on_put_request,
@@ -881,8 +880,17 @@ class ShardWorker:
             return floor
         return max(floor, plan.arrival_max_ms + self.config.dedup_window_ms + retention + HOUR_MS)
 
-    def _record(self, plan: BatchPlan, settings: PlanSettings, index: int, now: int) -> DigestBatch:
-        """The chunk's digest batch (its intent), stored before anything is put."""
+    def _start(self) -> tuple[int, int]:
+        """This host's clock reading and the bound on its offset from AWS time *at that moment*: read around
+        it, so that a step between the two reads is counted (the larger bound). Pairing a time with a bound
+        measured later, after a step back, would make a verification read start after what landed."""
+        before = self._own_bound() or 0
+        now = self.clock.now_ms()
+        return now, max(before, self._own_bound() or 0)
+
+    def _record(self, plan: BatchPlan, settings: PlanSettings, index: int, now: int, bound: int) -> DigestBatch:
+        """The chunk's digest batch (its intent), stored before anything is put. ``now`` and ``bound``: the
+        start and the clock bound read with it (:meth:`_start`); the larger of it and the bound now is kept."""
         assert self.state is not None and plan.last is not None
         target = [o.partition_key for o in plan.send if o.destination == "target"]
         shards = self._target_shards(settings.target_stream, target) if target else ()
@@ -907,7 +915,7 @@ class ShardWorker:
             redo_ids=redo_ids,
             redo_settings=redo_settings,
             expires_ms=self._expires_ms(plan, now),
-            clock_bound_ms=self._own_bound(),
+            clock_bound_ms=max(bound, self._own_bound() or 0) or None,
         )
         self._ensure_lease()
         self._retrying("put_batch", lambda: self.store.put_batch(self.key, batch))
@@ -918,7 +926,7 @@ class ShardWorker:
         state = self.state
         assert state is not None and plan.last is not None
         index = state.batches
-        now = self.clock.now_ms()
+        now, bound = self._start()
         if plan.send:
             index = state.batches + 1
             if state.redo_suspect and plan.redo_sent:  # said before the put: a crash during it must not hide it
@@ -929,9 +937,9 @@ class ShardWorker:
                     "sent again after a verification that started past the target's retention: the first copy "
                     "may have landed and expired from what the verification could read",
                 )
-            self._record(plan, settings, index, now)
+            self._record(plan, settings, index, now, bound)
             try:
-                stats = self.forwarder.forward(plan.send, now)
+                stats = self.forwarder.forward(plan.send, now - max(self.config.clock_skew_millis, bound))
             except FencedError:
                 self._fenced_after_putting(index, self.forwarder.attempted, now)
                 raise

@@ -593,3 +593,56 @@ def test_an_owner_whose_clock_stepped_back_renews_before_a_put_its_lease_no_long
     assert calls[:2] == ["write", "batch"], calls  # renewed (with its bound) before anything of the chunk
     state = world.store.get(KEY)
     assert state is not None and state.clock_bound_ms is not None and state.clock_bound_ms >= 3_000
+
+
+@pytest.mark.parametrize("ahead_ms", [400, 5_000])
+def test_a_step_back_during_an_ambiguous_put_does_not_make_its_check_read_past_what_landed(ahead_ms: int) -> None:
+    """A host ahead of AWS time (measured) reads the chunk's start, puts, loses the answer, and its clock is
+    stepped back to AWS time meanwhile: the check reads from the start less the bound *at the start*, finds
+    what landed and sends nothing again (it used the bound after the step: both copies landed, unreported)."""
+    world = World()
+    host = OffsetClock(world.clock, ahead_ms)
+    owner = world.worker(clock=host, clock_bounds=measured(host), answering=True)
+    owner.process([at(world, 1, "a")])
+    calls = []
+
+    def step_back_while_in_flight(stream: str, entries: list[object]) -> tuple[list[bool], Exception | None]:
+        calls.append(stream)
+        if len(calls) == 1:
+            host.offset_ms = 0
+            return [True] * len(entries), AmbiguousPutError("PutRecords", "ReadTimeoutError", "answer lost")
+        return [True] * len(entries), None
+
+    world.streams.fault = step_back_while_in_flight  # type: ignore[assignment]
+    with capture_logs() as logs:
+        owner.process([at(world, 2, "b"), at(world, 3, "c")])
+    assert ids_in(world.streams) == Counter({"a": 1, "b": 1, "c": 1})
+    assert not [e for e in logs if e["event"] == "possible_duplicates"]
+
+
+@pytest.mark.parametrize("ahead_ms", [400, 5_000])
+def test_a_step_back_between_a_chunks_start_and_its_record_keeps_the_bound_of_the_start(ahead_ms: int) -> None:
+    """The clock steps back after the chunk's start was read and before its batch is written (during the
+    shard-map lookup), the put lands and the owner dies: the batch keeps the bound paired with its start, so
+    the successor's check finds both records (it recorded the bound after the step and resent both)."""
+    world = World()
+    host = OffsetClock(world.clock, ahead_ms)
+    owner = world.worker(clock=host, clock_bounds=measured(host), answering=True)
+    owner.process([at(world, 1, "a")])
+    real_map = world.streams.shard_map
+
+    def step_back_then_map(stream: str) -> object:
+        host.offset_ms = 0
+        return real_map(stream)
+
+    world.streams.shard_map = step_back_then_map  # type: ignore[method-assign, assignment]
+    crash_mid_put(world, landed=True)
+    with pytest.raises(SimulatedCrash):
+        owner.process([at(world, 2, "b"), at(world, 3, "c")])
+    world.streams.shard_map = real_map  # type: ignore[method-assign]
+    batch = world.store.get_batch(KEY, 2)
+    assert batch is not None and batch.clock_bound_ms is not None and batch.clock_bound_ms >= ahead_ms
+    all_land(world)
+    world.clock.advance(MINUTE)
+    world.worker().process([at(world, 2, "b"), at(world, 3, "c")])
+    assert ids_in(world.streams) == Counter({"a": 1, "b": 1, "c": 1})

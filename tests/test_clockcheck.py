@@ -327,3 +327,20 @@ def test_a_copier_process_store_and_streams_measure_this_hosts_clock_against_the
     assert snapshot.samples == after_store + 23 and snapshot.ignored == 0 and snapshot.steps == 0
     assert contains(snapshot, 0), f"the backend runs on this host: {snapshot}"
     assert snapshot.bound_ms is not None and snapshot.bound_ms < 1_500, snapshot
+
+
+def test_a_step_back_during_a_slow_request_leaves_the_true_offset_inside() -> None:
+    """The request is sent in one wall-clock frame and answered in another (NTP stepped the host back 3 s
+    while a 3.5 s answer was on its way): the sample is widened by the step, the true offset stays inside
+    (it used to pin the bound to about 1 s, a third of the truth, and drop the good samples as a step)."""
+    host = SteppingHost()
+    bounds = ClockBounds(frame=host.frame)
+    rng = random.Random(7)
+    end = many_small_answers(bounds, rng, T0, 0, 100)  # on time
+    aws = (math.floor(end / 1000) + 1) * 1000 - 1  # sent just before a second boundary, in the old frame
+    sent = aws
+    host.stepped_ms = -3_000
+    received = aws + 3_500 - 3_000  # answered 3.5 s later, in the new frame
+    bounds.observe(sent, received, http_date(aws + 1))  # the server stamped right after its second ticked
+    snapshot = bounds.snapshot()
+    assert contains(snapshot, 3_000), snapshot

@@ -119,9 +119,20 @@ class OffsetClock:
     def __init__(self, world: FakeClock, offset_ms: int) -> None:
         self.world = world
         self.offset_ms = offset_ms
+        self.pending: list[tuple[int, int]] = []  # (AWS calls until it happens, step ms): a step during a call
 
     def now_ms(self) -> int:
         return self.world.now_ms() + self.offset_ms
+
+    def step_during_call(self, calls: int, step_ms: int) -> None:
+        """Step this clock while the ``calls``-th AWS call from now is in flight (after it was sent)."""
+        self.pending.append((calls, step_ms))
+
+    def call_in_flight(self) -> None:
+        """An AWS call of this host is in flight: steps due now happen."""
+        due = [(n - 1, step) for n, step in self.pending]
+        self.pending = [(n, step) for n, step in due if n > 0]
+        self.offset_ms += sum(step for n, step in due if n <= 0)
 
     def sleep_ms(self, ms: int) -> None:
         self.world.sleep_ms(ms)
@@ -144,6 +155,8 @@ class Answering:
             try:
                 return attr(*args, **kwargs)
             finally:
+                if isinstance(self._host, OffsetClock):
+                    self._host.call_in_flight()
                 date = formatdate(self._world.now_ms() // 1000, usegmt=True)
                 self._bounds.observe(sent, self._host.now_ms(), date)
 

@@ -31,8 +31,10 @@ Kinesis stamps arrivals with): within half of ``copier.clockSkewMillis``
 and unmeasured, as the protocol assumes, or many times the margin off and
 measured from the Date headers of AWS answers (``copier.clockcheck``, fed
 by every answer of the fake store and streams), or stepping by several times
-the margin, forward or back, between two rounds: the host learns of a step
-only from the answers that follow it.
+the margin, forward or back, between two rounds or while any of its next
+AWS calls is in flight (between reading a chunk's start and recording it,
+during an ambiguous put): the host learns of a step only from the answers
+that follow it.
 
 Every new processor may run with another configuration (a rolling deploy):
 the dedup key, the unkeyed policy, the dead-letter stream and the ordering
@@ -227,7 +229,11 @@ class Driver:
         if isinstance(worker.clock, OffsetClock) and worker.clock_bounds is not None:
             skew = worker.config.clock_skew_millis
             step = self.data.draw(st.sampled_from([-20 * skew, -3 * skew, 3 * skew, 20 * skew]), label="clock step ms")
-            worker.clock.offset_ms += step
+            during = self.data.draw(st.integers(0, 6), label="step during the n-th AWS call from now (0: now)")
+            if during:
+                worker.clock.step_during_call(during, step)
+            else:
+                worker.clock.offset_ms += step
 
     def restart(self, slow_verification: bool = False) -> ShardWorker:
         """After a crash: a new processor, and the daemon replays from its checkpoint."""
