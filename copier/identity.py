@@ -135,12 +135,16 @@ def extract_event_id(key: DedupKey, partition_key: str, data: bytes) -> EventId 
     return EventId(node)
 
 
-def id_digest(event_id: EventValue) -> int:
-    """The window's digest of an event ID; an integer ID's digest is of another domain than its digits'."""
-    if isinstance(event_id, int):
+def id_digest(event_id: EventValue, typed: bool = True) -> int:
+    """The window's digest of an event ID; an integer ID's digest is of another domain than its digits'.
+
+    ``typed=False``: the digest copier wrote before IDs were typed, where the integer 7 was the string "7":
+    read only to recognise what such a version recorded (a chunk in flight, a window across an upgrade).
+    """
+    if isinstance(event_id, int) and typed:
         raw, person = str(event_id).encode("ascii"), b"copier-idnum"
     else:
-        raw, person = event_id.encode("utf-8", "surrogatepass"), b"copier-id"
+        raw, person = str(event_id).encode("utf-8", "surrogatepass"), b"copier-id"
     return int.from_bytes(hashlib.blake2b(raw, digest_size=DIGEST_SIZE, person=person).digest(), "little")
 
 
@@ -153,7 +157,7 @@ def content_digest(partition_key: str, data: bytes) -> int:
     return int.from_bytes(h.digest(), "little")
 
 
-def identity_of(key: DedupKey, partition_key: str, data: bytes) -> int:
+def identity_of(key: DedupKey, partition_key: str, data: bytes, typed: bool = True) -> int:
     """How a record is recognised in the target stream: ID digest, else content digest.
 
     The target holds the very bytes copier forwarded, so applying this to a
@@ -161,5 +165,5 @@ def identity_of(key: DedupKey, partition_key: str, data: bytes) -> int:
     """
     found = extract_event_id(key, partition_key, data)
     if isinstance(found, EventId):
-        return id_digest(found.value)
+        return id_digest(found.value, typed)
     return content_digest(partition_key, data)

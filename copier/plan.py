@@ -108,6 +108,7 @@ class PlanSettings:
     target_stream: str = ""
     max_record_bytes: int = MAX_RECORD_BYTES  # the target's record limit
     dead_letter_max_bytes: int = MAX_RECORD_BYTES
+    typed_ids: bool = True  # False: recorded by a version that read the integer 7 as the string "7"
 
     @property
     def dead_letter(self) -> bool:
@@ -123,6 +124,7 @@ class PlanSettings:
                 "t": self.target_stream,
                 "m": self.max_record_bytes,
                 "dm": self.dead_letter_max_bytes,
+                "i": 1 if self.typed_ids else 0,
             },
             separators=(",", ":"),
         )
@@ -144,6 +146,7 @@ class PlanSettings:
                 target_stream=str(raw.get("t", "")),
                 max_record_bytes=int(raw.get("m", MAX_RECORD_BYTES)),
                 dead_letter_max_bytes=int(raw.get("dm", MAX_RECORD_BYTES)),
+                typed_ids=raw.get("i") == 1,  # absent: written before IDs were typed
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"not stored plan settings: {text!r}") from exc
@@ -281,12 +284,14 @@ def plan_batch(
     window: DedupWindow,
     redo: Redo | None,
     settings: PlanSettings,
-    older_keys: Sequence[DedupKey] = (),
+    older_keys: Sequence[tuple[DedupKey, bool]] = (),
 ) -> BatchPlan:
     """Decide every record of a batch; see the module docstring for the rules.
 
     ``older_keys``: dedup keys other than the current one whose IDs the
-    window still holds (a configuration changed within the window).
+    window still holds (a configuration changed within the window), each
+    with whether its IDs were typed (False: recorded by a version that
+    read the integer 7 as the string "7").
 
     Written for speed as much as for reading: it runs once per record at
     tens of thousands of records a second, so the common case (a keyed
@@ -320,7 +325,7 @@ def plan_batch(
         found = extract_event_id(settings.dedup_key, partition_key, data)
         in_redo = redo_last is not None and position <= redo_last
         keyed = type(found) is EventId
-        identity = id_digest(found.value) if keyed else 0  # type: ignore[union-attr]
+        identity = id_digest(found.value, settings.typed_ids) if keyed else 0  # type: ignore[union-attr]
         if not in_redo and (
             (keyed and (identity in seen or identity in window))
             or (older_keys and _seen_under(older_keys, partition_key, data, window))
@@ -367,11 +372,11 @@ def plan_batch(
     return plan
 
 
-def _seen_under(keys: Sequence[DedupKey], partition_key: str, data: bytes, window: DedupWindow) -> bool:
+def _seen_under(keys: Sequence[tuple[DedupKey, bool]], partition_key: str, data: bytes, window: DedupWindow) -> bool:
     """Is the record's ID under one of ``keys`` in the window (forwarded while that key was configured)?"""
-    for key in keys:
+    for key, typed in keys:
         found = extract_event_id(key, partition_key, data)
-        if type(found) is EventId and id_digest(found.value) in window:
+        if type(found) is EventId and id_digest(found.value, typed) in window:
             return True
     return False
 
@@ -408,6 +413,6 @@ def becomes(settings: PlanSettings, record: SourceRecord, found: EventId | Unkey
         key = replacement_key(record.partition_key) if problem is not None else record.partition_key
         return Outgoing(record.position, "deadletter", key, envelope, content_digest(key, envelope), event_id)
     key = replacement_key(record.partition_key) if problem is not None else record.partition_key
-    identity = id_digest(event_id) if event_id is not None else content_digest(key, record.data)
+    identity = id_digest(event_id, settings.typed_ids) if event_id is not None else content_digest(key, record.data)
     b64 = record.b64 if problem is None else None
     return Outgoing(record.position, "target", key, record.data, identity, event_id, b64)

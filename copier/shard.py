@@ -121,7 +121,8 @@ class ShardWorker:
         self._waiting_since = 0
         self._cut_reported = False
         self._widened = 0  # the last widened clock margin logged
-        self._keys: dict[str, int] = {}  # dedup keys the window's IDs were read under -> their newest arrival
+        # (dedup key, typed IDs) the window's IDs were read under -> their newest arrival
+        self._keys: dict[tuple[str, bool], int] = {}
         self._retention_unknown: set[str] = set()  # streams whose retention could not be read (said once)
         self.forwarder = Forwarder(
             streams,
@@ -182,9 +183,10 @@ class ShardWorker:
         )
 
     def _stored_settings(self, text: str, what: str) -> PlanSettings:
-        """Plan settings a digest batch or the state item recorded ("" for an earlier copier's: the current)."""
+        """Plan settings a digest batch or the state item recorded ("" for an earlier copier's: the current
+        configuration, with IDs read as that copier read them, the integer 7 as the string "7")."""
         if not text:
-            return self._settings()
+            return replace(self._settings(), typed_ids=False)
         try:
             return PlanSettings.decode(text, self.config.stream_name, self.shard_id)
         except ValueError as exc:
@@ -447,7 +449,12 @@ class ShardWorker:
                 "verify_target",
                 target,
                 lambda: self.streams.read_identities(
-                    target, shards, since, until, lambda pk, data: identity_of(key, pk, data), self._keep_lease
+                    target,
+                    shards,
+                    since,
+                    until,
+                    lambda pk, data: identity_of(key, pk, data, settings.typed_ids),
+                    self._keep_lease,
                 ),
             )
             suspect = self._beyond_retention(target, since)
@@ -486,6 +493,12 @@ class ShardWorker:
                 detail="the chunk's records may have expired from the target before this read: what was not "
                 "found is sent again and reported as possible duplicates",
             )
+        if batch.epoch < state.epoch:
+            # Sealed under this epoch before the state vouches for it: a fenced writer of a lower epoch whose
+            # write of this index is still on its way can no longer replace what was verified (its IDs would
+            # enter every later window as forwarded, and the records it names that were not would be lost).
+            sealed = replace(batch, epoch=state.epoch)
+            self._retrying("seal_batch", lambda: self.store.put_batch(self.key, sealed))
         verified = replace(
             state,
             batches=batch.index,
@@ -582,14 +595,15 @@ class ShardWorker:
         self.window.advance(newest)
         self.window.reserve(sum(b.keyed_count for b in everything))
         self._keys = {}
-        keys: dict[str, str] = {}  # stored settings -> their dedup key
+        keys: dict[str, tuple[str, bool]] = {}  # stored settings -> their dedup key, typed IDs
         for batch in sorted(everything, key=lambda b: b.arrival_max_ms):
             for column in (batch.keyed, batch.dead_ids):
                 if column:
                     low, high = digest_columns(column)
                     self.window.add_columns(low, high, batch.arrival_max_ms)
             if batch.settings not in keys:
-                keys[batch.settings] = str(self._stored_settings(batch.settings, f"{batch.key} settings").dedup_key)
+                stored = self._stored_settings(batch.settings, f"{batch.key} settings")
+                keys[batch.settings] = (str(stored.dedup_key), stored.typed_ids)
             self._saw_key(keys[batch.settings], batch.arrival_max_ms)
         stats = self.window.stats()
         self.log.info(
@@ -605,17 +619,22 @@ class ShardWorker:
             seconds=round(time.monotonic() - started, 3),
         )
 
-    def _saw_key(self, key: str, arrival_ms: int) -> None:
-        """The window holds IDs read under ``key`` up to ``arrival_ms``."""
+    def _saw_key(self, key: tuple[str, bool], arrival_ms: int) -> None:
+        """The window holds IDs read under ``key`` (dedup key, typed IDs) up to ``arrival_ms``."""
         if arrival_ms > self._keys.get(key, -1):
             self._keys[key] = arrival_ms
 
-    def _older_keys(self) -> list[DedupKey]:
-        """Dedup keys other than the current one whose IDs the window still holds (a configuration change
-        within the window): a record whose ID under one of them was forwarded is a duplicate too."""
-        current = str(self.config.dedup_key)
+    def _older_keys(self) -> list[tuple[DedupKey, bool]]:
+        """Dedup keys (with whether their IDs were typed) other than the current one whose IDs the window still
+        holds (a configuration change, or an upgrade from a version that read the integer 7 as "7", within
+        the window): a record whose ID under one of them was forwarded is a duplicate too."""
+        current = (str(self.config.dedup_key), True)
         horizon = self.window.newest_ms - self.config.dedup_window_ms
-        return [parse_dedup_key(k) for k, newest in self._keys.items() if k != current and newest >= horizon]
+        return [
+            (parse_dedup_key(k), typed)
+            for (k, typed), newest in self._keys.items()
+            if (k, typed) != current and newest >= horizon
+        ]
 
     # -- records -----------------------------------------------------------------
 
@@ -945,7 +964,7 @@ class ShardWorker:
                 raise
             self.log.debug("put_done", batch=index, entries=len(plan.send), requests=stats.requests)
         self.window.add(plan.keyed_digests + plan.dead_ids, plan.arrival_max_ms)
-        self._saw_key(str(settings.dedup_key), plan.arrival_max_ms)
+        self._saw_key((str(settings.dedup_key), settings.typed_ids), plan.arrival_max_ms)
         window = self.window.stats()
         if window.cut_short and not self._cut_reported:
             self.log.warning(

@@ -14,6 +14,7 @@ import base64
 import hashlib
 import json
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 from structlog.testing import capture_logs
@@ -24,7 +25,16 @@ from copier.plan import SourceRecord
 from copier.positions import Position
 from copier.state import shard_key
 from copier.testing import InMemoryStreams
-from tests.support.fakes import SHARD, OffsetClock, SimulatedCrash, SimulatedStall, World, config, measured
+from tests.support.fakes import (
+    SHARD,
+    OffsetClock,
+    SimulatedCrash,
+    SimulatedPause,
+    SimulatedStall,
+    World,
+    config,
+    measured,
+)
 from tests.support.model import keyed_event, unkeyed
 
 KEY = shard_key("staging", SHARD)
@@ -643,6 +653,74 @@ def test_a_step_back_between_a_chunks_start_and_its_record_keeps_the_bound_of_th
     batch = world.store.get_batch(KEY, 2)
     assert batch is not None and batch.clock_bound_ms is not None and batch.clock_bound_ms >= ahead_ms
     all_land(world)
+    world.clock.advance(MINUTE)
+    world.worker().process([at(world, 2, "b"), at(world, 3, "c")])
+    assert ids_in(world.streams) == Counter({"a": 1, "b": 1, "c": 1})
+
+
+def _as_an_earlier_version(worker: object) -> None:
+    """Make ``worker`` record what a copier from before typed IDs recorded: settings without "i", and the
+    integer 7 digested as the string "7"."""
+    settings = worker._settings  # type: ignore[attr-defined]
+    worker._settings = lambda: replace(settings(), typed_ids=False)  # type: ignore[attr-defined]
+
+
+def _int_event(world: World, seq: int, event_id: int) -> SourceRecord:
+    data = json.dumps({"eventId": event_id, "body": seq}).encode()
+    return SourceRecord(Position(seq), f"k{event_id}", data, world.clock.now_ms())
+
+
+def test_a_chunk_in_flight_from_a_version_before_typed_ids_is_verified_as_that_version_recorded_it() -> None:
+    """An upgrade with a chunk in flight: the earlier copier recorded integer IDs as text; the new one reads
+    the batch's settings (no "i") and verifies with the digest it recorded: found, not sent twice."""
+    world = World()
+    old = world.worker()
+    _as_an_earlier_version(old)
+    crash_mid_put(world, landed=True)
+    with pytest.raises(SimulatedCrash):
+        old.process([_int_event(world, 1, 7), _int_event(world, 2, 8)])
+    all_land(world)
+    world.clock.advance(MINUTE)
+    world.worker().process([_int_event(world, 1, 7), _int_event(world, 2, 8)])
+    assert Counter(json.loads(d)["eventId"] for d in world.streams.data("target")) == Counter({7: 1, 8: 1})
+
+
+def test_a_window_from_a_version_before_typed_ids_still_catches_a_producer_retry_of_an_integer_id() -> None:
+    """The earlier copier forwarded event 7 (digested as "7"); after the upgrade a producer's retry of it
+    arrives within the window: a duplicate, dropped (IDs are read under the recorded scheme too until it ages
+    out of the window); the integer 8, never forwarded, goes through."""
+    world = World()
+    old = world.worker()
+    _as_an_earlier_version(old)
+    old.process([_int_event(world, 1, 7)])
+    world.clock.advance(MINUTE)
+    world.worker().process([_int_event(world, 2, 7), _int_event(world, 3, 8)])
+    assert Counter(json.loads(d)["eventId"] for d in world.streams.data("target")) == Counter({7: 1, 8: 1})
+
+
+def test_a_fenced_writers_late_digest_batch_cannot_replace_a_verified_one() -> None:
+    """Owner 1 freezes writing chunk {b} as batch 2; owner 2 takes over, sees no batch 2, and freezes writing
+    chunk {b, c} as batch 2 too. Owner 1's write lands; owner 3 verifies it (nothing landed: b to redo) and
+    leaves; then owner 2's write lands. Owner 4 must forward b and c: the verified batch was sealed under
+    owner 3's epoch, so the late write is refused (it replaced the verified batch, c entered owner 4's
+    window as forwarded and was lost; the model found it)."""
+    world = World()
+    first = world.worker()
+    first.process([at(world, 1, "a")])
+    world.store.hold_next = True
+    with pytest.raises(SimulatedPause):
+        first.process([at(world, 2, "b")])
+    world.clock.advance(MINUTE)
+    second = world.worker()
+    world.store.hold_next = True
+    with pytest.raises(SimulatedPause):
+        second.process([at(world, 2, "b"), at(world, 3, "c")])
+    late = world.store.held.pop()  # owner 2's, still on its way
+    world.store.release_held()  # owner 1's lands
+    world.clock.advance(MINUTE)
+    world.worker().release()  # owner 3 verified owner 1's batch 2
+    world.store.held.append(late)
+    world.store.release_held()  # owner 2's arrives now
     world.clock.advance(MINUTE)
     world.worker().process([at(world, 2, "b"), at(world, 3, "c")])
     assert ids_in(world.streams) == Counter({"a": 1, "b": 1, "c": 1})

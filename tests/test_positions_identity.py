@@ -33,7 +33,7 @@ JSON_KEY = DedupKey("json", ("meta", "id"))
 def test_nested_json_path() -> None:
     """json:meta.id reads a nested field; integers are accepted as IDs."""
     assert extract_event_id(JSON_KEY, "pk", b'{"meta": {"id": "x1"}}') == EventId("x1")
-    assert extract_event_id(JSON_KEY, "pk", b'{"meta": {"id": 42}}') == EventId("42")
+    assert extract_event_id(JSON_KEY, "pk", b'{"meta": {"id": 42}}') == EventId(42)  # typed: not "42"
 
 
 def test_reasons_for_unkeyed_records() -> None:
