@@ -13,8 +13,9 @@ from collections.abc import Sequence
 
 from copier import demo, export, produce, scalein, verify
 from copier.config import Config, load_config
-from copier.errors import ConfigError, CopierError
+from copier.errors import AwsError, ConfigError, CopierError
 from copier.spark import audit as spark_audit
+from copier.streamsettings import Verdict
 
 __all__ = ["main"]
 
@@ -39,11 +40,36 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
     for warning in daemon_warnings(config):
         sys.stderr.write(f"copier: warning: {warning}\n")
-    if config.target_role_arn is not None and not args.offline:
+    if args.offline:
+        return 0
+    if config.target_role_arn is not None:
         from copier.target import check_target
 
         print(f"{config.path}: {check_target(config)}")
-    return 0
+    verdicts = stream_verdicts(config)
+    for verdict in verdicts:
+        out = sys.stdout if verdict.level == "ok" else sys.stderr
+        prefix = "" if verdict.level == "ok" else f"{verdict.level}: "
+        out.write(f"{config.path}: {prefix}{verdict.text}\n")
+    return 4 if any(v.level == "error" for v in verdicts) else 0
+
+
+def stream_verdicts(config: Config) -> list[Verdict]:
+    """DescribeStreamSummary of the staging, target and dead-letter streams, judged (copier.streamsettings);
+    an AwsError (a stream missing, access denied, the endpoint unreachable) goes up."""
+    from copier.kinesis import KinesisStreams
+    from copier.streamsettings import judge
+
+    streams = KinesisStreams(config)
+    dlq = config.dead_letter_stream_name
+    return judge(
+        streams.describe(config.stream_name),
+        streams.describe(config.target_stream_name),
+        streams.describe(dlq) if dlq else None,
+        ordering=config.ordering,
+        window_ms=config.dedup_window_ms,
+        digest_ttl_floor_ms=config.digest_ttl_hours * 3_600_000,
+    )
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -67,6 +93,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         from copier.target import check_target
 
         sys.stderr.write(f"copier: {check_target(config)}\n")
+    try:
+        for verdict in stream_verdicts(config):  # what the processors will act on, said once at the start
+            sys.stderr.write(f"copier: {'' if verdict.level == 'ok' else verdict.level + ': '}{verdict.text}\n")
+    except AwsError as exc:
+        sys.stderr.write(f"copier: warning: the streams' settings could not be read: {exc}\n")
     return run_daemon(config, args.properties)
 
 
@@ -80,7 +111,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     config = _config(args.properties)
     store = DynamoStateStore(config)
-    shards = KinesisStreams(config).shards(config.stream_name)
+    streams = KinesisStreams(config)
+    shards = streams.shards(config.stream_name)
     keys = {shard_key(config.stream_name, s["ShardId"]): s["ShardId"] for s in shards}
     states = {keys[key]: state for key, state in store.get_many(keys).items()}
     now = time.time_ns() // 1_000_000
@@ -90,6 +122,17 @@ def cmd_status(args: argparse.Namespace) -> int:
         if owner_gone(state, now) and store.get_batch(shard_key(config.stream_name, shard_id), state.batches + 1)
     }
     print(render(rows(shards, states, now, unverified), as_json=args.json))
+    if not args.json:  # what the processors work under: the streams' distribution strategies and record limits
+        names = [config.stream_name, config.target_stream_name, config.dead_letter_stream_name]
+        for name in filter(None, names):
+            found = streams.settings(name)
+            if found is None:
+                print(f"{name}: settings cannot be read")
+            else:
+                print(
+                    f"{name}: RecordDistributionStrategy {found.distribution}, "
+                    f"MaxRecordSize {found.max_record_bytes // 1024} KiB"
+                )
     return 0
 
 
@@ -192,9 +235,14 @@ def _parser() -> argparse.ArgumentParser:
     scalein.add_arguments(p)
     p.set_defaults(func=scalein.main)
 
-    p = sub.add_parser("check-config", help="validate a properties file (and reaching a target through a role)")
+    p = sub.add_parser(
+        "check-config",
+        help="validate a properties file, then the streams' settings (exit 4 if copier would not forward under them)",
+    )
     p.add_argument("file", metavar="FILE")
-    p.add_argument("--offline", action="store_true", help="only the file: do not assume copier.targetRoleArn")
+    p.add_argument(
+        "--offline", action="store_true", help="only the file: do not assume copier.targetRoleArn nor describe streams"
+    )
     p.set_defaults(func=cmd_check_config)
     return parser
 

@@ -39,7 +39,7 @@ from typing import Any
 from copier.batching import first_per_key, split_requests
 from copier.errors import AmbiguousPutError, FatalAwsError, TransientAwsError
 from copier.plan import Outgoing
-from copier.ports import Clock, Identity, Streams
+from copier.ports import Clock, Found, Identity, Streams
 from copier.positions import Position
 from copier.retry import backoff_ms
 from copier.shardmap import ShardMap, shards_covering
@@ -54,6 +54,7 @@ class ForwardStats:
     ambiguous_requests: int = 0
     verified_landed: int = 0
     records_read: int = 0
+    widened_reads: int = 0  # verifications that had to read every target shard (see _verify)
 
 
 def _partition_key(entry: Outgoing) -> str:
@@ -208,13 +209,23 @@ class Forwarder:
         if routes is not None:
             shards = shards_covering(routes, (e.partition_key for e in checkable))
         identity = self.identity_for(destination)
-        since = read_from_ms
-        found = self.retrying(
-            "verify_put",
-            lambda: self.streams.read_identities(stream, shards, since, None, identity, keep_alive=self.ensure_lease),
-        )
-        stats.records_read += found.records_read
-        identities = found.identities
+
+        def read(wanted: Collection[int] | None) -> Counter[int]:
+            found: Found = self.retrying(
+                "verify_put",
+                lambda: self.streams.read_identities(
+                    stream, wanted, read_from_ms, None, identity, keep_alive=self.ensure_lease
+                ),
+            )
+            stats.records_read += found.records_read
+            return found.identities
+
+        identities = read(shards)
+        if shards is not None and any(identities[e.identity] <= landed[e.identity] for e in checkable):
+            # Not where its key hashes to: the target may ignore keys (RecordDistributionStrategy = AUTO, even
+            # switched since the last look): every shard of the map before the put, and their children, first.
+            identities = read(None)
+            stats.widened_reads += 1
         for entry in checkable:
             if identities[entry.identity] > landed[entry.identity]:
                 landed[entry.identity] += 1

@@ -34,6 +34,7 @@ from copier.plan import SourceRecord
 from copier.ports import Found, Identity
 from copier.positions import Position
 from copier.shardmap import ShardMap, descendants, shard_id_of
+from copier.streamsettings import StreamSettings
 from copier.target import target_session
 
 __all__ = ["GET_RECORDS_LIMIT", "KinesisStreams", "PutEntry", "paged_shards"]
@@ -125,7 +126,7 @@ class KinesisStreams:
         self._sleep = sleep
         self._monotonic = monotonic
         self._maps: dict[str, tuple[float, ShardMap]] = {}
-        self._summaries: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._summaries: dict[str, tuple[float, StreamSettings]] = {}
         self._summary_failed: dict[str, float] = {}
         self._lineage: dict[str, tuple[float, list[dict[str, Any]]]] = {}
 
@@ -205,26 +206,36 @@ class KinesisStreams:
             self._maps[stream] = cached
         return cached[1]
 
-    def retention(self, stream: str) -> int | None:
-        """The stream's retention period (ms) from DescribeStreamSummary, cached for ``SUMMARY_MAX_AGE_S``
-        (a raised retention is seen within that); the last known one, or None, when it cannot be read (the
-        caller falls back and says so), asked again at most every ``SUMMARY_RETRY_S``."""
+    def describe(self, stream: str) -> StreamSettings:
+        """The stream's settings from DescribeStreamSummary now, uncached; an AwsError goes up."""
+        client = self._staging if stream == self.config.stream_name else self._read
+        answer = self._call("DescribeStreamSummary", client.describe_stream_summary, StreamName=stream)
+        return StreamSettings.from_summary(stream, answer["StreamDescriptionSummary"])
+
+    def settings(self, stream: str, refresh: bool = False) -> StreamSettings | None:
+        """The stream's settings from DescribeStreamSummary, cached for ``SUMMARY_MAX_AGE_S`` (a change is
+        seen within that; ``refresh``: within ``SUMMARY_RETRY_S``, when records suggest one); the last known
+        ones, or None, when they cannot be read (the caller falls back and says so), asked again at most
+        every ``SUMMARY_RETRY_S`` (DescribeStreamSummary allows 20 calls a second per account)."""
         now = self._monotonic()
         cached = self._summaries.get(stream)
         failed = self._summary_failed.get(stream)
-        stale = cached is None or now - cached[0] > SUMMARY_MAX_AGE_S
+        age = SUMMARY_RETRY_S if refresh else SUMMARY_MAX_AGE_S
+        stale = cached is None or now - cached[0] > age
         if stale and (failed is None or now - failed > SUMMARY_RETRY_S):
-            client = self._staging if stream == self.config.stream_name else self._read
             try:
-                answer = self._call("DescribeStreamSummary", client.describe_stream_summary, StreamName=stream)
+                cached = (now, self.describe(stream))
             except AwsError:
                 self._summary_failed[stream] = now  # asked again after SUMMARY_RETRY_S, not on every batch
             else:
-                cached = (now, answer["StreamDescriptionSummary"])
                 self._summaries[stream] = cached
                 self._summary_failed.pop(stream, None)
-        hours = cached[1].get("RetentionPeriodHours") if cached is not None else None
-        return int(hours) * HOUR_MS if hours else None
+        return cached[1] if cached is not None else None
+
+    def retention(self, stream: str) -> int | None:
+        """The stream's retention period (ms) (see :meth:`settings`); None when it cannot be read."""
+        settings = self.settings(stream)
+        return settings.retention_ms if settings is not None else None
 
     def read_source(self, stream: str, shard_id: str, first: Position, last: Position) -> Iterator[list[SourceRecord]]:
         """A staging shard's records from ``first`` to ``last`` (both included), as the daemon delivers them.

@@ -9,12 +9,14 @@ __all__ = [
     "MAX_RECORD_BYTES",
     "MAX_REQUEST_BYTES",
     "MAX_REQUEST_RECORDS",
+    "MAX_STREAM_RECORD_BYTES",
     "record_size",
 ]
 
 MAX_REQUEST_RECORDS = 500
-MAX_RECORD_BYTES = 1024 * 1024
-MAX_REQUEST_BYTES = 5 * 1024 * 1024
+MAX_RECORD_BYTES = 1024 * 1024  # a stream's record limit unless UpdateMaxRecordSize raised it
+MAX_STREAM_RECORD_BYTES = 10 * 1024 * 1024  # the most UpdateMaxRecordSize allows (10,240 KiB)
+MAX_REQUEST_BYTES = 10 * 1024 * 1024  # a PutRecords request, every entry together
 MAX_PARTITION_KEY_CHARS = 256
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from copier.positions import Position
 from copier.shardmap import ShardMap
+from copier.streamsettings import StreamSettings
 
 if TYPE_CHECKING:
     from copier.plan import SourceRecord
@@ -74,6 +75,11 @@ class Streams(Protocol):
 
     def retention(self, stream: str) -> int | None:
         """The stream's retention period in milliseconds (None when it cannot be read)."""
+        ...
+
+    def settings(self, stream: str, refresh: bool = False) -> StreamSettings | None:
+        """The stream's settings (DescribeStreamSummary, cached; None when they cannot be read);
+        ``refresh``: ask again now unless asked within the last few seconds."""
         ...
 
     def read_source(self, stream: str, shard_id: str, first: Position, last: Position) -> Iterator[list[SourceRecord]]:

@@ -20,7 +20,9 @@ import os
 import sys
 from typing import Any
 
-from copier.config import load_config
+from copier.config import Config, load_config
+from copier.errors import AwsError
+from copier.limits import MAX_RECORD_BYTES
 
 __all__ = ["add_arguments", "build_query", "main"]
 
@@ -38,7 +40,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--id-column",
         metavar="COL",
         help="column holding the event ID; a null or empty value fails the task (InvalidRowError). Default: the "
-        "row's field at the dedup path if it has one, else a SHA-256 of the row (identical rows are one event)",
+        "row's field at the dedup path if it has a value there, else a SHA-256 of the row (identical rows are "
+        "one event)",
+    )
+    parser.add_argument(
+        "--require-id",
+        action="store_true",
+        help="without --id-column: a row with no value at the dedup path (absent or null) fails the task "
+        "(InvalidRowError) instead of taking the derived ID",
     )
     parser.add_argument("--partition-key-column", metavar="COL", help="partition key column (default: the event ID)")
     parser.add_argument("--aggregate", action="store_true", help="pack small events into KPL aggregated records")
@@ -65,6 +74,18 @@ def _session(master: str | None) -> Any:
     return builder.getOrCreate()
 
 
+def staging_record_limit(config: Config) -> int:
+    """The staging stream's own record limit (MaxRecordSizeInKiB, up to 10 MiB), read once by the driver;
+    Kinesis' default (1 MiB) when it cannot be read (a larger record then fails its row, never silently)."""
+    from copier.kinesis import KinesisStreams
+
+    try:
+        return KinesisStreams(config).describe(config.stream_name).max_record_bytes
+    except AwsError as exc:
+        sys.stderr.write(f"copier: warning: the staging stream's record limit cannot be read ({exc}): 1 MiB\n")
+        return MAX_RECORD_BYTES
+
+
 def build_query(spark: Any, args: argparse.Namespace) -> Any:
     """The streaming query, not yet started: file source -> foreach_batch writer."""
     from copier.spark import WriterSettings, foreach_batch
@@ -75,6 +96,8 @@ def build_query(spark: Any, args: argparse.Namespace) -> Any:
         id_column=args.id_column,
         partition_key_column=args.partition_key_column,
         aggregate=args.aggregate,
+        require_id=args.require_id,
+        max_record_bytes=staging_record_limit(config),
     )
     schema = args.schema or spark.read.json(args.input).schema
     stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", args.max_files_per_trigger).json(args.input)

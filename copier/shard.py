@@ -34,7 +34,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -45,7 +45,7 @@ from copier.config import Config, DedupKey, parse_dedup_key
 from copier.errors import AwsError, FatalAwsError, FencedError, IncompatibleStateError, TransientAwsError
 from copier.forward import Forwarder
 from copier.identity import content_digest, identity_of
-from copier.limits import MAX_CHUNK_EVENTS
+from copier.limits import MAX_CHUNK_EVENTS, MAX_RECORD_BYTES
 from copier.metrics import MetricsEmitter, ShardMetrics
 from copier.packing import digest_columns, pack_digests
 from copier.plan import BatchPlan, Outgoing, PlanSettings, Redo, SourceRecord, chunks, plan_batch
@@ -53,8 +53,9 @@ from copier.ports import Clock, Found, Identity, Streams
 from copier.positions import Position
 from copier.recovery import resolve
 from copier.retry import backoff_ms
-from copier.shardmap import shards_covering
+from copier.shardmap import hash_key, shards_covering
 from copier.state import DigestBatch, ShardState, StateConflict, StateStore, shard_key
+from copier.streamsettings import blocking
 from copier.window import DedupWindow
 
 __all__ = ["ShardWorker", "SystemClock", "worker_id"]
@@ -124,6 +125,9 @@ class ShardWorker:
         # (dedup key, typed IDs) the window's IDs were read under -> their newest arrival
         self._keys: dict[tuple[str, bool], int] = {}
         self._retention_unknown: set[str] = set()  # streams whose retention could not be read (said once)
+        self._range: tuple[int, int] | None = None  # this staging shard's hash key range (see _scattered)
+        self._scattered_now: set[Position] = set()  # the chunk's records outside it
+        self._blocked = False  # forwarding stopped by a stream setting (see _await_streams)
         self.forwarder = Forwarder(
             streams,
             self.clock,
@@ -173,13 +177,21 @@ class ShardWorker:
         )
 
     def _settings(self) -> PlanSettings:
+        """What decides what a record becomes now: the configuration, and the target's and dead-letter
+        stream's record limits as DescribeStreamSummary gives them (cached; 1 MiB when unknown, so a
+        record is dead-lettered rather than refused)."""
+        target = self.streams.settings(self.config.target_stream_name)
+        dlq_name = self.config.dead_letter_stream_name
+        dlq = self.streams.settings(dlq_name) if dlq_name else None
         return PlanSettings(
             dedup_key=self.config.dedup_key,
             unkeyed_policy=self.config.unkeyed_policy,
-            dead_letter_stream=self.config.dead_letter_stream_name,
+            dead_letter_stream=dlq_name,
             stream_name=self.config.stream_name,
             shard_id=self.shard_id,
             target_stream=self.config.target_stream_name,
+            max_record_bytes=target.max_record_bytes if target is not None else MAX_RECORD_BYTES,
+            dead_letter_max_bytes=dlq.max_record_bytes if dlq is not None else MAX_RECORD_BYTES,
         )
 
     def _stored_settings(self, text: str, what: str) -> PlanSettings:
@@ -440,12 +452,10 @@ class ShardWorker:
         owner_bound = max(seen.clock_bound_ms or 0 if seen else 0, batch.clock_bound_ms or 0)
         until = lease_end + timeout + max(skew, owner_bound)
         target = settings.target_stream or self.config.target_stream_name
-        found_target = Found()
-        suspect = False
-        if batch.keyed:
-            key = settings.dedup_key
-            shards = batch.target_shards or None
-            found_target = self._read_recorded(
+        key = settings.dedup_key
+
+        def read_target(shards: Collection[int] | None) -> Found:
+            return self._read_recorded(
                 "verify_target",
                 target,
                 lambda: self.streams.read_identities(
@@ -457,6 +467,11 @@ class ShardWorker:
                     self._keep_lease,
                 ),
             )
+
+        found_target = Found()
+        suspect = False
+        if batch.keyed:
+            found_target = read_target(batch.target_shards or None)
             suspect = self._beyond_retention(target, since)
         found_dlq = Found()
         dlq = settings.dead_letter_stream
@@ -470,6 +485,11 @@ class ShardWorker:
         state = self.state
         assert state is not None
         result = resolve(batch, found_target.identities, found_dlq.identities, state.redo_last, state.redo_digests)
+        if result.missing and batch.keyed and batch.target_shards:
+            # Not where their keys hash to: the target may ignore keys (RecordDistributionStrategy = AUTO, even
+            # switched since): every shard, before anything is sent again.
+            found_target = read_target(None)
+            result = resolve(batch, found_target.identities, found_dlq.identities, state.redo_last, state.redo_digests)
         self.log.info(
             "verified_pending",
             batch=batch.index,
@@ -836,8 +856,15 @@ class ShardWorker:
         return committed[0]
 
     def _process_chunk(self, records: Sequence[SourceRecord], behind_ms: int | None) -> Position | None:
+        scattered = self._scattered(records)
+        try:
+            self._await_streams(refresh=bool(scattered))
+        except FencedError:
+            self._fence("stream_settings")
+            return None
         state = self.state
         assert state is not None
+        self._scattered_now = scattered
         settings = self._settings()
         redo = self._redo(state, settings)
         plan = plan_batch(records, state.position, self.window, redo, settings, self._older_keys())
@@ -849,6 +876,54 @@ class ShardWorker:
         except FencedError:
             self._fence("process_records")
             return None
+
+    def _own_range(self) -> tuple[int, int] | None:
+        """This staging shard's hash key range while it is open (None: closed, or the map is unknown)."""
+        if self._range is None:
+            try:
+                shard_map = self.streams.shard_map(self.config.stream_name)
+            except AwsError:
+                return None
+            self._range = next(((lo, hi) for lo, hi, sid in shard_map.ranges if sid == self.shard_id), None)
+        return self._range
+
+    def _scattered(self, records: Sequence[SourceRecord]) -> set[Position]:
+        """Records whose partition key this shard's hash range does not hold. Kinesis put them here against
+        their key: the staging stream ignores keys (RecordDistributionStrategy = AUTO, perhaps only for a
+        while), or the producer set an ExplicitHashKey. A copy of the same event may then be on another
+        shard, forwarded by its processor; KPL aggregates never show here (the KCL drops their user records
+        outside the range before copier sees them)."""
+        bounds = self._own_range()
+        if bounds is None:
+            return set()
+        low, high = bounds
+        return {r.position for r in records if not low <= hash_key(r.partition_key) <= high}
+
+    def _await_streams(self, refresh: bool) -> None:
+        """Stop forwarding while a stream setting makes exactly-once impossible, holding the lease and
+        asking again every copier.maxBackoffMillis (the answer is cached: a change is seen within
+        SUMMARY_MAX_AGE_S, sooner when records show it): the staging stream ignoring partition keys, or the
+        target doing so under copier.ordering = partitionKey. FencedError goes up."""
+        while True:
+            staging = self.streams.settings(self.config.stream_name, refresh=refresh)
+            target = self.streams.settings(self.config.target_stream_name)
+            problem = blocking(staging, target, self.config.ordering)
+            if problem is None:
+                if self._blocked:
+                    self._blocked = False
+                    self.metrics.stalled = False
+                    self.log.warning("stream_settings_ok", detail="forwarding again")
+                return
+            assert self.state is not None
+            if staging is not None and staging.auto and "auto_seen_ms" not in self.state.counters:
+                self._write(replace(self.state, counters={**self.state.counters, "auto_seen_ms": self.clock.now_ms()}))
+            self._blocked = True
+            self.metrics.stalled = True
+            self._emit()
+            self.log.error("stream_settings_block", detail=problem)
+            self._write(self.state)  # the lease is kept: nobody else would do better
+            self.clock.sleep_ms(self.config.max_backoff_millis)
+            refresh = True
 
     def _redo(self, state: ShardState, settings: PlanSettings) -> Redo | None:
         """The committed redo set, with the settings its identities were computed under (None: these)."""
@@ -955,6 +1030,15 @@ class ShardWorker:
                     now,
                     "sent again after a verification that started past the target's retention: the first copy "
                     "may have landed and expired from what the verification could read",
+                )
+            outside = [o for o in plan.send if o.position in self._scattered_now and o.event_id is not None]
+            if outside:  # said before the put, as the other reports: a crash during it must not hide it
+                self._possible_duplicates(
+                    index,
+                    outside,
+                    now,
+                    "put on this staging shard against its partition key (RecordDistributionStrategy AUTO, now or "
+                    "earlier, or an ExplicitHashKey): a copy of the same event on another shard may be forwarded too",
                 )
             self._record(plan, settings, index, now, bound)
             try:

@@ -20,6 +20,7 @@ from copier.ports import Found, Identity
 from copier.positions import Position
 from copier.shardmap import ShardMap, descendants, shard_id_of, shard_number
 from copier.state import DigestBatch, ShardState, StateConflict, StateStore
+from copier.streamsettings import AUTO, PARTITION_KEY, StreamSettings
 
 __all__ = [
     "FakeClock",
@@ -169,6 +170,9 @@ class InMemoryStreams:
       subset landed), a crash mid-put; ``after_put``, if set, runs once after the landed entries are
       stored and before that exception (a reshard while a put is ambiguous).
     * Staging: :meth:`add_staging` keeps records a processor can read back (:meth:`read_source`).
+    * Record distribution: a stream in ``auto`` ignores partition keys, as Kinesis' ``AUTO`` strategy does:
+      each landed entry goes to an open shard drawn by ``scatter`` (default: round robin);
+      :meth:`settings` reports the strategy and the record limit as DescribeStreamSummary would.
     """
 
     def __init__(
@@ -197,6 +201,23 @@ class InMemoryStreams:
         self._listed: dict[str, list[dict[str, Any]]] = {}
         self._maps: dict[str, tuple[int, ShardMap]] = {}
         self._staging: dict[str, list[SourceRecord]] = {}
+        self.auto: set[str] = set()  # streams with RecordDistributionStrategy = AUTO
+        self._turn = 0
+        self.scatter: Callable[[int], int] = self._round_robin  # open shards -> the index of the one to take
+
+    def _round_robin(self, n: int) -> int:
+        self._turn += 1
+        return self._turn % n
+
+    def settings(self, stream: str, refresh: bool = False) -> StreamSettings:
+        """What DescribeStreamSummary says of the stream."""
+        return StreamSettings(
+            name=stream,
+            retention_ms=self._kept_ms(stream),
+            max_record_bytes=self.max_record_bytes.get(stream, MAX_RECORD_BYTES),
+            distribution=AUTO if stream in self.auto else PARTITION_KEY,
+            open_shards=len(self.current_map(stream).ranges),
+        )
 
     # -- shards -----------------------------------------------------------------------------------
 
@@ -308,7 +329,10 @@ class InMemoryStreams:
         out: list[str | None] = []
         for (pk, data), ok in zip(pairs, land, strict=True):
             if ok:
-                shard = shard_number(routes.shard_for(pk) or routes.ranges[0][2])
+                if stream in self.auto:
+                    shard = shard_number(routes.ranges[self.scatter(len(routes.ranges))][2])
+                else:
+                    shard = shard_number(routes.shard_for(pk) or routes.ranges[0][2])
                 self.records.setdefault(stream, []).append((pk, data, self.clock.now_ms(), shard))
             out.append(None if ok else "ProvisionedThroughputExceededException")
         hook, self.after_put = self.after_put, None

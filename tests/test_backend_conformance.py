@@ -578,8 +578,45 @@ def test_record_limits_are_per_stream_as_update_max_record_size_sets_them(backen
         kinesis.update_max_record_size(StreamARN=arn, MaxRecordSizeInKiB=10241)
     shard = kinesis.list_shards(StreamName=big)["Shards"][0]["ShardId"]
     iterator = kinesis.get_shard_iterator(StreamName=big, ShardId=shard, ShardIteratorType="TRIM_HORIZON")
-    records = kinesis.get_records(ShardIterator=iterator["ShardIterator"])["Records"]
-    assert [len(r["Data"]) for r in records] == [3 * limit] * 3
+    page = kinesis.get_records(ShardIterator=iterator["ShardIterator"])
+    assert [len(r["Data"]) for r in page["Records"]] == [3 * limit] * 3  # 9 MiB: one page
+    kinesis.put_records(StreamName=big, Records=[{"PartitionKey": "k", "Data": b"w" * (4 * limit - 1)}] * 2)
+    kinesis.put_records(StreamName=big, Records=[{"PartitionKey": "k", "Data": b"w" * (4 * limit - 1)}])
+    pages = []
+    iterator = page["NextShardIterator"]
+    while True:  # a GetRecords answer holds at most 10 MiB: the three 4 MiB records take two pages
+        page = kinesis.get_records(ShardIterator=iterator)
+        if not page["Records"]:
+            break
+        pages.append(len(page["Records"]))
+        iterator = page["NextShardIterator"]
+    assert pages == [2, 1]
+
+
+def test_a_stream_switched_to_auto_ignores_partition_keys_and_switched_back_routes_by_them(
+    backend: LocalBackend,
+) -> None:
+    """UpdateStreamRecordDistributionStrategy: under AUTO one key's records spread over every open shard, and
+    DescribeStreamSummary says AUTO; back under USER_PARTITION_KEY they go to the key's shard again."""
+    kinesis = aws("kinesis", backend.endpoint, retries=1)
+    stream = create_stream(kinesis, 3)
+    summary = kinesis.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]
+    assert summary["RecordDistributionStrategy"] == "USER_PARTITION_KEY"
+    arn = summary["StreamARN"]
+
+    def shards_of_one_key(n: int) -> set[str]:
+        answer = kinesis.put_records(StreamName=stream, Records=[{"PartitionKey": "k", "Data": b"x"}] * n)
+        return {r["ShardId"] for r in answer["Records"]}
+
+    assert len(shards_of_one_key(6)) == 1
+    kinesis.update_stream_record_distribution_strategy(StreamARN=arn, RecordDistributionStrategy="AUTO")
+    assert (
+        kinesis.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]["RecordDistributionStrategy"]
+        == "AUTO"
+    )
+    assert len(shards_of_one_key(6)) == 3
+    kinesis.update_stream_record_distribution_strategy(StreamARN=arn, RecordDistributionStrategy="USER_PARTITION_KEY")
+    assert len(shards_of_one_key(6)) == 1
 
 
 def test_dynamodb_conditional_writes(backend: LocalBackend) -> None:

@@ -48,7 +48,7 @@ def test_a_malformed_file_stops_the_command_with_one_line_and_status_2(tmp_path:
 
 def test_check_config_accepts_a_good_file_and_rejects_a_bad_one(tmp_path: Path) -> None:
     """check-config prints a summary for a good file and the problem for a bad one."""
-    good = run("check-config", str(ROOT / "properties" / "copier.properties"))
+    good = run("check-config", "--offline", str(ROOT / "properties" / "copier.properties"))
     assert good.returncode == 0 and "ok: events-staging -> events" in good.stdout
     bad = run("check-config", str(bad_file(tmp_path)))
     assert bad.returncode == 2 and "copier.putTimeoutMillis" in bad.stderr
@@ -57,12 +57,12 @@ def test_check_config_accepts_a_good_file_and_rejects_a_bad_one(tmp_path: Path) 
 def test_check_config_warns_of_settings_production_should_not_run_with(tmp_path: Path) -> None:
     """The sample file draws no warning; the KCL defaults for graceful handoff and shutdown grace each draw one."""
     sample = (ROOT / "properties" / "copier.properties").read_text()
-    assert run("check-config", str(ROOT / "properties" / "copier.properties")).stderr == ""
+    assert run("check-config", "--offline", str(ROOT / "properties" / "copier.properties")).stderr == ""
     defaults = tmp_path / "defaults.properties"
     defaults.write_text(
         sample.replace("isGracefulLeaseHandoffEnabled = false", "").replace("shutdownGraceMillis = 20000", "")
     )
-    result = run("check-config", str(defaults))
+    result = run("check-config", "--offline", str(defaults))
     assert result.returncode == 0
     warnings = result.stderr.splitlines()
     assert len(warnings) == 2 and all(w.startswith(f"copier: warning: {defaults}: ") for w in warnings)

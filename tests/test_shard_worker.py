@@ -397,8 +397,11 @@ def test_verification_reads_only_the_batchs_shards_and_time() -> None:
     assert verified["records_read"] <= len(same_shard) + on_shard + 1, verified
 
 
-def test_an_ambiguous_put_is_verified_in_its_own_shards_only() -> None:
-    """A put whose answer was lost is checked by reading the shards its entries hash to, then only the rest resent."""
+@pytest.mark.parametrize("half_landed", [True, False])
+def test_an_ambiguous_put_is_verified_in_its_own_shards_first_then_in_every_shard(half_landed: bool) -> None:
+    """A put whose answer was lost is checked by reading the shards its entries hash to; what is missing there is
+    looked for in every shard (the target may ignore keys: RecordDistributionStrategy AUTO), then resent.
+    When everything is where its keys hash to, no other shard is read."""
     world = World(target_shards=4)
     owner = world.worker()
     calls = {"n": 0}
@@ -406,13 +409,15 @@ def test_an_ambiguous_put_is_verified_in_its_own_shards_only() -> None:
     def lose_first_answer(stream: str, entries: list[tuple[str, bytes]]) -> tuple[list[bool], BaseException | None]:
         calls["n"] += 1
         if calls["n"] == 1:
-            return [i % 2 == 0 for i in range(len(entries))], AmbiguousPutError("PutRecords", "ReadTimeout", "lost")
+            landed = [i % 2 == 0 or not half_landed for i in range(len(entries))]
+            return landed, AmbiguousPutError("PutRecords", "ReadTimeout", "lost")
         return [True] * len(entries), None
 
     world.streams.fault = lose_first_answer
     owner.process([rec(1, "k1"), rec(2, "k1x")])
     shards = {world.streams.shard_map("target").shard_for(k) for k in ("k1", "k1x")}
-    assert world.streams.reads[-1].shards_read == len(shards)
+    expected = [len(shards), 4] if half_landed else [len(shards)]
+    assert [r.shards_read for r in world.streams.reads] == expected
     assert world.target_ids() == Counter({"k1": 1, "k1x": 1})
 
 

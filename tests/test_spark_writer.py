@@ -80,14 +80,23 @@ def test_derived_id_is_the_sha256_of_canonical_json() -> None:
 
 
 def test_an_id_the_row_already_carries_at_the_dedup_path_is_its_id() -> None:
-    """Without id_column, a row with a field at the dedup path keeps it as its ID (never overwritten by a
-    derived one); a null there fails the task like a null ID column; rows without the field get derived IDs."""
+    """Without id_column, a row with a value at the dedup path keeps it as its ID (never overwritten by a
+    derived one); a null there (Spark reads a column some rows lack as null) takes the derived ID, as a row
+    without the field does, the same in every run; with require_id both fail the task naming the row."""
     entry = encode_row({"eventId": "abc", "n": 1}, _settings(), position=0)
     assert (entry.event_id, json.loads(entry.data)["eventId"]) == ("abc", "abc")
     nested = encode_row({"meta": {"id": 42}, "n": 1}, _settings(id_path=("meta", "id")), position=0)
     assert nested.event_id == "42"
-    with pytest.raises(InvalidRowError, match=r"row 2: the row's eventId \(the dedup path\) is null"):
-        encode_row({"eventId": None, "n": 1}, _settings(), position=2)
+    null = encode_row({"eventId": None, "n": 1}, _settings(), position=2)
+    assert (
+        null.event_id
+        == event_id_of({"eventId": None, "n": 1})
+        == encode_row({"eventId": None, "n": 1}, _settings(), 9).event_id
+    )
+    assert json.loads(null.data)["eventId"] == null.event_id
+    for row in ({"eventId": None, "n": 1}, {"n": 1}):
+        with pytest.raises(InvalidRowError, match=r"row 2: the row has no eventId \(the dedup path\), and an ID is"):
+            encode_row(row, _settings(require_id=True), position=2)
     identical = [encode_row({"n": 1}, _settings(), position=i).event_id for i in range(2)]
     assert identical[0] == identical[1] == event_id_of({"n": 1}), "identical rows are one event"
 

@@ -48,7 +48,7 @@ from copier.chaos.proxy import FaultProxy, FaultWindow, Injection
 from copier.chaos.schedule import TARGET_RESHARDS, Action, Plan
 from copier.config import load_config
 from copier.kinesis import paged_shards
-from copier.local.pipeline import LocalPipeline, Worker, local_properties
+from copier.local.pipeline import LocalPipeline, Worker, child_pids, local_properties
 
 __all__ = ["SeedResult", "run_seed"]
 
@@ -131,20 +131,6 @@ class SeedResult:
         """A result read back from the JSON report (``--resume``); keys it does not know are ignored."""
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in raw.items() if k in known})
-
-
-def _children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (a daemon's ``copier process`` children)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(entry))
-    return out
 
 
 def _signal(pid: int, sig: signal.Signals) -> bool:
@@ -233,7 +219,7 @@ class _Harness:
         candidates = [
             w
             for w in self.live
-            if w.alive and w.proc.pid not in self.stopped and (not processors or _children(w.proc.pid))
+            if w.alive and w.proc.pid not in self.stopped and (not processors or child_pids(w.proc.pid))
         ]
         return candidates[rng_index % len(candidates)] if candidates else None
 
@@ -270,7 +256,7 @@ class _Harness:
         worker = self._pick(index) or (self._pick(index, processors=False) if last_try else None)
         if worker is None:
             return None
-        running = len(_children(worker.proc.pid))
+        running = len(child_pids(worker.proc.pid))
         return self.hosts.step(worker.name, int(action.params["step_ms"]), time.monotonic() - self.t0, running)
 
     def _act_on(self, worker: Worker, action: Action, index: int) -> bool:
@@ -290,7 +276,7 @@ class _Harness:
             self.expected_exit.add(pid)
             worker.kill_daemon() if kind == "kill_daemon" else worker.kill_host()
             return True
-        children = _children(pid)
+        children = child_pids(pid)
         if not children:
             return False
         child = children[index % len(children)]

@@ -39,6 +39,7 @@ MAX_HASH_KEY = 2**128 - 1
 DEFAULT_MAX_RECORD_KIB = 1024  # a new stream's record limit (AWS: 1 MiB until UpdateMaxRecordSize raises it)
 MAX_RECORD_KIB = 10 * 1024  # the most UpdateMaxRecordSize allows
 MAX_PUT_RECORDS_BYTES = 10 * 1024 * 1024  # a PutRecords request, all entries together
+MAX_GET_RECORDS_BYTES = 10 * 1024 * 1024  # a GetRecords response
 
 Shard = kinesis_models.Shard
 Stream = kinesis_models.Stream
@@ -271,7 +272,8 @@ def _child_shards(stream: Any, shard: Any) -> list[dict[str, Any]]:
 
 
 def _patch_get_records() -> None:
-    """GetRecords on a closed shard read to its end returns no NextShardIterator and lists ChildShards.
+    """GetRecords on a closed shard read to its end returns no NextShardIterator and lists ChildShards; a
+    response holds at most 10 MiB of records, as on AWS (moto returns any number of bytes).
 
     moto always returns a NextShardIterator and never ChildShards, so a
     closed shard looks like an idle open one forever: the KCL never reaches
@@ -289,6 +291,13 @@ def _patch_get_records() -> None:
         stream = self.describe_stream(stream_arn=stream_arn, stream_name=stream_name)
         shard = stream.get_shard(shard_id)
         records, last_sequence, millis_behind = shard.get_records(last_sequence_id, limit)
+        total = 0
+        for kept, record in enumerate(records):  # AWS: at most 10 MiB a response (moto: no bound)
+            total += len(b64decode(record.data)) + len(record.partition_key.encode("utf-8"))
+            if total > MAX_GET_RECORDS_BYTES and kept > 0:
+                records = records[:kept]
+                last_sequence = records[-1].sequence_number
+                break
         if not shard.is_open and (not shard.records or int(last_sequence) >= shard.get_max_sequence_number()):
             return None, records, millis_behind, _child_shards(stream, shard)
         return compose_shard_iterator(stream_name, shard, last_sequence), records, millis_behind, None
@@ -398,6 +407,50 @@ def _patch_record_limits() -> None:
     setattr(kinesis_responses.KinesisResponse, "update_max_record_size", update_max_record_size)  # noqa: B010 - an action moto lacks
 
 
+def _patch_record_distribution() -> None:
+    """``RecordDistributionStrategy``, which moto does not know: under ``AUTO`` Kinesis ignores the partition
+    key and ExplicitHashKey and spreads records over the open shards; ``USER_PARTITION_KEY`` (the default)
+    routes by them. ``UpdateStreamRecordDistributionStrategy`` switches it at once; DescribeStreamSummary
+    reports it. Emulated here (records spread round robin) so the copier's handling of a stream that
+    ignores keys runs against the local backend and in the chaos suite.
+    """
+    original_summary = Stream.to_json_summary
+    original_route = Stream.get_shard_for_key
+
+    def to_json_summary(self: Any) -> dict[str, Any]:
+        body: dict[str, Any] = original_summary(self)
+        body["StreamDescriptionSummary"]["RecordDistributionStrategy"] = getattr(
+            self, "record_distribution", "USER_PARTITION_KEY"
+        )
+        return body
+
+    def get_shard_for_key(self: Any, partition_key: str, explicit_hash_key: str | None) -> Any:
+        shard = original_route(self, partition_key, explicit_hash_key)  # type: ignore[arg-type]  # validates the key
+        if getattr(self, "record_distribution", "USER_PARTITION_KEY") != "AUTO":
+            return shard
+        open_shards = [s for s in self.shards.values() if s.is_open]
+        self.auto_turn = getattr(self, "auto_turn", -1) + 1
+        return open_shards[self.auto_turn % len(open_shards)] if open_shards else shard
+
+    def update_stream_record_distribution_strategy(self: Any) -> ActionResult:
+        strategy = self._get_param("RecordDistributionStrategy")
+        if strategy not in ("AUTO", "USER_PARTITION_KEY"):
+            raise ValidationException(
+                value=str(strategy), position="recordDistributionStrategy", regex_to_match="AUTO|USER_PARTITION_KEY"
+            )
+        stream = self.kinesis_backend.describe_stream(stream_arn=self._get_param("StreamARN"), stream_name=None)
+        stream.record_distribution = strategy
+        return ActionResult({})
+
+    _replace(Stream, "to_json_summary", to_json_summary)
+    _replace(Stream, "get_shard_for_key", get_shard_for_key)
+    setattr(  # noqa: B010 - an action moto lacks
+        kinesis_responses.KinesisResponse,
+        "update_stream_record_distribution_strategy",
+        update_stream_record_distribution_strategy,
+    )
+
+
 def _patch_duplicate_gsi_create() -> None:
     """UpdateTable creating a global secondary index that already exists is a no-op.
 
@@ -429,6 +482,7 @@ PATCHES: tuple[Callable[[], None], ...] = (
     _patch_get_records,
     _patch_duplicate_gsi_create,
     _patch_record_limits,
+    _patch_record_distribution,
 )
 
 _apply_lock = threading.Lock()

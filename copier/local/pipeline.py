@@ -26,7 +26,7 @@ from copier.dynamo import DynamoStateStore
 from copier.positions import Position
 from copier.state import ShardState, shard_key
 
-__all__ = ["LocalPipeline", "Worker", "local_properties"]
+__all__ = ["LocalPipeline", "Worker", "child_pids", "local_properties"]
 
 # KCL settings that make a local run start in seconds instead of minutes
 # (measured: the defaults take about two minutes to the first record).
@@ -53,6 +53,20 @@ LOCAL_COPIER = {
     "putTimeoutMillis": "1000",
     "clockSkewMillis": "200",
 }
+
+
+def child_pids(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (a daemon's ``copier process`` children), from /proc."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry))
+    return out
 
 
 def local_properties(

@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from copier.limits import MAX_PARTITION_KEY_CHARS, MAX_RECORD_BYTES, record_size
+from copier.limits import MAX_PARTITION_KEY_CHARS, record_size
 from copier.spark.settings import InvalidRowError, RecordTooLargeError, WriterSettings
 
 __all__ = ["Entry", "canonical_json", "encode_row", "event_id_of", "json_safe", "partition_key_of"]
@@ -129,10 +129,14 @@ def encode_row(row: Any, settings: WriterSettings, position: int, partition: int
         values = row.asDict(recursive=True) if hasattr(row, "asDict") else dict(row)
         payload = json_safe(values)
         carried, value = _get_path(payload, settings.id_path)
-        if settings.id_column is None and carried:
+        if settings.id_column is None and carried and value is not None:
             # The row already has an ID where the copier looks for it: that is its ID (never overwritten).
             event_id = _text(value, f"the row's {'.'.join(settings.id_path)} (the dedup path)")
+        elif settings.id_column is None and settings.require_id:
+            raise ValueError(f"the row has no {'.'.join(settings.id_path)} (the dedup path), and an ID is required")
         elif settings.id_column is None:
+            # No ID, or a null one (Spark reads a column some rows lack as null): the derived ID, the same for
+            # the same row in every attempt and replay.
             event_id = hashlib.sha256(canonical_json(payload)).hexdigest()
         else:
             if settings.id_column not in values:
@@ -149,6 +153,6 @@ def encode_row(row: Any, settings: WriterSettings, position: int, partition: int
     except (TypeError, ValueError) as exc:
         raise InvalidRowError(f"{where}: {exc}") from exc
     size = record_size(entry.partition_key, entry.data)
-    if size > MAX_RECORD_BYTES:
-        raise RecordTooLargeError(event_id, size)
+    if size > settings.max_record_bytes:
+        raise RecordTooLargeError(event_id, size, settings.max_record_bytes)
     return entry

@@ -58,6 +58,8 @@ class WriterSettings:
     id_path: tuple[str, ...] = ("eventId",)
     partition_key_column: str | None = None
     aggregate: bool = False
+    require_id: bool = False  # a row without a value at the dedup path fails (else it takes the derived ID)
+    max_record_bytes: int = MAX_RECORD_BYTES  # the staging stream's record limit (MaxRecordSizeInKiB)
     max_attempts: int = 20
     max_backoff_ms: int = 10_000
     client_factory: Callable[[WriterSettings], Any] | None = None

@@ -17,6 +17,10 @@ fault stands for:
   receiving batches, fenced, holding at most a drawn number of records;
 * ``reshard_put``: an ambiguous put during which the target is split or
   merged, and the processor's cached shard map refreshed at once;
+* ``auto_put``: the target ignores partition keys (RecordDistributionStrategy
+  AUTO) for one put, switched on and back around it (the processor's last
+  look said USER_PARTITION_KEY): the entries land on any shard, and the answer is
+  lost, or the process dies mid-put;
 * ``outage``: the process dies mid-put and no processor runs for a drawn
   time: seconds, past the digest TTL, past the target's retention, past the
   staging stream's retention;
@@ -80,7 +84,13 @@ TARGET_RETENTION = 90 * MINUTE
 OUTAGES = [0, 30_000, 70 * MINUTE, 100 * MINUTE, 4 * HOUR]  # none, short, past the TTL, the target's, staging's
 BIG = 1024 * 1024 + 10  # a payload over Kinesis' 1 MiB record limit
 CORE_FAULTS = ["none", "none", "throttle", "ambiguous", "crash_mid_put", "crash_store", "pause", "race"]
-NEW_FAULTS = ["reshard_put", "outage", "slow_verify", "other_copy"]  # other_copy: drawn each round, beside the fault
+NEW_FAULTS = [
+    "reshard_put",
+    "auto_put",
+    "outage",
+    "slow_verify",
+    "other_copy",
+]  # other_copy: drawn each round, beside the fault
 
 
 def keyed_event(
@@ -345,6 +355,7 @@ class Driver:
         latency = data.draw(st.sampled_from([0, 0, 700, 2600]), label="put latency ms")
         calls = {"n": 0}
         reshard = self.reshard if fault == "reshard_put" else None
+        dies = fault == "auto_put" and data.draw(st.booleans(), label="dies mid-put (else the answer is lost)")
 
         def put_fault(stream: str, entries: list[tuple[str, bytes]]) -> tuple[list[bool], BaseException | None]:
             calls["n"] += 1
@@ -359,6 +370,12 @@ class Driver:
                 return land, AmbiguousPutError("PutRecords", "ReadTimeoutError", "injected")
             if fault in ("crash_mid_put", "outage", "slow_verify"):
                 return land, SimulatedCrash("mid put")
+            if fault == "auto_put" and stream == "target":
+                world.streams.auto.add("target")  # for this put only: switched back once its entries landed
+                world.streams.after_put = lambda: world.streams.auto.discard("target")
+                return land, AmbiguousPutError("PutRecords", "ReadTimeoutError", "injected") if dies is False else (
+                    SimulatedCrash("mid put")
+                )
             if reshard is not None and stream == "target":
                 world.streams.after_put = reshard  # the target reshards once these entries landed
                 return land, AmbiguousPutError("PutRecords", "ReadTimeoutError", "injected")
