@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from copier.positions import Position
 from copier.shardmap import ShardMap
@@ -50,6 +50,10 @@ class Streams(Protocol):
 
         Raises ``AmbiguousPutError`` when the outcome is unknown.
         """
+        ...
+
+    def shards(self, stream: str) -> list[dict[str, Any]]:
+        """ListShards: every shard of the stream, open and closed within its retention."""
         ...
 
     def shard_map(self, stream: str) -> ShardMap:

@@ -877,14 +877,23 @@ class ShardWorker:
             self._fence("process_records")
             return None
 
-    def _own_range(self) -> tuple[int, int] | None:
-        """This staging shard's hash key range while it is open (None: closed, or the map is unknown)."""
+    def _own_range(self) -> tuple[int, int]:
+        """This staging shard's hash key range, from ListShards (closed shards keep theirs), read once. A
+        shard ListShards does not list gets an empty range: every record counts as outside it (reported),
+        never none."""
         if self._range is None:
-            try:
-                shard_map = self.streams.shard_map(self.config.stream_name)
-            except AwsError:
-                return None
-            self._range = next(((lo, hi) for lo, hi, sid in shard_map.ranges if sid == self.shard_id), None)
+            listed = self._retrying("list_staging_shards", lambda: self.streams.shards(self.config.stream_name))
+            mine = next((s for s in listed if s["ShardId"] == self.shard_id and "HashKeyRange" in s), None)
+            if mine is None:
+                self.log.warning(
+                    "shard_range_unknown",
+                    detail="ListShards does not list this shard: every record is taken as put here against its "
+                    "partition key (reported as a possible duplicate)",
+                )
+                self._range = (1, 0)
+            else:
+                keys = mine["HashKeyRange"]
+                self._range = (int(keys["StartingHashKey"]), int(keys["EndingHashKey"]))
         return self._range
 
     def _scattered(self, records: Sequence[SourceRecord]) -> set[Position]:
@@ -893,10 +902,7 @@ class ShardWorker:
         while), or the producer set an ExplicitHashKey. A copy of the same event may then be on another
         shard, forwarded by its processor; KPL aggregates never show here (the KCL drops their user records
         outside the range before copier sees them)."""
-        bounds = self._own_range()
-        if bounds is None:
-            return set()
-        low, high = bounds
+        low, high = self._own_range()
         return {r.position for r in records if not low <= hash_key(r.partition_key) <= high}
 
     def _await_streams(self, refresh: bool) -> None:

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from copier.errors import AmbiguousPutError
+from copier.errors import AmbiguousPutError, TransientAwsError
 from copier.limits import MAX_RECORD_BYTES
 from copier.local.backend import DUMMY_ENV
+from copier.plan import SourceRecord
 from copier.shardmap import hash_key
 from copier.streamsettings import AUTO, PARTITION_KEY, StreamSettings, blocking, judge
 from tests.conftest import Pipeline
@@ -275,3 +276,45 @@ def test_check_config_reports_each_streams_settings_and_refuses_a_staging_stream
     assert status.returncode == 0, status.stderr
     assert f"{p.staging}: RecordDistributionStrategy AUTO, MaxRecordSize 4096 KiB" in status.stdout
     assert f"{p.target}: RecordDistributionStrategy AUTO, MaxRecordSize 4096 KiB" in status.stdout
+
+
+def _one_copy_on_each_staging_shard(world: World) -> tuple[SourceRecord, str]:
+    """Event E with a key of shard 1's range: its copy on shard 0 was put there while staging ignored keys."""
+    ranges = world.streams.current_map("staging").ranges
+    low, high = next((lo, hi) for lo, hi, sid in ranges if sid == "shardId-000000000001")
+    key = next(k for k in (f"k{i}" for i in range(1000)) if low <= hash_key(k) <= high)
+    return keyed_event(1, "E", world.clock.now_ms(), pk=key), key
+
+
+def test_a_stray_copy_on_a_staging_shard_closed_since_is_still_reported() -> None:
+    """Staging back to USER_PARTITION_KEY and shard 0 split before its processor reaches the stray copy of E:
+    the shard's range still comes from ListShards (a closed shard keeps it), so the copy is reported (it was
+    taken from the map of open shards, found nothing, and E landed twice unreported; a review found it)."""
+    world = World()
+    world.streams.shard_counts["staging"] = 2
+    event, _ = _one_copy_on_each_staging_shard(world)
+    world.streams.split("staging", "shardId-000000000000")
+    with capture_logs() as logs:
+        world.worker("shardId-000000000000").process([event])
+        world.worker("shardId-000000000001").process([event])
+    assert [e["event_ids"] for e in logs if e["event"] == "possible_duplicates"] == [["E"]]
+
+
+def test_a_throttled_listshards_does_not_hide_a_stray_copy() -> None:
+    """The range lookup is throttled once on the owner's first chunk: retried, not taken as 'no range'."""
+    world = World()
+    world.streams.shard_counts["staging"] = 2
+    event, _ = _one_copy_on_each_staging_shard(world)
+    real = world.streams.shards
+    calls = {"n": 0}
+
+    def throttled_once(stream: str) -> list[dict[str, object]]:
+        calls["n"] += 1
+        if stream == "staging" and calls["n"] == 1:
+            raise TransientAwsError("ListShards", "LimitExceededException", "slow down")
+        return real(stream)
+
+    world.streams.shards = throttled_once  # type: ignore[method-assign, assignment]
+    with capture_logs() as logs:
+        world.worker("shardId-000000000000").process([event])
+    assert [e["event_ids"] for e in logs if e["event"] == "possible_duplicates"] == [["E"]]
