@@ -18,11 +18,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
-from copier.config import Config, load_config
-from copier.errors import AwsError
+from copier.config import load_config
 from copier.limits import MAX_RECORD_BYTES
+
+if TYPE_CHECKING:
+    from copier.spark import WriterSettings
 
 __all__ = ["add_arguments", "build_query", "main"]
 
@@ -74,14 +77,19 @@ def _session(master: str | None) -> Any:
     return builder.getOrCreate()
 
 
-def staging_record_limit(config: Config) -> int:
-    """The staging stream's own record limit (MaxRecordSizeInKiB, up to 10 MiB), read once by the driver;
-    Kinesis' default (1 MiB) when it cannot be read (a larger record then fails its row, never silently)."""
-    from copier.kinesis import KinesisStreams
+def staging_record_limit(settings: WriterSettings) -> int:
+    """The staging stream's own record limit (MaxRecordSizeInKiB, up to 10 MiB), read once by the driver with
+    the writer's own client (a cluster's Python may have only pyspark and boto3); Kinesis' default (1 MiB)
+    when it cannot be read (a larger record then fails its row, never silently)."""
+    import botocore.exceptions
+
+    from copier.spark.put import make_client
+    from copier.streamsettings import StreamSettings
 
     try:
-        return KinesisStreams(config).describe(config.stream_name).max_record_bytes
-    except AwsError as exc:
+        answer = make_client(settings).describe_stream_summary(StreamName=settings.stream_name)
+        return StreamSettings.from_summary(settings.stream_name, answer["StreamDescriptionSummary"]).max_record_bytes
+    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
         sys.stderr.write(f"copier: warning: the staging stream's record limit cannot be read ({exc}): 1 MiB\n")
         return MAX_RECORD_BYTES
 
@@ -97,8 +105,8 @@ def build_query(spark: Any, args: argparse.Namespace) -> Any:
         partition_key_column=args.partition_key_column,
         aggregate=args.aggregate,
         require_id=args.require_id,
-        max_record_bytes=staging_record_limit(config),
     )
+    settings = replace(settings, max_record_bytes=staging_record_limit(settings))
     schema = args.schema or spark.read.json(args.input).schema
     stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", args.max_files_per_trigger).json(args.input)
     write = foreach_batch(settings)
