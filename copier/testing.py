@@ -136,16 +136,20 @@ def _all_land(stream: str, entries: list[tuple[str, bytes]]) -> tuple[list[bool]
 def even_shards(count: int) -> list[dict[str, Any]]:
     """ListShards entries of ``count`` open shards splitting the hash key space evenly."""
     step = 2**128 // count
+    return shards_from([n * step for n in range(count)])
+
+
+def shards_from(starts: Sequence[int]) -> list[dict[str, Any]]:
+    """ListShards entries of open shards starting at these hash keys (the first 0), each ending where the next
+    starts, the last at the top of the key space."""
+    ends = [start - 1 for start in starts[1:]] + [2**128 - 1]
     return [
         {
             "ShardId": shard_id_of(n),
-            "HashKeyRange": {
-                "StartingHashKey": str(n * step),
-                "EndingHashKey": str(2**128 - 1 if n == count - 1 else (n + 1) * step - 1),
-            },
+            "HashKeyRange": {"StartingHashKey": str(start), "EndingHashKey": str(end)},
             "SequenceNumberRange": {"StartingSequenceNumber": "0"},
         }
-        for n in range(count)
+        for n, (start, end) in enumerate(zip(starts, ends, strict=True))
     ]
 
 
@@ -172,7 +176,9 @@ class InMemoryStreams:
     * Staging: :meth:`add_staging` keeps records a processor can read back (:meth:`read_source`).
     * Record distribution: a stream in ``auto`` ignores partition keys, as Kinesis' ``AUTO`` strategy does:
       each landed entry goes to an open shard drawn by ``scatter`` (default: round robin);
+      ``auto_until[stream]``, if set, is when the stream is switched back (on the fake clock);
       :meth:`settings` reports the strategy and the record limit as DescribeStreamSummary would.
+    * Layout: :meth:`set_ranges` gives a stream shards of chosen hash key ranges instead of even ones.
     """
 
     def __init__(
@@ -202,6 +208,7 @@ class InMemoryStreams:
         self._maps: dict[str, tuple[int, ShardMap]] = {}
         self._staging: dict[str, list[SourceRecord]] = {}
         self.auto: set[str] = set()  # streams with RecordDistributionStrategy = AUTO
+        self.auto_until: dict[str, int] = {}  # stream -> when it goes back to USER_PARTITION_KEY
         self._turn = 0
         self.scatter: Callable[[int], int] = self._round_robin  # open shards -> the index of the one to take
 
@@ -211,6 +218,9 @@ class InMemoryStreams:
 
     def settings(self, stream: str, refresh: bool = False) -> StreamSettings:
         """What DescribeStreamSummary says of the stream."""
+        if stream in self.auto_until and self.clock.now_ms() >= self.auto_until[stream]:
+            self.auto.discard(stream)
+            del self.auto_until[stream]
         return StreamSettings(
             name=stream,
             retention_ms=self._kept_ms(stream),
@@ -226,6 +236,10 @@ class InMemoryStreams:
         if stream not in self._listed:
             self._listed[stream] = even_shards(self.shard_counts.get(stream, 1))
         return self._listed[stream]
+
+    def set_ranges(self, stream: str, starts: Sequence[int]) -> None:
+        """The stream's shards start at these hash keys (the first 0): set before anything reads the stream."""
+        self._listed[stream] = shards_from(starts)
 
     def current_map(self, stream: str) -> ShardMap:
         """The open shards now (what a fresh ListShards says)."""
@@ -393,6 +407,10 @@ class InMemoryStreams:
     def add_staging(self, shard_id: str, records: Sequence[SourceRecord]) -> None:
         """Records written to a staging shard, readable back by :meth:`read_source` within retention."""
         self._staging.setdefault(shard_id, []).extend(records)
+
+    def set_staging(self, shard_id: str, records: Sequence[SourceRecord]) -> None:
+        """The staging shard holds these records instead (a test rewrote some)."""
+        self._staging[shard_id] = list(records)
 
     def read_source(self, stream: str, shard_id: str, first: Position, last: Position) -> Iterator[list[SourceRecord]]:
         """The staging shard's records from ``first`` to ``last`` (both included), still within retention."""

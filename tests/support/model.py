@@ -27,6 +27,12 @@ fault stands for:
 * ``slow_verify``: the process dies mid-put; its successor's verification
   reads one record a page at half a lease a page, and a rival takes the
   shard over in the middle of it (then loses the daemon's lease);
+* ``staging_auto``: the staging stream ignores partition keys for a while
+  (AUTO; switched back at once, after seconds, or after a minute): the
+  copies of one coming event land on this shard although their key belongs
+  to the other staging shard, whose processor forwards its own copy. The
+  model lays the staging stream out so that only that key falls outside this
+  shard's range; this shard's processor must report what it forwards of it.
 * ``other_copy``: another staging shard forwards a record identical to one
   of this shard's unkeyed records.
 
@@ -61,9 +67,11 @@ from hypothesis import strategies as st
 import copier.shard
 from copier.config import Config
 from copier.errors import AmbiguousPutError
+from copier.limits import MAX_RECORD_BYTES, record_size
 from copier.plan import SourceRecord
 from copier.positions import Position
 from copier.shard import ShardWorker
+from copier.shardmap import hash_key
 from tests.support.fakes import (
     SHARD,
     OffsetClock,
@@ -87,6 +95,7 @@ CORE_FAULTS = ["none", "none", "throttle", "ambiguous", "crash_mid_put", "crash_
 NEW_FAULTS = [
     "reshard_put",
     "auto_put",
+    "staging_auto",
     "outage",
     "slow_verify",
     "other_copy",
@@ -131,6 +140,7 @@ class Outcome:
     skipped: set[Position] = field(default_factory=set)  # expired from staging before a delivery
     reported: Counter[str] = field(default_factory=Counter)  # event IDs named by possible_duplicates
     others: Counter[bytes] = field(default_factory=Counter)  # identical copies other shards put
+    strays: int = 0  # events whose copies landed here under AUTO (their key's shard forwarded a copy too)
     stalls_with_dlq: int = 0
     trace: str = ""  # the protocol's log events, for a failing example's message
 
@@ -204,12 +214,18 @@ class Driver:
         self.clock_kinds = ["exact", "exact", "within", "beyond", "stepping"] if skewed else ["exact"]
         streams = self.world.streams
         streams.add_staging(SHARD, records)
+        self.stray_key = ""
+        self.strays: set[str] = set()  # events whose copies landed here under AUTO (the other shard forwarded one)
+        if "staging_auto" in self.faults:
+            self.stray_key = stray_key(records)
+            streams.set_ranges("staging", [0, hash_key(self.stray_key)])  # this shard holds every key but it
         if "reshard_put" in self.faults:
             streams.map_max_age_ms = data.draw(st.sampled_from([None, 5_000, 300_000]), label="shard map max age")
         self.world.clock.now = min((r.arrival_ms for r in records), default=self.world.clock.now)
         self.dlq_next = False  # the next processor gets a dead-letter stream (after a stall)
         self.checkpoint = 0  # records up to the last checkpoint
         self.position = 0  # next record the daemon delivers
+        self.delivered = 0  # records up to here were delivered at least once
 
     # -- processors ---------------------------------------------------------------------------------
 
@@ -279,6 +295,7 @@ class Driver:
                 self.outcome.skipped.add(record.position)
                 continue
             batch.append(record)
+        self.delivered = max(self.delivered, self.position)
         if batch:  # a record is read after it arrived
             self.world.clock.now = max(self.world.clock.now, max(r.arrival_ms for r in batch))
         return batch
@@ -308,6 +325,9 @@ class Driver:
                 fault_budget -= 1
             if fault == "race":
                 self.race(worker)
+                fault = "none"
+            if fault == "staging_auto":
+                self.staging_auto()
                 fault = "none"
             if self.other_copies and data.draw(st.booleans(), label="another shard's identical copy"):
                 self.other_copy()
@@ -414,6 +434,7 @@ class Driver:
             if done is not None and data.draw(st.booleans(), label="rival checkpointed"):
                 self.checkpoint = replay + size
             replay += size
+            self.delivered = max(self.delivered, replay)
         rival.lose_lease()
         if data.draw(st.booleans(), label="time passes before the next batch"):
             self.world.clock.advance(self.config.lease_millis + self.config.clock_skew_millis)
@@ -436,6 +457,33 @@ class Driver:
 
         streams.on_read_page = rival_takes_over
 
+    def staging_auto(self) -> None:
+        """The staging stream ignores keys for a drawn while: a coming event's copies land here under a key
+        the other staging shard holds, and that shard's processor forwards its own copy to the target."""
+        delivered = {event_id_of(r.data) for r in self.records[: self.delivered]}
+        fits = {event_id_of(r.data) for r in self.records if record_size(self.stray_key, r.data) <= MAX_RECORD_BYTES}
+        later = {event_id_of(r.data) for r in self.records[self.delivered :]} - delivered - self.strays
+        coming = sorted(e for e in later if e is not None and e in fits)
+        if not coming:
+            return
+        chosen = self.data.draw(st.sampled_from(coming), label="event whose copies land here under AUTO")
+        for i, record in enumerate(self.records):
+            if event_id_of(record.data) == chosen:
+                self.records[i] = record._replace(partition_key=self.stray_key)
+        streams = self.world.streams
+        streams.set_staging(SHARD, self.records)
+        first = next(
+            r
+            for r in self.records
+            if event_id_of(r.data) == chosen and record_size(r.partition_key, r.data) <= MAX_RECORD_BYTES
+        )
+        streams.put_records("target", [(self.stray_key, first.data, None)])  # the other shard's processor
+        streams.auto.add("staging")
+        back = self.data.draw(st.sampled_from([0, 5_000, MINUTE]), label="staging AUTO for ms")
+        streams.auto_until["staging"] = self.world.clock.now_ms() + back
+        self.strays.add(chosen)
+        self.outcome.strays += 1
+
     def other_copy(self) -> None:
         """Another staging shard forwards a record identical to one of this shard's coming unkeyed records."""
         coming = [r for r in self.records[self.position :] if event_id_of(r.data) is None]
@@ -444,6 +492,12 @@ class Driver:
         record = self.data.draw(st.sampled_from(coming), label="copied record")
         self.world.streams.put_records("target", [(record.partition_key, record.data, None)])
         self.outcome.others[record.data] += 1
+
+
+def stray_key(records: list[SourceRecord]) -> str:
+    """A partition key that hashes above every key of ``records``: a shard ending below it holds all of them."""
+    top = max((hash_key(r.partition_key) for r in records), default=0)
+    return next(k for n in range(1_000_000) if hash_key(k := f"stray-{n}") > top)
 
 
 def collect_reports(logs: list[dict[str, Any]]) -> Counter[str]:
