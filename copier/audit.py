@@ -29,6 +29,9 @@ claim is per copy and per byte:
 * Order: per partition key *as produced* (not as the target holds it), in
   target order, the first copy of an event produced before the latest-produced
   event ahead of it is out of order (reported; the chaos check fails on it).
+  Events the caller names ``unordered`` (a copy Kinesis placed on a shard that
+  does not hold its key, under ``RecordDistributionStrategy = AUTO``: Kinesis
+  kept no order for them) are left out of the judgement and counted.
 
 ``ok`` means nothing lost, no unexplained copy, nothing changed, no invalid
 dead-letter record.
@@ -39,7 +42,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -157,6 +160,7 @@ class AuditReport:
     unkeyed: int  # target records without an event ID
     dead_lettered: int  # distinct produced IDs delivered as dead-letter envelopes
     out_of_order: int
+    unordered: int = 0  # events left out of the order judgement (see the module docstring)
     explained_copies: int = 0  # extra copies a report excuses
     unexplained_copies: int = 0
     reports: int = 0  # possible_duplicates reports considered
@@ -213,6 +217,7 @@ class AuditReport:
                 "dead_lettered",
                 "invalid_dead_letters",
                 "out_of_order",
+                "unordered",
             )
         }
         return {
@@ -405,6 +410,7 @@ def audit(
     reports: Sequence[DuplicateReport] = (),
     examples: int = DEFAULT_EXAMPLES,
     keyed_dead_letters: bool = True,
+    unordered: Collection[EventValue] = frozenset(),
 ) -> AuditReport:
     """Compare what was produced with every copy the target and dead-letter stream hold; see the module
     docstring. A bare event ID in ``produced`` is a :class:`Produced` with nothing else known."""
@@ -467,7 +473,8 @@ def audit(
     duplicated = [(i, len(c.arrivals)) for i, c in copies.items() if len(c.arrivals) > 1]
     explained, unexplained = explain({i: copies[i].arrivals for i, _ in duplicated}, reports)
     unexpected = [i for i, c in copies.items() if i not in index and c.in_target]
-    disorder, disorder_examples = order_violations(first_copies(records), index, examples, produced_keys or None)
+    judged = [r for r in first_copies(records) if r.event_id not in unordered]
+    disorder, disorder_examples = order_violations(judged, index, examples, produced_keys or None)
 
     without_id = [p for p in records_produced if p.event_id is None]
     unkeyed_lost: list[str] = []
@@ -496,6 +503,7 @@ def audit(
         unkeyed=unkeyed_count,
         dead_lettered=len([i for i in index if i in dead_ids]),
         out_of_order=disorder,
+        unordered=len(set(unordered) & set(index)),
         explained_copies=explained,
         unexplained_copies=extra - explained,
         reports=len(reports),

@@ -19,6 +19,7 @@ from copier.chaos.proxy import FAULT_KINDS
 from copier.chaos.report import render
 from copier.chaos.run import SeedResult, run_seed
 from copier.chaos.schedule import (
+    AUTO_SWITCHES,
     BASE_SETTINGS,
     DEDUP_KEYS,
     FULL,
@@ -64,6 +65,8 @@ def _later_kinds(plan: Plan) -> set[str]:
             kinds.add("step_forward" if a.params["step_ms"] > 0 else "step_back")
         elif a.kind in TARGET_RESHARDS:
             kinds.add(f"{a.kind}_ambiguous" if a.params["ambiguous_put"] else a.kind)
+        elif a.kind in AUTO_SWITCHES:
+            kinds.add(a.kind)
     return kinds
 
 
@@ -75,6 +78,12 @@ def test_fifty_seeds_draw_clocks_settings_and_target_reshards_of_every_kind() ->
     assert {"clock_none", "clock_within", "clock_beyond", "step_forward", "step_back"} <= kinds
     assert set(DEDUP_KEYS) | set(UNKEYED_POLICIES) <= kinds
     assert {f"{k}{a}" for k in TARGET_RESHARDS for a in ("", "_ambiguous")} <= kinds
+    assert set(AUTO_SWITCHES) <= kinds and any(not set(AUTO_SWITCHES) & _later_kinds(p) for p in plans)
+    for a in (a for p in plans for a in p.actions if a.kind in AUTO_SWITCHES):
+        if a.kind == "staging_auto":  # around the late duplicates, the only plain records certain to come
+            assert FULL.late_at_s - 2.0 <= a.at_s <= FULL.late_at_s and a.params["seconds"] >= 4.0, a
+        else:  # while the copier puts the bulk of the events
+            assert a.at_s <= 0.2 * FULL.produce_s, a
     assert {p.clock_skew_ms for p in plans if p.clocks} == set(FULL.clock_skews_ms)
     assert any(not p.clocks for p in plans) and any(p.settings == (BASE_SETTINGS,) for p in plans)
     for p in plans:
@@ -93,14 +102,16 @@ def test_each_smoke_seed_has_each_later_kind_of_fault() -> None:
         assert {"clock_beyond", "step_forward", "step_back", "json:meta.alt", "forward"} <= kinds, (seed, kinds)
         assert plan.settings[0] != plan.settings[1] and plan.settings[0] == BASE_SETTINGS
         assert any(k.endswith("_ambiguous") for k in kinds), (seed, kinds)
+        assert set(AUTO_SWITCHES) <= kinds, (seed, kinds)
 
 
 def test_the_later_faults_leave_a_seeds_earlier_faults_as_they_were() -> None:
-    """Clocks, settings and target reshards come from generators of their own: without them, the same plan."""
-    without = replace(FULL, clock_share=0.0, settings_share=0.0, target_reshards=(0, 0))
+    """Clocks, settings, target reshards and AUTO switches come from generators of their own: without them,
+    the same plan."""
+    without = replace(FULL, clock_share=0.0, settings_share=0.0, target_reshards=(0, 0), auto_share=0.0)
     for seed in range(1, 21):
         full, bare = draw(seed, FULL), draw(seed, without)
-        later = {"clock_step", *TARGET_RESHARDS}
+        later = {"clock_step", *TARGET_RESHARDS, *AUTO_SWITCHES}
         assert [a for a in full.actions if a.kind not in later] == list(bare.actions)
         assert full.windows == bare.windows
         assert (bare.clocks, bare.settings) == ((), (BASE_SETTINGS,))
@@ -120,7 +131,7 @@ def test_the_report_has_a_summary_and_a_row_a_seed() -> None:
 
 
 def test_the_report_describes_and_sums_the_clock_settings_and_target_reshard_faults() -> None:
-    """The method section names the three later kinds; the summary adds up what each seed recorded of them."""
+    """The method section names the four later kinds; the summary adds up what each seed recorded of them."""
     clocks = [
         {"kind": "beyond", "margin_widened": 2},
         {"kind": "beyond", "margin_widened": 0},
@@ -128,8 +139,9 @@ def test_the_report_describes_and_sums_the_clock_settings_and_target_reshard_fau
     ]
     settings = [{"settings": {"dedup_key": k, "unkeyed_policy": "forward"}} for k in ("json:eventId", "json:meta.alt")]
     faults = {"clock_offset_beyond": 2, "clock_step_back": 1, "target_split": 1}
-    faults["target_reshard_across_ambiguous_put"] = 1
+    faults |= {"target_reshard_across_ambiguous_put": 1, "staging_auto": 1, "target_auto": 1}
     one = SeedResult(1, "full", "3.x", 2, ok=True, clocks=clocks, settings=settings, faults=faults, unkeyed_copies=3)
+    one.scattered_staging, one.scattered_target, one.unordered = 40, 12, 30
     text = render([one, SeedResult(2, "full", "2.x", 2, ok=True)], "python -m copier.chaos --seeds 2", 60.0)
     assert "**Clocks off AWS time.**" in text and "**Target reshards.**" in text and "libfaketime" in text
     assert "- Clocks: 1 seeds with hosts under libfaketime" in text
@@ -137,6 +149,8 @@ def test_the_report_describes_and_sums_the_clock_settings_and_target_reshard_fau
     assert "- Settings: 1 seeds whose workers ran different settings" in text
     assert "- Target reshards: 1, 1 of them across an ambiguous target put" in text
     assert "under `unkeyedPolicy = forward`: 3 further copies" in text
+    assert "**Streams that ignore partition keys.**" in text
+    assert "AUTO): staging 1 times, target 1; 40 staging and 12 target records off their key's shard; 30" in text
 
 
 def test_resume_keeps_the_seeds_that_ran_on_the_same_code_and_only_those(tmp_path: Path) -> None:
@@ -186,6 +200,8 @@ def test_a_chaos_seed_loses_and_duplicates_nothing(endpoint: str, tmp_path: Path
     assert faults.get("clock_offset_beyond", 0) >= 1 and faults.get("settings_change", 0) >= 1, faults
     assert faults.get("clock_step_forward", 0) + faults.get("clock_step_back", 0) >= 1, faults
     assert faults.get("target_split", 0) + faults.get("target_merge", 0) >= 1 and result.target_shards_closed >= 1
+    assert faults.get("staging_auto", 0) == faults.get("target_auto", 0) == 1, faults
+    assert len(result.auto_switches) == 2 and result.scattered_staging > 0, (result.auto_switches, result)
     beyond = [c for c in result.clocks if c["kind"] == "beyond" and c["max_bound_ms"] is not None]
     assert any(
         c["margin_widened"] and any(abs(m - o) <= 500 for m in c["measured_offsets_ms"] for o in _offsets_held(c))

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from copier.audit import Produced
-from copier.chaos.check import PAGE_RECORDS, Check, check, copier_events, short_reads
+from copier.chaos.check import PAGE_RECORDS, Check, check, copier_events, off_their_shard, short_reads
 from copier.chaos.producer import Output, Poison, alt_id
 from copier.config import load_config, parse_dedup_key
 from copier.identity import EventValue
@@ -326,3 +326,40 @@ def test_a_closed_shard_read_short_of_its_last_record_fails() -> None:
     ]
     assert short_reads("t", shards, {"s0": 5, "s2": 8}) == ["t shard s0 read to 5, its last record is 9"]
     assert short_reads("t", shards, {"s0": 9}) == []
+
+
+def _target_auto(p: Pipeline) -> None:
+    arn = p.kinesis.describe_stream_summary(StreamName=p.target)["StreamDescriptionSummary"]["StreamARN"]
+    p.kinesis.update_stream_record_distribution_strategy(StreamARN=arn, RecordDistributionStrategy="AUTO")
+
+
+def test_events_kinesis_put_off_their_keys_shard_are_not_judged_for_order_but_counted(pipeline: Pipeline) -> None:
+    """e3 before e1 (both key k): out of order on k's shard; with the target ignoring keys (AUTO: the two land
+    on different shards, one of them not k's) Kinesis kept no order, so the check leaves the pair out, and
+    says how many records lay off their key's shard and how many events it did not judge."""
+    target = ["e3", "e2", "e1", 7, "7"]
+    _target_auto(pipeline)
+    verdict = judge(pipeline, target)
+    assert not any("out of order" in f for f in verdict.failures), verdict.failures
+    assert verdict.scattered_target >= 1 and verdict.unordered >= 1 and verdict.scattered_staging == 0
+    assert (verdict.lost, verdict.duplicated) == (0, 0)
+
+
+def test_the_same_reorder_on_the_keys_own_shard_fails(pipeline: Pipeline) -> None:
+    """The counterpart: routed by key, e3 before e1 is a reorder the check fails."""
+    verdict = judge(pipeline, ["e3", "e2", "e1", 7, "7"])
+    assert verdict.out_of_order == 1 and verdict.scattered_target == verdict.unordered == 0
+    assert any("out of order" in f for f in verdict.failures)
+
+
+def test_a_staging_record_off_its_keys_shard_exempts_its_event_from_order() -> None:
+    """off_their_shard: a (shard, key) pair whose shard's range does not hold the key's hash; an unlisted
+    shard holds any key (nothing can be said of it)."""
+    shards = [
+        {"ShardId": "s0", "HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": str(2**127 - 1)}},
+        {"ShardId": "s1", "HashKeyRange": {"StartingHashKey": str(2**127), "EndingHashKey": str(2**128 - 1)}},
+    ]
+    low = next(f"k{i}" for i in range(100) if hash_key(f"k{i}") < 2**127)
+    high = next(f"k{i}" for i in range(100) if hash_key(f"k{i}") >= 2**127)
+    placed = [("s0", low), ("s0", high), ("s1", low), ("s1", high), ("gone", low)]
+    assert off_their_shard(placed, shards) == [1, 2]

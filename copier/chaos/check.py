@@ -48,7 +48,12 @@ if all of this holds:
 * **Order:** with ``copier.ordering = partitionKey``, per partition key *as
   produced*, no event's first copy lands after a later-produced one's (the
   producer writes each key to one shard in production order). With ``none``
-  such events are only counted.
+  such events are only counted. An event with a copy on a shard whose hash
+  key range does not hold its partition key (a staging record, or a target
+  record, put while that stream ignored keys: ``RecordDistributionStrategy =
+  AUTO``, which the schedule switches on and off) is not judged for order:
+  Kinesis keeps none for it. Such records are counted (``scattered_*``), the
+  events left out too (``unordered``); their copies are judged as all others.
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ from copier.audit import AuditReport, DeadLetter, DuplicateReport, TargetRecord,
 from copier.chaos.producer import Output, alt_id, read_event_id
 from copier.config import Config
 from copier.identity import EventValue
+from copier.shardmap import hash_key
 from copier.verify import (
     Progress,
     StreamReader,
@@ -75,7 +81,7 @@ from copier.verify import (
     sha256_hex,
 )
 
-__all__ = ["PAGE_RECORDS", "Check", "check", "copier_events"]
+__all__ = ["PAGE_RECORDS", "Check", "check", "copier_events", "off_their_shard"]
 
 PAGE_RECORDS = 500  # GetRecords page size of the check: a shard of the suite's size takes several pages
 KinesisRecord = dict[str, Any]
@@ -104,6 +110,9 @@ class Check:
     poison_delivered: int = 0
     possible_duplicate_reports: int = 0
     reported_ids: int = 0  # IDs the reports name, each report counted
+    scattered_staging: int = 0  # produced records on a staging shard not holding their key
+    scattered_target: int = 0  # target records on a shard not holding their key
+    unordered: int = 0  # events left out of the order judgement for such a copy
     fatal_logs: int = 0
     failures: list[str] = field(default_factory=list)
 
@@ -167,6 +176,22 @@ class _Reader:
         return records, shards
 
 
+def off_their_shard(placed: Iterable[tuple[str, str]], shards: list[dict[str, Any]]) -> list[int]:
+    """Which of (shard ID, partition key) pairs lie on a shard whose hash key range does not hold the key
+    (their indexes): records Kinesis put there while the stream ignored keys. A shard ListShards no longer
+    lists holds none (nothing can be said of it)."""
+    ranges = {
+        s["ShardId"]: (int(s["HashKeyRange"]["StartingHashKey"]), int(s["HashKeyRange"]["EndingHashKey"]))
+        for s in shards
+    }
+    out = []
+    for n, (shard_id, key) in enumerate(placed):
+        low, high = ranges.get(shard_id, (0, 2**128 - 1))
+        if not low <= hash_key(key) <= high:
+            out.append(n)
+    return out
+
+
 def _target_record(shard_id: str, r: KinesisRecord) -> TargetRecord:
     data = bytes(r["Data"])
     return TargetRecord(
@@ -204,7 +229,15 @@ def check(
             config.dead_letter_stream_name, "dead-letter", lambda shard, r: read_envelope(key, shard, r)
         )
     reports = _reports(log_paths, produced)
-    report = audit(produced.records, target, letters, reports, examples, keyed_dead_letters=False)
+    keyed = [p for p in produced.records if p.event_id is not None and p.position and p.partition_key is not None]
+    staging = off_their_shard(
+        [(p.position[0], p.partition_key) for p in keyed],  # type: ignore[index,misc]
+        reader.reader.shards(config.stream_name),
+    )
+    off_target = off_their_shard([(r.shard_id, r.partition_key) for r in target], target_shards)
+    placed_off = [keyed[n].event_id for n in staging] + [target[n].event_id for n in off_target]
+    unordered = {i for i in placed_off if i is not None}
+    report = audit(produced.records, target, letters, reports, examples, keyed_dead_letters=False, unordered=unordered)
     out = Check(
         expected=report.expected,
         target_records=report.found,
@@ -222,6 +255,9 @@ def check(
         unkeyed_in_target=report.unkeyed,
         possible_duplicate_reports=report.reports,
         reported_ids=report.reported_ids,
+        scattered_staging=len(staging),
+        scattered_target=len(off_target),
+        unordered=report.unordered,
     )
     out.failures.extend(reader.failures)
     _judge_audit(out, report, config, examples)

@@ -30,7 +30,11 @@ bytes, its partition key, the SHA-256 of its bytes, its staging position
 (shard, sequence number, index inside a KPL aggregate) and, for poison, the
 dead-letter reason it must get. Also the last position written per shard,
 so the harness knows when the copier has caught up. A reshard takes
-:attr:`ChaosProducer.lock` so no batch is grouped by a stale shard map.
+:attr:`ChaosProducer.lock` so no batch is grouped by a stale shard map; so
+does a switch of the staging stream to ``RecordDistributionStrategy = AUTO``,
+during which the producer writes plain records only (the KCL would drop the
+user records of an aggregate put on a shard whose range does not hold them,
+a loss no processor sees: docs/protocol.md, "Stream settings").
 """
 
 from __future__ import annotations
@@ -154,12 +158,19 @@ class ChaosProducer:
         self._stop = threading.Event()
         self.error: BaseException | None = None
         self.done = threading.Event()
+        self.plain_only = False  # the staging stream ignores partition keys: no KPL aggregates
 
     def reshard(self, change: Callable[[], None]) -> None:
         """Run a split or merge between two puts, and group later batches by the new shards."""
         with self.lock:
             change()
             self._map = None
+
+    def distribute(self, change: Callable[[], None], auto: bool) -> None:
+        """Switch the stream's record distribution between two puts; while ``auto``, write no aggregates."""
+        with self.lock:
+            change()
+            self.plain_only = auto
 
     def stop(self) -> None:
         self._stop.set()
@@ -225,7 +236,7 @@ class ChaosProducer:
 
     def _write(self, events: list[tuple[EventValue, str, bytes]], aggregate: bool) -> None:
         with self.lock:
-            if aggregate:
+            if aggregate and not self.plain_only:
                 shard_map = self._shard_map()
                 groups: dict[int, list[tuple[str, bytes]]] = {}
                 for _, pk, data in events:

@@ -14,7 +14,7 @@ __all__ = ["METHOD", "PASS", "render"]
 # The faults beyond processes, staging reshards and the proxy's (what they are, why, and how each is counted).
 METHOD = [
     "Besides process faults (kills, pauses shorter and longer than the lease, workers joining and leaving),",
-    "staging splits and merges and the proxy's AWS faults, a seed may draw three more kinds:",
+    "staging splits and merges and the proxy's AWS faults, a seed may draw four more kinds:",
     "",
     "- **Clocks off AWS time.** Each host's `copier process` children run under libfaketime",
     "  (`copier/chaos/clocks.py`; the daemon's JVM and the local backend, which stands for AWS time, stay on",
@@ -34,6 +34,13 @@ METHOD = [
     "  proxy makes a target put ambiguous (a timeout or a lost answer), so that the copier verifies that put",
     "  across the reshard. Counted: `target_split`, `target_merge`, and `target_reshard_across_ambiguous_put`",
     "  when an ambiguous target put was sent before the reshard and verified after it.",
+    "- **Streams that ignore partition keys.** The staging or the target stream switched to",
+    "  `RecordDistributionStrategy = AUTO` for 4 to 10 s and back (emulated by the local backend: records go",
+    "  round robin over the open shards): the staging stream around the producer's late duplicates (plain",
+    "  records: a KPL aggregate put under AUTO would lose its user records at the KCL, so the producer writes",
+    "  none while it lasts), which then land on other shards than their originals; the target while the",
+    "  copier puts the bulk of the events. Counted: `staging_auto`, `target_auto`, and the records the check",
+    "  found on a shard whose hash range does not hold their key (`scattered_staging`, `scattered_target`).",
 ]
 
 
@@ -63,7 +70,9 @@ PASS = [
     "  target, unless a worker ran `unkeyedPolicy = forward`: then a record without an ID must be in one of",
     "  the two streams at least once (its further copies counted, not failed); an oversize record goes to",
     "  the dead-letter stream under any policy;",
-    "- per partition key as produced, no event's first copy lands after a later-produced event's;",
+    "- per partition key as produced, no event's first copy lands after a later-produced event's; an event",
+    "  with a copy on a shard whose hash range does not hold its key (put while that stream was AUTO, when",
+    "  Kinesis keeps no order) is left out of this rule and counted (`unordered`), its copies judged as all;",
     "- every shard of both streams was read to its last record; no `fatal` or `unexpected_error` line in the",
     "  copier's logs (read from the daemon's wrapped lines and its raw echo, each event once); no crash loop;",
     "  every shard caught up in time.",
@@ -75,7 +84,7 @@ PASS = [
 
 
 def _later_summary(results: Sequence[SeedResult], total: Counter[str]) -> list[str]:
-    """A list on the clock, settings and target-reshard faults, and on the copies of events without an ID."""
+    """A list on the clock, settings, target-reshard and AUTO faults, and on the copies of events without an ID."""
     beyond = [c for r in results for c in r.clocks if c["kind"] == "beyond"]
     return [
         f"- Clocks: {sum(1 for r in results if r.clocks)} seeds with hosts under libfaketime; hosts off time within "
@@ -89,6 +98,9 @@ def _later_summary(results: Sequence[SeedResult], total: Counter[str]) -> list[s
         f"- Target reshards: {total['target_split'] + total['target_merge']}, "
         f"{total['target_reshard_across_ambiguous_put']} of them across an ambiguous target put; "
         f"{sum(r.target_shards_closed for r in results)} closed target shards read to their end.",
+        f"- Streams ignoring keys (AUTO): staging {total['staging_auto']} times, target {total['target_auto']}; "
+        f"{sum(r.scattered_staging for r in results)} staging and {sum(r.scattered_target for r in results)} "
+        f"target records off their key's shard; {sum(r.unordered for r in results)} events not judged for order.",
         f"- Events without an ID (poison records) delivered more than once under `unkeyedPolicy = forward`: "
         f"{sum(r.unkeyed_copies for r in results)} further copies (at least once is the documented guarantee).",
     ]

@@ -45,7 +45,7 @@ from copier.chaos.check import check, copier_events
 from copier.chaos.hosts import Host, Hosts
 from copier.chaos.producer import STAGING_MAX_RECORD_KIB, ChaosProducer
 from copier.chaos.proxy import FaultProxy, FaultWindow, Injection
-from copier.chaos.schedule import TARGET_RESHARDS, Action, Plan
+from copier.chaos.schedule import AUTO_SWITCHES, TARGET_RESHARDS, Action, Plan
 from copier.config import load_config
 from copier.kinesis import paged_shards
 from copier.local.pipeline import LocalPipeline, Worker, child_pids, local_properties
@@ -104,6 +104,9 @@ class SeedResult:
     reported_ids: int = 0  # IDs the reports name, each report counted
     check_pages: int = 0  # GetRecords pages the check read (several per shard: the multi-page path)
     out_of_order: int = 0
+    unordered: int = 0  # events not judged for order: a copy lay on a shard not holding its key (AUTO)
+    scattered_staging: int = 0  # produced records on a staging shard not holding their key
+    scattered_target: int = 0  # target records on a shard not holding their key
     poison: int = 0
     unkeyed_copies: int = 0  # copies beyond the first of poison records without an ID (unkeyedPolicy = forward)
     target_shards: int = 0  # target shards read by the check, closed ones included
@@ -114,6 +117,7 @@ class SeedResult:
     settings: list[dict[str, Any]] = field(default_factory=list)  # per worker start: its settings and host
     verified_across_settings: int = 0  # verified_pending lines whose batch was recorded under other settings
     target_reshards: list[dict[str, Any]] = field(default_factory=list)
+    auto_switches: list[dict[str, Any]] = field(default_factory=list)  # stream, from and until (s), done
     ambiguous_puts: list[dict[str, Any]] = field(default_factory=list)  # when the proxy made a put ambiguous, where
     proxy_requests: dict[str, int] = field(default_factory=dict)  # the copier's calls through the proxy, by class
     unexpected_exits: int = 0
@@ -155,6 +159,8 @@ class _Harness:
         self.t0 = time.monotonic()  # the plan's clock; set again once every staging shard has a processor
         self.reshard_threads: list[threading.Thread] = []
         self.target_reshards: list[dict[str, Any]] = []  # appended by the reshard threads
+        self.auto_switches: list[dict[str, Any]] = []  # appended by the AUTO switch threads
+        self.closing = threading.Event()
         run = f"c{plan.seed}-{uuid.uuid4().hex[:6]}"
         self.proxy = FaultProxy(endpoint, plan.seed, hang_s=PUT_TIMEOUT_MS / 1000 + 0.5)
         self.proxy.__enter__()
@@ -229,8 +235,9 @@ class _Harness:
         A clock step waits, like the other actions, for a worker with processors (a step they live through),
         but on its ``last_try`` steps any live worker's host: its processors start on the stepped clock."""
         kind = action.kind
-        if kind in TARGET_RESHARDS:  # in a thread of its own (it may wait for an ambiguous put), counted there
-            thread = threading.Thread(target=self._target_reshard, args=(action,), name=kind, daemon=True)
+        if kind in TARGET_RESHARDS or kind in AUTO_SWITCHES:  # in a thread of its own (it waits), counted there
+            body = self._target_reshard if kind in TARGET_RESHARDS else self._auto_switch
+            thread = threading.Thread(target=body, args=(action,), name=kind, daemon=True)
             self.reshard_threads.append(thread)
             thread.start()
             return True
@@ -322,7 +329,36 @@ class _Harness:
             }
         )
 
+    def _auto_switch(self, action: Action) -> None:
+        """The staging or target stream ignores partition keys for the action's seconds (RecordDistributionStrategy
+        AUTO), then routes by them again; the staging stream is switched between two of the producer's puts."""
+        staging = action.kind == "staging_auto"
+        stream = self.pipeline.staging if staging else self.pipeline.target
+        kinesis = self.pipeline.kinesis
+        arn = kinesis.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]["StreamARN"]
+
+        def switch(strategy: str) -> None:
+            def change() -> None:
+                kinesis.update_stream_record_distribution_strategy(StreamARN=arn, RecordDistributionStrategy=strategy)
+
+            self.producer.distribute(change, strategy == "AUTO") if staging else change()
+
+        started = time.monotonic()
+        switch("AUTO")
+        self.closing.wait(float(action.params["seconds"]))
+        switch("USER_PARTITION_KEY")
+        ended = time.monotonic()
+        self.auto_switches.append(
+            {
+                "stream": "staging" if staging else "target",
+                "from_s": round(started - self.t0, 1),
+                "until_s": round(ended - self.t0, 1),
+            }
+        )
+        self.faults[action.kind] += 1
+
     def close(self) -> None:
+        self.closing.set()
         self.proxy.cancel_waits()  # a target reshard still waiting for an ambiguous put is not done
         for thread in self.reshard_threads:
             thread.join(60)
@@ -434,6 +470,8 @@ def run_seed(plan: Plan, endpoint: str, workdir: Path) -> SeedResult:
     result.extra_copies, result.changed = verdict.extra_copies, verdict.changed
     result.possible_duplicate_reports, result.reported_ids = verdict.possible_duplicate_reports, verdict.reported_ids
     result.check_pages = verdict.pages
+    result.unordered, result.scattered_staging = verdict.unordered, verdict.scattered_staging
+    result.scattered_target = verdict.scattered_target
     result.failures.extend(verdict.failures)
     result.ok = not result.failures
     result.total_s = round(time.monotonic() - started, 1)
@@ -451,6 +489,7 @@ def _record_later_faults(harness: _Harness, result: SeedResult) -> None:
             harness.faults["target_reshard_across_ambiguous_put"] += 1
         del reshard["started"], reshard["ended"]
     result.target_reshards = reshards
+    result.auto_switches = sorted(harness.auto_switches, key=lambda a: a["from_s"])
     streams = {harness.pipeline.target: "target", harness.pipeline.config.dead_letter_stream_name: "dead-letter"}
     result.ambiguous_puts = [
         {"at_s": round(i.at - harness.t0, 2), "kind": i.kind, "stream": streams.get(i.stream, i.stream)}

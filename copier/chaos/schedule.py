@@ -7,9 +7,13 @@ late duplicates, poison records) and the faults, each at a time after the
 start: process faults, workers joining and leaving, reshards of the staging
 and of the target stream, windows in which the proxy injects AWS faults into
 the copier's calls, host clocks off AWS time and stepped while they run, and
-the settings each worker start runs with (a rolling deploy between owners).
+the settings each worker start runs with (a rolling deploy between owners),
+and switches of the staging or the target stream to
+``RecordDistributionStrategy = AUTO`` and back (Kinesis then ignores partition
+keys: the producer's late duplicates land on any staging shard, the
+copier's puts on any target shard).
 
-The three later kinds (clocks, settings, target reshards) are drawn from
+The four later kinds (clocks, settings, target reshards, AUTO switches) are drawn from
 generators of their own, seeded from the seed: with them, a seed draws its
 earlier faults as before (the same kinds at the same times).
 
@@ -28,6 +32,7 @@ from typing import Any
 from copier.chaos.proxy import AMBIGUOUS_PUTS, FAULT_KINDS
 
 __all__ = [
+    "AUTO_SWITCHES",
     "BASE_SETTINGS",
     "CLOCK_KINDS",
     "DEDUP_KEYS",
@@ -56,6 +61,7 @@ PROCESS_FAULTS = (
 )
 RESHARDS = ("split", "merge")
 TARGET_RESHARDS = ("target_split", "target_merge")  # {"ambiguous_put": a put fault}: at one on the target
+AUTO_SWITCHES = ("staging_auto", "target_auto")  # {"seconds": how long the stream ignores partition keys}
 CLOCK_KINDS = (
     "none",  # on AWS time
     "within",  # off by up to half of copier.clockSkewMillis: the protocol's assumption holds
@@ -131,6 +137,7 @@ class Profile:
     settings_share: float  # share of seeds whose worker starts run with changing settings
     target_reshards: tuple[int, int]
     forced: bool  # every seed has each later kind of fault, the interesting cases first (make test runs two)
+    auto_share: float = 0.5  # share of seeds with each AUTO switch (a forced profile has both)
 
 
 FULL = Profile(
@@ -287,12 +294,13 @@ def _later_faults(plan: Plan, profile: Profile) -> Plan:
     skew, clocks, steps = _clocks(random.Random(f"{plan.seed}:clocks"), profile, hosts)
     settings = _settings(random.Random(f"{plan.seed}:settings"), profile)
     reshards = _target_reshards(random.Random(f"{plan.seed}:target"), profile)
+    switches = _auto_switches(random.Random(f"{plan.seed}:auto"), profile)
     return replace(
         plan,
         clock_skew_ms=skew,
         clocks=clocks,
         settings=settings,
-        actions=tuple(sorted(plan.actions + steps + reshards, key=lambda a: a.at_s)),
+        actions=tuple(sorted(plan.actions + steps + reshards + switches, key=lambda a: a.at_s)),
     )
 
 
@@ -354,4 +362,22 @@ def _target_reshards(rng: random.Random, profile: Profile) -> tuple[Action, ...]
         else:
             at = rng.uniform(10, profile.produce_s)
         actions.append(Action(round(at, 1), kind, {"ambiguous_put": put}))
+    return tuple(actions)
+
+
+def _auto_switches(rng: random.Random, profile: Profile) -> tuple[Action, ...]:
+    """Switches of a stream to AUTO and back, each while something is written to it.
+
+    The staging stream ignores keys around the moment the producer writes its late duplicates (plain
+    records: a KPL aggregate put under AUTO lands where the KCL drops its user records, a loss the
+    producer avoids by writing none while the switch lasts), so they land on other shards than their
+    originals; the target ignores keys early, while the copier is putting the bulk of the events.
+    """
+    actions = []
+    if profile.forced or rng.random() < profile.auto_share:
+        at = profile.late_at_s - rng.uniform(0.5, 2.0)
+        actions.append(Action(round(at, 1), "staging_auto", {"seconds": round(rng.uniform(4.0, 8.0), 1)}))
+    if profile.forced or rng.random() < profile.auto_share:
+        at = rng.uniform(2, 0.2 * profile.produce_s)
+        actions.append(Action(round(at, 1), "target_auto", {"seconds": round(rng.uniform(5.0, 10.0), 1)}))
     return tuple(actions)
