@@ -34,7 +34,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol, TypeVar
 
 from copier.batching import first_per_key, split_requests
 from copier.errors import AmbiguousPutError, FatalAwsError, TransientAwsError
@@ -44,7 +44,33 @@ from copier.positions import Position
 from copier.retry import backoff_ms
 from copier.shardmap import ShardMap, shards_covering
 
-__all__ = ["ForwardStats", "Forwarder"]
+__all__ = ["ForwardStats", "Forwarder", "PutSession"]
+
+T = TypeVar("T")
+
+
+class PutSession(Protocol):
+    """What a :class:`Forwarder` needs from the shard it puts for (``copier.shard.session.ShardSession``):
+    the lease kept, records recognised when read back, calls retried as the shard retries them, and what
+    happened said (metrics and logs)."""
+
+    def ensure_lease(self) -> None:
+        """Before a request: make sure the lease outlives it; FencedError when it cannot be renewed."""
+
+    def identity_for(self, destination: str) -> Identity:
+        """How a record put to ``destination`` ("target" or "deadletter") is recognised when read back."""
+
+    def retrying(self, what: str, fn: Callable[[], T]) -> T:
+        """Run an AWS call until it succeeds (transient faults retried, a fault of this shard's stalls it)."""
+
+    def on_put_request(self, stream: str, entries: int, failed: int, millis: float | None) -> None:
+        """One PutRecords answered (``failed`` -1: its outcome unknown)."""
+
+    def on_put_retry(self, code: str, entries: int, attempt: int) -> None:
+        """Entries that failed with ``code`` are retried."""
+
+    def on_stall(self, call: str, error: FatalAwsError, attempt: int) -> None:
+        """AWS rejects this shard's request as final: retried at the longest backoff, said each time."""
 
 
 @dataclass
@@ -78,28 +104,18 @@ class Forwarder:
         self,
         streams: Streams,
         clock: Clock,
+        session: PutSession,
         stream_names: dict[str, str],
-        ensure_lease: Callable[[], None],
-        identity_for: Callable[[str], Identity],
-        retrying: Callable[[str, Callable[[], Any]], Any],
         put_timeout_ms: int,
         max_backoff_ms: int,
-        on_retry: Callable[[str, int, int], None] = lambda code, entries, attempt: None,
-        on_request: Callable[[str, int, int, float | None], None] = lambda stream, entries, failed, ms: None,
-        on_stall: Callable[[FatalAwsError, int], None] = lambda error, attempt: None,
         ordered: bool = True,
     ) -> None:
         self.streams = streams
         self.clock = clock
+        self.session = session
         self.stream_names = stream_names
-        self.ensure_lease = ensure_lease
-        self.identity_for = identity_for
-        self.retrying = retrying
         self.put_timeout_ms = put_timeout_ms
         self.max_backoff_ms = max_backoff_ms
-        self.on_retry = on_retry
-        self.on_request = on_request
-        self.on_stall = on_stall
         self.ordered = ordered
         self.attempted: list[Outgoing] = []
 
@@ -135,7 +151,7 @@ class Forwarder:
             stalled: FatalAwsError | None = None
             routes = self._routes(destination, stream)
             for request in split_requests(sending, _size_bound):
-                self.ensure_lease()
+                self.session.ensure_lease()
                 stats.requests += 1
                 self.attempted.extend(request)
                 sent = time.monotonic()
@@ -145,7 +161,7 @@ class Forwarder:
                     stats.ambiguous_requests += 1
                     unknown.extend(request)
                     codes[exc.code] += len(request)
-                    self.on_request(stream, len(request), -1, None)
+                    self.session.on_put_request(stream, len(request), -1, None)
                     continue
                 except FatalAwsError as exc:
                     if exc.host_wide:
@@ -157,7 +173,7 @@ class Forwarder:
                 except TransientAwsError as exc:
                     failed.extend(request)
                     codes[exc.code] += len(request)
-                    self.on_request(stream, len(request), len(request), None)
+                    self.session.on_put_request(stream, len(request), len(request), None)
                     continue
                 before = len(failed)
                 for entry, code in zip(request, results, strict=True):
@@ -166,16 +182,18 @@ class Forwarder:
                     else:
                         failed.append(entry)
                         codes[code] += 1
-                self.on_request(stream, len(request), len(failed) - before, (time.monotonic() - sent) * 1000)
+                self.session.on_put_request(
+                    stream, len(request), len(failed) - before, (time.monotonic() - sent) * 1000
+                )
             if unknown:
                 failed.extend(self._verify(destination, stream, unknown, read_from_ms, landed, stats, routes))
             if failed:
                 failed.sort(key=lambda o: o.position)
                 stats.retried_entries += len(failed)
                 for code, count in codes.items():
-                    self.on_retry(code, count, attempt)
+                    self.session.on_put_retry(code, count, attempt)
                 if stalled is not None:
-                    self.on_stall(stalled, attempt)
+                    self.session.on_stall("PutRecords", stalled, attempt)
                     self.clock.sleep_ms(self.max_backoff_ms)
                 else:
                     self.clock.sleep_ms(backoff_ms(attempt, self.max_backoff_ms))
@@ -186,7 +204,7 @@ class Forwarder:
         """The target's shard map before a round is sent (what verifying its ambiguous requests reads)."""
         if destination != "target":
             return None
-        shard_map: ShardMap = self.retrying("list_target_shards", lambda: self.streams.shard_map(stream))
+        shard_map: ShardMap = self.session.retrying("list_target_shards", lambda: self.streams.shard_map(stream))
         return shard_map
 
     def _verify(
@@ -208,13 +226,13 @@ class Forwarder:
         shards: Collection[int] | None = None
         if routes is not None:
             shards = shards_covering(routes, (e.partition_key for e in checkable))
-        identity = self.identity_for(destination)
+        identity = self.session.identity_for(destination)
 
         def read(wanted: Collection[int] | None) -> Counter[int]:
-            found: Found = self.retrying(
+            found: Found = self.session.retrying(
                 "verify_put",
                 lambda: self.streams.read_identities(
-                    stream, wanted, read_from_ms, None, identity, keep_alive=self.ensure_lease
+                    stream, wanted, read_from_ms, None, identity, keep_alive=self.session.ensure_lease
                 ),
             )
             stats.records_read += found.records_read

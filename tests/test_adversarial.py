@@ -661,8 +661,9 @@ def test_a_step_back_between_a_chunks_start_and_its_record_keeps_the_bound_of_th
 def _as_an_earlier_version(worker: object) -> None:
     """Make ``worker`` record what a copier from before typed IDs recorded: settings without "i", and the
     integer 7 digested as the string "7"."""
-    settings = worker._settings  # type: ignore[attr-defined]
-    worker._settings = lambda: replace(settings(), typed_ids=False)  # type: ignore[attr-defined]
+    session = worker.session  # type: ignore[attr-defined]
+    settings = session.settings
+    session.settings = lambda: replace(settings(), typed_ids=False)
 
 
 def _int_event(world: World, seq: int, event_id: int) -> SourceRecord:

@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-import copier.shard
+import copier.shard.holding
 from copier.plan import SourceRecord
 from tests.support.fakes import SimulatedCrash, World, rec
 from tests.support.model import BIG, Driver, Outcome, collect_reports, event_id_of, guaranteed, keyed_event, unkeyed
@@ -46,9 +46,9 @@ GAPS = st.sampled_from([0, 0, 500, 2_000, 8_000, 30_000])  # ms between two reco
 @pytest.fixture(autouse=True)
 def _held_cap_restored() -> object:
     """The model lowers the records a fenced processor holds; put the module's cap back afterwards."""
-    cap = copier.shard.MAX_HELD_RECORDS
+    cap = copier.shard.holding.MAX_HELD_RECORDS
     yield
-    copier.shard.MAX_HELD_RECORDS = cap
+    copier.shard.holding.MAX_HELD_RECORDS = cap
 
 
 def arrivals(data: st.DataObject, n: int, start: int = 1_700_000_000_000) -> list[int]:

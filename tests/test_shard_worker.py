@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 from structlog.testing import capture_logs
 
-import copier.shard
+import copier.shard.holding
 from copier.errors import AmbiguousPutError, FatalAwsError, FencedError, TransientAwsError
 from copier.identity import id_digest
 from copier.packing import pack_digests
@@ -502,7 +502,7 @@ def test_a_fenced_processor_past_its_cap_reads_what_it_dropped_again_from_stagin
 ) -> None:
     """Held records are bounded, and no delivery size ends the process: past the cap a fenced processor keeps
     only the range, and reads it again from the staging stream once it takes the shard back."""
-    monkeypatch.setattr(copier.shard, "MAX_HELD_RECORDS", 5)
+    monkeypatch.setattr(copier.shard.holding, "MAX_HELD_RECORDS", 5)
     world = World()
     now = world.clock.now_ms()
     records = [rec(1, "a", arrival_ms=now)] + [rec(2 + i, f"e{i}", arrival_ms=now) for i in range(12)]

@@ -168,7 +168,7 @@ def test_a_staging_stream_that_ignores_keys_stops_forwarding_and_what_came_meanw
     world = World()
     world.streams.shard_counts["staging"] = 2
     worker = world.worker()
-    own = worker._own_range()
+    own = worker.guard.own_range()
     assert own is not None
     keys = _outside(own, 2)
     world.streams.auto.add("staging")
@@ -199,7 +199,7 @@ def test_records_within_the_shards_range_are_forwarded_without_a_report() -> Non
     world = World()
     world.streams.shard_counts["staging"] = 2
     worker = world.worker()
-    own = worker._own_range()
+    own = worker.guard.own_range()
     assert own is not None
     inside = [k for k in (f"k{i}" for i in range(1000)) if own[0] <= hash_key(k) <= own[1]][:2]
     with capture_logs() as logs:

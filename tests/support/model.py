@@ -64,7 +64,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-import copier.shard
+import copier.shard.holding
 from copier.config import Config
 from copier.errors import AmbiguousPutError
 from copier.limits import MAX_RECORD_BYTES, record_size
@@ -421,7 +421,7 @@ class Driver:
     def race(self, worker: ShardWorker) -> None:
         """A rival takes copier's lease, forwards a few batches from the checkpoint, then loses the daemon's lease."""
         data = self.data
-        copier.shard.MAX_HELD_RECORDS = data.draw(st.sampled_from(self.held_caps), label="records a fenced one holds")
+        copier.shard.holding.MAX_HELD_RECORDS = data.draw(st.sampled_from(self.held_caps), label="records a fenced one holds")
         rival = self.new_worker()
         replay = self.checkpoint
         for _ in range(data.draw(st.integers(0, 2), label="batches the rival forwards")):

@@ -1,0 +1,87 @@
+"""The stream settings a shard's exactly-once depends on, watched while it forwards (docs/protocol.md, "Stream
+settings").
+
+Before each chunk: records this staging shard's hash key range does not
+hold were put here against their key (the staging stream ignores keys,
+``RecordDistributionStrategy = AUTO``, perhaps only for a while, or the
+producer set an ExplicitHashKey), so a copy of the same event may be on
+another shard, forwarded by its processor: they are reported before their
+put (``copier.shard.pipeline``). And forwarding stops, holding the lease,
+while a setting makes exactly-once impossible (``copier.streamsettings``:
+the staging stream ignoring keys, or the target doing so under
+``copier.ordering = partitionKey``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from copier.plan import SourceRecord
+from copier.positions import Position
+from copier.shard.session import ShardSession
+from copier.shardmap import hash_key
+from copier.streamsettings import blocking
+
+__all__ = ["StreamGuard"]
+
+
+class StreamGuard:
+    """Watches the staging shard's records and the streams' settings for one processor."""
+
+    def __init__(self, session: ShardSession) -> None:
+        self.s = session
+        self._range: tuple[int, int] | None = None  # this staging shard's hash key range
+        self._blocked = False  # forwarding stopped by a stream setting
+
+    def own_range(self) -> tuple[int, int]:
+        """This staging shard's hash key range, from ListShards (closed shards keep theirs), read once. A
+        shard ListShards does not list gets an empty range: every record counts as outside it (reported),
+        never none."""
+        s = self.s
+        if self._range is None:
+            listed = s.retrying("list_staging_shards", lambda: s.streams.shards(s.config.stream_name))
+            mine = next((x for x in listed if x["ShardId"] == s.shard_id and "HashKeyRange" in x), None)
+            if mine is None:
+                s.log.warning(
+                    "shard_range_unknown",
+                    detail="ListShards does not list this shard: every record is taken as put here against its "
+                    "partition key (reported as a possible duplicate)",
+                )
+                self._range = (1, 0)
+            else:
+                keys = mine["HashKeyRange"]
+                self._range = (int(keys["StartingHashKey"]), int(keys["EndingHashKey"]))
+        return self._range
+
+    def scattered(self, records: Sequence[SourceRecord]) -> set[Position]:
+        """Records whose partition key this shard's hash range does not hold. KPL aggregates never show here
+        (the KCL drops their user records outside the range before copier sees them)."""
+        low, high = self.own_range()
+        return {r.position for r in records if not low <= hash_key(r.partition_key) <= high}
+
+    def await_streams(self, refresh: bool) -> None:
+        """Stop forwarding while a stream setting makes exactly-once impossible, holding the lease and
+        asking again every copier.maxBackoffMillis (the answer is cached: a change is seen within
+        SUMMARY_MAX_AGE_S, sooner when records show it). FencedError goes up."""
+        s = self.s
+        while True:
+            staging = s.streams.settings(s.config.stream_name, refresh=refresh)
+            target = s.streams.settings(s.config.target_stream_name)
+            problem = blocking(staging, target, s.config.ordering)
+            if problem is None:
+                if self._blocked:
+                    self._blocked = False
+                    s.metrics.stalled = False
+                    s.log.warning("stream_settings_ok", detail="forwarding again")
+                return
+            assert s.state is not None
+            if staging is not None and staging.auto and "auto_seen_ms" not in s.state.counters:
+                s.write(replace(s.state, counters={**s.state.counters, "auto_seen_ms": s.clock.now_ms()}))
+            self._blocked = True
+            s.metrics.stalled = True
+            s.emit()
+            s.log.error("stream_settings_block", detail=problem)
+            s.write(s.state)  # the lease is kept: nobody else would do better
+            s.clock.sleep_ms(s.config.max_backoff_millis)
+            refresh = True

@@ -1,0 +1,156 @@
+"""The shard's memory of what it forwarded: the dedup window, rebuilt from the committed digest batches.
+
+A shard's digest batches hold only what it forwarded itself, and within one
+horizon a shard can be split and merged more than once. So at a takeover the
+window is rebuilt from the shard's own batches and, where they do not reach
+back as far as the horizon, from its ancestors' (the lineage walked from
+parents to grandparents: chaos seed 6 found a duplicate on the merged
+grandchild of the shard that had forwarded the original).
+
+It also remembers under which dedup keys (and ID typing) the IDs it holds
+were read, so that after a configuration change (or an upgrade) a record
+whose ID under an earlier key was forwarded is a duplicate too, until those
+IDs age out.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+
+from copier.config import DedupKey, parse_dedup_key
+from copier.packing import digest_columns
+from copier.shard.session import ShardSession
+from copier.state import DigestBatch, shard_key
+from copier.window import DedupWindow
+
+__all__ = ["History"]
+
+
+class History:
+    """Loads the session's dedup window, and knows the dedup keys its IDs were read under."""
+
+    def __init__(self, session: ShardSession) -> None:
+        self.s = session
+        self._keys: dict[tuple[str, bool], int] = {}  # (dedup key, typed IDs) -> newest arrival read under it
+        self._cut_reported = False
+
+    def reload(self) -> None:
+        """A new window, loaded again (after taking the shard back: another owner forwarded meanwhile)."""
+        s = self.s
+        s.window = DedupWindow(s.config.dedup_window_ms, s.config.dedup_window_max_events)
+        self.load()
+
+    def load(self) -> None:
+        """Rebuild the window from the committed batches: the shard's own, and its ancestors' within the
+        horizon (see the module docstring)."""
+        s = self.s
+        assert s.state is not None
+        if not s.window.enabled:
+            return
+        started = time.monotonic()
+        stream = s.config.stream_name
+        own = list(self._newest_first(s.key, s.state.batches))
+        newest = max([s.state.window_newest_ms] + [b.arrival_max_ms for b in own[:1]])
+        inherited: list[DigestBatch] = []
+        ancestors: list[str] = []
+        frontier = [] if self._reaches_back(own, newest) else [s.shard_id]
+        seen = {s.shard_id}
+        while frontier:
+            child = frontier.pop(0)
+            ancestor = child != s.shard_id
+            parents = s.retrying("list_parents", lambda: s.streams.parents(stream, child, ancestor))
+            for parent in parents:
+                if parent in seen:
+                    continue
+                seen.add(parent)
+                ancestors.append(parent)
+                key = shard_key(stream, parent)
+                parent_state = s.retrying("get_parent_state", lambda: s.store.get(key))
+                batches = list(self._newest_first(key, parent_state.batches)) if parent_state else []
+                newest = max([newest, parent_state.window_newest_ms if parent_state else 0])
+                newest = max([newest] + [b.arrival_max_ms for b in batches[:1]])
+                inherited.extend(batches)
+                if not self._reaches_back(batches, newest):
+                    frontier.append(parent)
+        everything = own + inherited
+        s.window.advance(newest)
+        s.window.reserve(sum(b.keyed_count for b in everything))
+        self._keys = {}
+        keys: dict[str, tuple[str, bool]] = {}  # stored settings -> their dedup key, typed IDs
+        for batch in sorted(everything, key=lambda b: b.arrival_max_ms):
+            for column in (batch.keyed, batch.dead_ids):
+                if column:
+                    low, high = digest_columns(column)
+                    s.window.add_columns(low, high, batch.arrival_max_ms)
+            if batch.settings not in keys:
+                stored = s.stored_settings(batch.settings, f"{batch.key} settings")
+                keys[batch.settings] = (str(stored.dedup_key), stored.typed_ids)
+            self.saw_key(keys[batch.settings], batch.arrival_max_ms)
+        stats = s.window.stats()
+        s.log.info(
+            "window_loaded",
+            ids=stats.ids,
+            batches=len(own),
+            parents=ancestors,
+            parent_batches=len(inherited),
+            oldest_ms=stats.oldest_ms,
+            newest_ms=stats.newest_ms,
+            cut_short=stats.cut_short,
+            memory_bytes=stats.memory_bytes,
+            seconds=round(time.monotonic() - started, 3),
+        )
+
+    def _reaches_back(self, batches: Sequence[DigestBatch], newest_ms: int) -> bool:
+        """Do these batches (newest first) already cover the horizon behind ``newest_ms``?"""
+        return bool(batches) and batches[-1].arrival_min_ms <= newest_ms - self.s.config.dedup_window_ms
+
+    def _newest_first(self, key: str, upto: int) -> Iterator[DigestBatch]:
+        return iter(self.s.retrying("load_window", lambda: list(self._lazy(key, upto))))
+
+    def _lazy(self, key: str, upto: int) -> Iterator[DigestBatch]:
+        """The committed batches newest first, read until the window's horizon or cap is reached."""
+        config = self.s.config
+        taken = 0
+        newest: int | None = None
+        for batch in self.s.store.batches(key, upto):
+            if newest is None:
+                newest = batch.arrival_max_ms
+            if taken >= config.dedup_window_max_events or batch.arrival_max_ms < newest - config.dedup_window_ms:
+                return
+            taken += batch.keyed_count
+            yield batch
+
+    def add(self, digests: list[int], arrival_max_ms: int, key: tuple[str, bool]) -> None:
+        """A committed chunk's IDs (read under ``key``) join the window; a window cut short is said once."""
+        s = self.s
+        s.window.add(digests, arrival_max_ms)
+        self.saw_key(key, arrival_max_ms)
+        window = s.window.stats()
+        if window.cut_short and not self._cut_reported:
+            s.log.warning(
+                "window_cut_short",
+                ids=window.ids,
+                oldest_ms=window.oldest_ms,
+                newest_ms=window.newest_ms,
+                detail="copier.dedupWindowMaxEvents keeps the window shorter than copier.dedupWindowSeconds",
+            )
+        self._cut_reported = window.cut_short
+
+    def saw_key(self, key: tuple[str, bool], arrival_ms: int) -> None:
+        """The window holds IDs read under ``key`` (dedup key, typed IDs) up to ``arrival_ms``."""
+        if arrival_ms > self._keys.get(key, -1):
+            self._keys[key] = arrival_ms
+
+    def older_keys(self) -> list[tuple[DedupKey, bool]]:
+        """Dedup keys (with whether their IDs were typed) other than the current one whose IDs the window still
+        holds (a configuration change, or an upgrade from a version that read the integer 7 as "7", within
+        the window): a record whose ID under one of them was forwarded is a duplicate too."""
+        s = self.s
+        current = (str(s.config.dedup_key), True)
+        horizon = s.window.newest_ms - s.config.dedup_window_ms
+        return [
+            (parse_dedup_key(k), typed)
+            for (k, typed), newest in self._keys.items()
+            if (k, typed) != current and newest >= horizon
+        ]

@@ -1,0 +1,287 @@
+"""The chunk pipeline: a delivery cut into chunks, each planned, recorded, put and committed on its own.
+
+Per chunk (docs/protocol.md, "Per chunk"): the stream guard first
+(``copier.shard.guard``); then the plan (``copier.plan``: what each record
+becomes, against the committed position, the window and the redo set); the
+chunk's digest batch is recorded (its intent, before anything is put); the
+forwarder puts it until every record landed; the commit writes the new
+position, the redo set used up and the counters. At most ``chunk_events``
+records a chunk, so no batch size reaches a DynamoDB limit.
+
+What may have landed twice is said before the put that may cause it
+(``possible_duplicates``, one report per chunk, every ID named), so that a
+crash during the put cannot hide it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from copier.errors import FencedError
+from copier.forward import Forwarder
+from copier.packing import pack_digests
+from copier.plan import BatchPlan, Outgoing, PlanSettings, Redo, SourceRecord, chunks, plan_batch
+from copier.positions import Position
+from copier.shard.guard import StreamGuard
+from copier.shard.history import History
+from copier.shard.session import HOUR_MS, ShardSession
+from copier.state import DigestBatch, ShardState
+
+__all__ = ["ChunkPipeline"]
+
+
+class ChunkPipeline:
+    """Forwards records chunk by chunk for the session's owner; see the module docstring."""
+
+    def __init__(self, session: ShardSession, history: History, guard: StreamGuard, chunk_events: int) -> None:
+        self.s = session
+        self.history = history
+        self.guard = guard
+        self.chunk_events = chunk_events
+        config = session.config
+        self.forwarder = Forwarder(
+            session.streams,
+            session.clock,
+            session,
+            {"target": config.target_stream_name, "deadletter": config.dead_letter_stream_name or ""},
+            config.put_timeout_millis,
+            config.max_backoff_millis,
+            ordered=config.ordering == "partitionKey",
+        )
+
+    def forward(
+        self, records: Sequence[SourceRecord], behind_ms: int | None
+    ) -> tuple[Position | None, list[SourceRecord]]:
+        """Forward records now, chunk by chunk: the last committed position, and the records left unforwarded
+        because this processor was fenced on the way."""
+        committed: Position | None = None
+        parts = chunks(records, self.chunk_events)
+        for i, chunk in enumerate(parts):
+            position = self._chunk(chunk, behind_ms)
+            if self.s.fenced:
+                return committed, [r for part in parts[i:] for r in part]
+            if position is not None:
+                committed = position
+        return committed, []
+
+    def _chunk(self, records: Sequence[SourceRecord], behind_ms: int | None) -> Position | None:
+        s = self.s
+        scattered = self.guard.scattered(records)
+        try:
+            self.guard.await_streams(refresh=bool(scattered))
+        except FencedError:
+            s.fence("stream_settings")
+            return None
+        state = s.state
+        assert state is not None
+        settings = s.settings()
+        redo = self._redo(state, settings)
+        plan = plan_batch(records, state.position, s.window, redo, settings, self.history.older_keys())
+        if plan.last is None:
+            return None
+        self._report(plan)
+        try:
+            return self._put_and_commit(plan, settings, scattered, behind_ms)
+        except FencedError:
+            s.fence("process_records")
+            return None
+
+    def _redo(self, state: ShardState, settings: PlanSettings) -> Redo | None:
+        """The committed redo set, with the settings its identities were computed under (None: these)."""
+        if state.redo_last is None:
+            return None
+        stored = None
+        if state.redo_settings and state.redo_settings != settings.encode():
+            stored = self.s.stored_settings(state.redo_settings, "redo settings")
+        return Redo(state.redo_last, state.redo_counter, stored, state.redo_suspect)
+
+    def _report(self, plan: BatchPlan) -> None:
+        log, config = self.s.log, self.s.config
+        for position, reason in plan.unkeyed:
+            log.warning(
+                "unkeyed_event",
+                sequence_number=position.seq_str,
+                sub_sequence_number=position.subseq,
+                reason=reason,
+                policy=config.unkeyed_policy,
+            )
+        for position, reason in plan.rerouted:
+            log.warning(
+                "rerouted",
+                sequence_number=position.seq_str,
+                sub_sequence_number=position.subseq,
+                reason=reason,
+                to="deadletter" if config.dead_letter_stream_name else "target under a replacement partition key",
+            )
+        if plan.redo_missing:
+            log.error(
+                "redo_records_not_replayed",
+                count=plan.redo_missing,
+                detail="records a verified chunk had not put never came again: the staging stream's retention "
+                "expired them, or the daemon started past them (initialPositionInStream)",
+            )
+
+    def _expires_ms(self, plan: BatchPlan, now: int) -> int:
+        """When the digest batch may expire: once nothing that could still be delivered needs it.
+
+        A duplicate of one of its events arrives within the dedup window of
+        it, and is delivered at the latest when the staging stream's retention
+        ends; a chunk in flight can be replayed as long as its records are
+        there. So: the newest arrival, the window, the retention and an hour
+        of margin, and never before ``copier.digestTtlHours`` after writing.
+        """
+        config = self.s.config
+        floor = now + config.digest_ttl_hours * HOUR_MS
+        retention = self.s.retention(config.stream_name)  # cached by the adapter; read again when it failed
+        if retention is None:
+            return floor
+        return max(floor, plan.arrival_max_ms + config.dedup_window_ms + retention + HOUR_MS)
+
+    def _record(self, plan: BatchPlan, settings: PlanSettings, index: int, now: int, bound: int) -> DigestBatch:
+        """The chunk's digest batch (its intent), stored before anything is put. ``now`` and ``bound``: the
+        start and the clock bound read with it (``ClockMargins.start``); the larger of it and the bound now
+        is kept."""
+        s = self.s
+        assert s.state is not None and plan.last is not None
+        target = [o.partition_key for o in plan.send if o.destination == "target"]
+        shards = s.target_shards(settings.target_stream, target) if target else ()
+        redo_ids = b""
+        redo_settings = ""
+        if plan.redo_ids:
+            redo_ids = pack_digests(plan.redo_ids[o.position] for o in plan.in_batch_order())
+            redo_settings = s.state.redo_settings
+        batch = DigestBatch(
+            index=index,
+            epoch=s.state.epoch,
+            last=plan.last,
+            started_ms=now,
+            keyed=pack_digests(plan.keyed_digests),
+            unkeyed=pack_digests(plan.unkeyed_digests),
+            deadletter=pack_digests(plan.deadletter_digests),
+            arrival_min_ms=plan.arrival_min_ms,
+            arrival_max_ms=plan.arrival_max_ms,
+            target_shards=tuple(sorted(shards or ())),
+            settings=settings.encode(),
+            dead_ids=pack_digests(plan.dead_ids),
+            redo_ids=redo_ids,
+            redo_settings=redo_settings,
+            expires_ms=self._expires_ms(plan, now),
+            clock_bound_ms=max(bound, s.margins.own_bound() or 0) or None,
+        )
+        s.ensure_lease()
+        s.retrying("put_batch", lambda: s.store.put_batch(s.key, batch))
+        s.log.debug("batch_recorded", batch=index, entries=len(plan.send), last=str(plan.last))
+        return batch
+
+    def _put_and_commit(
+        self, plan: BatchPlan, settings: PlanSettings, scattered: set[Position], behind_ms: int | None
+    ) -> Position:
+        s = self.s
+        state = s.state
+        assert state is not None and plan.last is not None
+        index = state.batches
+        now, bound = s.margins.start()
+        if plan.send:
+            index = state.batches + 1
+            if state.redo_suspect and plan.redo_sent:  # said before the put: a crash during it must not hide it
+                self.possible_duplicates(
+                    index,
+                    plan.redo_sent,
+                    now,
+                    "sent again after a verification that started past the target's retention: the first copy "
+                    "may have landed and expired from what the verification could read",
+                )
+            outside = [o for o in plan.send if o.position in scattered and o.event_id is not None]
+            if outside:  # said before the put, as the other reports: a crash during it must not hide it
+                self.possible_duplicates(
+                    index,
+                    outside,
+                    now,
+                    "put on this staging shard against its partition key (RecordDistributionStrategy AUTO, now or "
+                    "earlier, or an ExplicitHashKey): a copy of the same event on another shard may be forwarded too",
+                )
+            self._record(plan, settings, index, now, bound)
+            try:
+                stats = self.forwarder.forward(plan.send, now - max(s.config.clock_skew_millis, bound))
+            except FencedError:
+                self._fenced_after_putting(index, self.forwarder.attempted, now)
+                raise
+            s.log.debug("put_done", batch=index, entries=len(plan.send), requests=stats.requests)
+        read_under = (str(settings.dedup_key), settings.typed_ids)
+        self.history.add(plan.keyed_digests + plan.dead_ids, plan.arrival_max_ms, read_under)
+        window = s.window.stats()
+        redo = plan.redo
+        state = s.state
+        assert state is not None
+        commit = replace(
+            state,
+            position=plan.last,
+            batches=index,
+            redo_last=redo.last if redo else None,
+            redo_digests=tuple(sorted(redo.digests.elements())) if redo else (),
+            redo_settings=(redo.settings or settings).encode() if redo else "",
+            redo_suspect=redo.suspect if redo else False,
+            behind_ms=behind_ms,
+            window_ids=window.ids,
+            window_oldest_ms=window.oldest_ms,
+            window_newest_ms=window.newest_ms,
+            window_cut=window.cut_short,
+        ).with_counts(
+            forwarded=sum(1 for o in plan.send if o.destination == "target"),
+            dead_lettered=plan.dead_lettered,
+            duplicates=plan.duplicates,
+            replays=plan.replays,
+            unkeyed=len(plan.unkeyed),
+            already_landed=plan.already_landed,
+        )
+        try:
+            s.write(commit)
+        except FencedError:
+            self._fenced_after_putting(index, plan.send, now)
+            raise
+        s.metrics.stalled = False
+        s.log.debug(
+            "committed",
+            batch=index,
+            position=str(plan.last),
+            forwarded=len(plan.send),
+            duplicates=plan.duplicates,
+            replays=plan.replays,
+        )
+        return plan.last
+
+    def _fenced_after_putting(self, index: int, attempted: Sequence[Outgoing], started_ms: int) -> None:
+        """Fenced with requests of a chunk sent: if this processor's last lease ran out meanwhile (it was frozen
+        past it: the honest limit), a successor may have verified the chunk before they landed."""
+        s = self.s
+        assert s.state is not None
+        # A clock stepped back reads the lease as longer than it was: its measured bound makes up for it.
+        if attempted and s.clock.now_ms() + (s.margins.own_bound() or 0) > s.state.lease_until_ms:
+            self.possible_duplicates(
+                index,
+                attempted,
+                started_ms,
+                "the lease ran out during the put; a successor may have verified the batch before it landed",
+            )
+
+    def possible_duplicates(self, index: int, sent: Sequence[Outgoing], since_ms: int, detail: str) -> None:
+        """Log (and count) the events of a chunk that may have landed twice, with their IDs.
+
+        ``window_from_ms``: no copy this report excuses arrived before it (the
+        chunk's start, or the resend's, less this host's clock margin); a copy
+        may arrive any time after (a successor redoes the chunk when the daemon
+        replays it). An audit excuses one extra copy per ID named, no more
+        (``copier.audit``).
+        """
+        s = self.s
+        s.metrics.possible_duplicates += len(sent)
+        s.emit(now=True)
+        s.log.error(
+            "possible_duplicates",
+            batch=index,
+            count=len(sent),
+            event_ids=[o.event_id for o in sent if o.event_id is not None],
+            window_from_ms=since_ms - s.margins.arrival(),
+            detail=detail,
+        )

@@ -1,0 +1,244 @@
+"""What every part of a shard's protocol shares: who it is, its state item, and the discipline of its AWS calls.
+
+One :class:`ShardSession` per record processor. It holds the shard's
+identity (stream, shard, state key, this processor's owner ID), the last
+state item this processor wrote as owner, whether it is fenced, the dedup
+window, and the ways every part talks to AWS:
+
+* :meth:`retrying`: a call is retried for as long as its fault lasts; a
+  fault AWS reports as final for this shard's request stalls this shard
+  alone (``shard_stalled``), a host-wide one (a missing table or stream,
+  denied access) goes up and ends the process; a fence and a conflict go up.
+* :meth:`write`: every write as owner renews the lease and records this
+  host's measured clock bound; a conditional failure is a fence.
+* :meth:`ensure_lease` / :meth:`keep_lease`: before a put the lease must
+  outlive it; while reading it is renewed once half of it is gone.
+
+It is also what the forwarder is given (``copier.forward.PutSession``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from copier.clockcheck import ClockBounds
+from copier.config import Config
+from copier.errors import AwsError, FatalAwsError, IncompatibleStateError, TransientAwsError
+from copier.identity import content_digest, identity_of
+from copier.limits import MAX_RECORD_BYTES
+from copier.metrics import MetricsEmitter, ShardMetrics
+from copier.plan import PlanSettings
+from copier.ports import Clock, Identity, Streams
+from copier.retry import backoff_ms
+from copier.shard.margins import ClockMargins
+from copier.shardmap import shards_covering
+from copier.state import ShardState, StateStore
+from copier.window import DedupWindow
+
+__all__ = ["MIN_RETENTION_MS", "ShardSession"]
+
+T = TypeVar("T")
+
+HOUR_MS = 3_600_000
+MIN_RETENTION_MS = 24 * HOUR_MS  # Kinesis keeps records at least this long
+RETENTION_SLACK_MS = 5 * 60_000  # a read starting this close to the trim horizon may miss what expires under it
+
+
+class ShardSession:
+    """One processor's shared state and AWS discipline; see the module docstring."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: StateStore,
+        streams: Streams,
+        clock: Clock,
+        owner: str,
+        log: Any,
+        emitter: MetricsEmitter | None,
+        clock_bounds: ClockBounds | None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.streams = streams
+        self.clock = clock
+        self.owner = owner
+        self.log = log
+        self.emitter = emitter
+        self.metrics = ShardMetrics(last_emit_ms=clock.now_ms())
+        self.clock_bounds = clock_bounds
+        self.margins = ClockMargins(config.clock_skew_millis, clock, clock_bounds, self)
+        self.shard_id = ""
+        self.key = ""
+        self.state: ShardState | None = None  # the item as this processor last wrote (or read) it as owner
+        self.fenced = False
+        self.window = DedupWindow(config.dedup_window_ms, config.dedup_window_max_events)
+        self._retention_unknown: set[str] = set()  # streams whose retention could not be read (said once)
+
+    # -- what records become --------------------------------------------------------
+
+    def settings(self) -> PlanSettings:
+        """What decides what a record becomes now: the configuration, and the target's and dead-letter
+        stream's record limits as DescribeStreamSummary gives them (cached; 1 MiB when unknown, so a
+        record is dead-lettered rather than refused)."""
+        target = self.streams.settings(self.config.target_stream_name)
+        dlq_name = self.config.dead_letter_stream_name
+        dlq = self.streams.settings(dlq_name) if dlq_name else None
+        return PlanSettings(
+            dedup_key=self.config.dedup_key,
+            unkeyed_policy=self.config.unkeyed_policy,
+            dead_letter_stream=dlq_name,
+            stream_name=self.config.stream_name,
+            shard_id=self.shard_id,
+            target_stream=self.config.target_stream_name,
+            max_record_bytes=target.max_record_bytes if target is not None else MAX_RECORD_BYTES,
+            dead_letter_max_bytes=dlq.max_record_bytes if dlq is not None else MAX_RECORD_BYTES,
+        )
+
+    def stored_settings(self, text: str, what: str) -> PlanSettings:
+        """Plan settings a digest batch or the state item recorded ("" for an earlier copier's: the current
+        configuration, with IDs read as that copier read them, the integer 7 as the string "7")."""
+        if not text:
+            return replace(self.settings(), typed_ids=False)
+        try:
+            return PlanSettings.decode(text, self.config.stream_name, self.shard_id)
+        except ValueError as exc:
+            raise IncompatibleStateError(f"{self.key}: {what}: {exc}") from exc
+
+    def identity_for(self, destination: str) -> Identity:
+        if destination == "deadletter":
+            return content_digest
+        return lambda pk, data: identity_of(self.config.dedup_key, pk, data)
+
+    def target_shards(self, stream: str, partition_keys: Iterable[str]) -> set[int] | None:
+        """Numbers of the target shards these keys go to (from a map taken now, before the put)."""
+        shard_map = self.retrying("list_target_shards", lambda: self.streams.shard_map(stream))
+        return shards_covering(shard_map, partition_keys)
+
+    # -- AWS calls ------------------------------------------------------------------
+
+    def retrying(self, what: str, fn: Callable[[], T]) -> T:
+        """Run a call until it succeeds; a host-wide fatal error, FencedError and StateConflict go up.
+
+        Transient errors are retried with jittered backoff; a fatal error that
+        is not host-wide stalls this shard (retried at the longest backoff,
+        logged each time) rather than ending a process that serves other shards.
+        """
+        attempt = 0
+        while True:
+            try:
+                return fn()
+            except TransientAwsError as exc:
+                level = self.log.warning if attempt >= 3 else self.log.info
+                level("retrying", call=what, code=exc.code, attempt=attempt)
+                self.clock.sleep_ms(backoff_ms(attempt, self.config.max_backoff_millis))
+            except FatalAwsError as exc:
+                if exc.host_wide:
+                    raise
+                self.on_stall(what, exc, attempt)
+                self.clock.sleep_ms(self.config.max_backoff_millis)
+            attempt += 1
+
+    def write(self, new: ShardState) -> ShardState:
+        """Write as owner; on success the new state is ours. FencedError goes up."""
+        owner = self.state
+        assert owner is not None
+        now = self.clock.now_ms()
+        lease = max(now + self.config.lease_millis, owner.lease_until_ms)
+        bound = self.margins.own_bound()
+        new = replace(new, version=owner.version + 1, lease_until_ms=lease, updated_ms=now, clock_bound_ms=bound)
+        self.retrying("write_state", lambda: self.store.write(self.key, owner, new))
+        self.state = new
+        self.margins.note()
+        return new
+
+    def ensure_lease(self) -> None:
+        """Before a put: renew the lease unless it outlives the put with margin to spare.
+
+        The margin is the configured skew or this host's measured clock bound,
+        whichever is larger: a clock stepped back since the lease was written
+        reads too early, and its own bound (from the answers since) says by how
+        much. A renewal also records the new bound for a successor to see.
+        """
+        assert self.state is not None
+        need = self.config.put_timeout_millis + self.margins.arrival()
+        if self.clock.now_ms() + need < self.state.lease_until_ms:
+            return
+        self.write(self.state)
+
+    def keep_lease(self) -> None:
+        """While reading (a verification): renew the lease once half of it is gone, so that a slow page
+        (a GetRecords can take seconds) never lets it run out; FencedError goes up."""
+        assert self.state is not None
+        if self.clock.now_ms() + self.config.lease_millis // 2 >= self.state.lease_until_ms:
+            self.write(self.state)
+
+    def fence(self, where: str) -> None:
+        self.fenced = True
+        self.log.warning(
+            "fenced",
+            where=where,
+            detail="another processor took the shard over; forwarding stops, and what the daemon delivers is held "
+            "until that owner's lease runs out or this processor's lease is lost",
+        )
+
+    # -- retention ------------------------------------------------------------------
+
+    def retention(self, stream: str) -> int | None:
+        """A stream's retention (ms), None when it cannot be read (then the rules that need it fall back,
+        and say so once until it can be read again)."""
+        try:
+            retention = self.streams.retention(stream)
+        except AwsError as exc:
+            retention, error = None, str(exc)
+        else:
+            error = "DescribeStreamSummary gave no retention"
+        if retention is None and stream not in self._retention_unknown:
+            self._retention_unknown.add(stream)
+            self.log.warning("retention_unknown", stream=stream, error=error)
+        elif retention is not None:
+            self._retention_unknown.discard(stream)
+        return retention
+
+    def beyond_retention(self, stream: str, since_ms: int) -> bool:
+        """Could records from ``since_ms`` on have expired from ``stream`` already? A retention that cannot be
+        read counts as Kinesis' shortest (24 h): the answer may then be yes when it is no, never the reverse."""
+        retention = self.retention(stream) or MIN_RETENTION_MS
+        return since_ms < self.clock.now_ms() - retention + RETENTION_SLACK_MS
+
+    # -- what is said ---------------------------------------------------------------
+
+    def emit(self, now: bool = False) -> None:
+        """Send this interval's metrics if one has passed (or ``now``); nothing when metrics are off."""
+        if self.emitter is None or self.state is None:
+            return
+        at = self.clock.now_ms()
+        if not now and not self.metrics.due(at, self.config.metrics_interval_seconds):
+            return
+        window = self.window.stats()
+        span_s = (window.newest_ms - window.oldest_ms) / 1000 if window.ids else 0.0
+        values = self.metrics.take(self.state.counters, window.ids, span_s, at, self.margins.own_bound())
+        self.emitter.emit(self.shard_id, values, self.metrics.take_retries())
+
+    def on_put_request(self, stream: str, entries: int, failed: int, millis: float | None) -> None:
+        self.metrics.saw_put(millis)
+        self.log.debug("put_request", stream=stream, entries=entries, failed=failed, millis=millis)
+
+    def on_put_retry(self, code: str, entries: int, attempt: int) -> None:
+        self.metrics.put_retries[code] += entries
+        log = self.log.warning if attempt >= 3 else self.log.info
+        log("put_retry", code=code, entries=entries, attempt=attempt)
+
+    def on_stall(self, call: str, error: FatalAwsError, attempt: int) -> None:
+        self.metrics.stalled = True
+        self.emit()
+        self.log.error(
+            "shard_stalled",
+            call=call,
+            code=error.code,
+            error=str(error),
+            attempt=attempt,
+            detail="AWS rejects this shard's request; retrying every copier.maxBackoffMillis, nothing is skipped",
+        )

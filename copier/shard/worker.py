@@ -1,0 +1,195 @@
+"""The facade the record processor drives: one method per KCL call, each returning what to checkpoint.
+
+``initialize`` takes the shard over (sleeping out a valid lease), verifies a
+chunk left in flight and loads the window; ``process`` forwards a delivery
+(or holds it while fenced); ``flush`` forwards what waits; ``end_shard``
+closes the shard; ``release`` gives the lease up on a requested shutdown;
+``lose_lease`` drops what is held when the daemon says another worker has the
+shard. The parts it wires together are described in ``copier.shard``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import structlog
+
+from copier.clockcheck import ClockBounds
+from copier.config import Config
+from copier.errors import FencedError
+from copier.limits import MAX_CHUNK_EVENTS
+from copier.metrics import MetricsEmitter
+from copier.plan import SourceRecord
+from copier.ports import Clock, Streams
+from copier.positions import Position
+from copier.shard.coalescing import Coalescer
+from copier.shard.endings import ShardEnd
+from copier.shard.guard import StreamGuard
+from copier.shard.history import History
+from copier.shard.holding import Holding
+from copier.shard.inflight import InFlight
+from copier.shard.ownership import Ownership
+from copier.shard.pipeline import ChunkPipeline
+from copier.shard.session import ShardSession
+from copier.state import ShardState, StateStore, shard_key
+from copier.window import DedupWindow
+
+__all__ = ["ShardWorker", "SystemClock", "worker_id"]
+
+
+class SystemClock:
+    """Wall-clock time (leases are compared across hosts, so not monotonic)."""
+
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+    def sleep_ms(self, ms: int) -> None:
+        if ms > 0:
+            time.sleep(ms / 1000)
+
+
+def worker_id() -> str:
+    """host:pid:random, unique per processor process."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class ShardWorker:
+    """Forwards one shard's records exactly once; one instance per record processor."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: StateStore,
+        streams: Streams,
+        clock: Clock | None = None,
+        owner: str | None = None,
+        log: Any = None,
+        chunk_events: int = MAX_CHUNK_EVENTS,
+        metrics: MetricsEmitter | None = None,
+        clock_bounds: ClockBounds | None = None,
+    ) -> None:
+        s = self.session = ShardSession(
+            config,
+            store,
+            streams,
+            clock or SystemClock(),
+            owner or worker_id(),
+            log or structlog.get_logger("copier"),
+            metrics,
+            clock_bounds,
+        )
+        self.ownership = Ownership(s)
+        self.inflight = InFlight(s)
+        self.history = History(s)
+        self.guard = StreamGuard(s)
+        self.pipeline = ChunkPipeline(s, self.history, self.guard, chunk_events)
+        self.holding = Holding(s, self.ownership, self.inflight, self.history, self.pipeline)
+        self.coalescer = Coalescer(config, s.clock)
+        self.ending = ShardEnd(s, self.ownership, self.holding)
+
+    # What callers (the processor, tests) read of the session.
+    config = property(lambda self: self.session.config)
+    clock = property(lambda self: self.session.clock)
+    clock_bounds = property(lambda self: self.session.clock_bounds)
+    log = property(lambda self: self.session.log)
+    shard_id = property(lambda self: self.session.shard_id)
+    key = property(lambda self: self.session.key)
+    owner = property(lambda self: self.session.owner)
+
+    @property
+    def state(self) -> ShardState | None:
+        return self.session.state
+
+    @property
+    def fenced(self) -> bool:
+        return self.session.fenced
+
+    @property
+    def window(self) -> DedupWindow:
+        return self.session.window
+
+    # -- the KCL's calls ------------------------------------------------------------
+
+    def initialize(self, shard_id: str) -> None:
+        """Take the shard over (after sleeping out a valid lease), verify a batch in flight, load the window.
+
+        A fence during the verification (a rival took over while it read)
+        leaves this processor fenced, as any fence does: it holds what the
+        daemon delivers and takes the shard back when it can.
+        """
+        s = self.session
+        s.shard_id = shard_id
+        s.key = shard_key(s.config.stream_name, shard_id)
+        s.log = s.log.bind(shard=shard_id)
+        seen = self.ownership.take_over()
+        assert s.state is not None
+        s.log = s.log.bind(epoch=s.state.epoch)
+        s.log.info(
+            "took_over",
+            previous_owner=seen.owner if seen else None,
+            previous_epoch=seen.epoch if seen else None,
+            position=str(s.state.position) if s.state.position else None,
+            batches=s.state.batches,
+        )
+        try:
+            self.inflight.verify(seen)
+        except FencedError:
+            s.fence("initialize")
+            return
+        self.history.load()
+
+    def process(self, records: Sequence[SourceRecord], behind_ms: int | None = None) -> Position | None:
+        """Forward a delivery, chunk by chunk; the committed position, or None if fenced or nothing moved;
+        then this interval's metrics if it has passed.
+
+        ``behind_ms`` is the daemon's millisBehindLatest for the batch, kept
+        in the state item for ``copier status``. Small deliveries may wait
+        (``copier.shard.coalescing``); a fenced processor holds what it is
+        given (``copier.shard.holding``).
+        """
+        s = self.session
+        s.metrics.saw_behind(behind_ms)
+        try:
+            if s.state is None:
+                return None
+            if s.fenced:
+                return self.holding.hold(self.coalescer.take() + list(records), behind_ms)
+            due = self.coalescer.offer(records)
+            return None if due is None else self._forward_or_hold(due, behind_ms)
+        finally:
+            s.emit()
+
+    def flush(self, behind_ms: int | None = None) -> Position | None:
+        """Forward whatever small deliveries are waiting (before a shutdown or a shard's end)."""
+        records = self.coalescer.take()
+        if not records or self.session.state is None:
+            return None
+        if self.session.fenced:
+            return self.holding.hold(records, behind_ms)
+        return self._forward_or_hold(records, behind_ms)
+
+    def _forward_or_hold(self, records: Sequence[SourceRecord], behind_ms: int | None) -> Position | None:
+        committed, rest = self.pipeline.forward(records, behind_ms)
+        if rest:  # fenced on the way: the rest is not committed by this processor
+            return self.holding.hold(rest, behind_ms)
+        return committed
+
+    def end_shard(self) -> bool:
+        """Mark the shard closed; True if the caller may checkpoint SHARD_END (``copier.shard.endings``)."""
+        self.flush()
+        return self.ending.close()
+
+    def release(self, retry: bool = True) -> Position | None:
+        """On a requested shutdown: give the lease up so a successor need not sleep; return the position."""
+        return self.ownership.release(retry)
+
+    def lose_lease(self) -> None:
+        """The daemon says another worker has the shard: stop, and drop what is held (it is replayed there)."""
+        self.session.fenced = True
+        self.holding.drop()
+        self.coalescer.take()
