@@ -29,11 +29,11 @@ from copier.clockcheck import ClockBounds
 from copier.clockhooks import watch_botocore
 from copier.config import Config
 from copier.errors import AmbiguousPutError, AwsError, FatalAwsError, TransientAwsError
-from copier.kpl import as_daemon_delivers
+from copier.kinesisread import GET_RECORDS_LIMIT, KinesisReads
 from copier.plan import SourceRecord
 from copier.ports import Found, Identity
 from copier.positions import Position
-from copier.shardmap import ShardMap, descendants, shard_id_of
+from copier.shardmap import ShardMap
 from copier.streamsettings import StreamSettings
 from copier.target import target_session
 
@@ -41,8 +41,6 @@ __all__ = ["GET_RECORDS_LIMIT", "KinesisStreams", "PutEntry", "paged_shards"]
 
 PutEntry = tuple[str, bytes, str | None]  # (partition key, data, data in base64 if already at hand)
 
-GET_RECORDS_LIMIT = 10_000
-FIRST_PAGE = 500
 SHARD_MAP_MAX_AGE_S = 300.0
 LINEAGE_MAX_AGE_S = 5.0
 SUMMARY_MAX_AGE_S = 300.0
@@ -123,12 +121,12 @@ class KinesisStreams:
         if credentials is not None and usable(self._put.meta.endpoint_url):
             on_answer = None if clock is None else clock.observe
             self._fast = JsonClient(self._put, credentials, 5.0, put_timeout, on_answer)
-        self._sleep = sleep
         self._monotonic = monotonic
         self._maps: dict[str, tuple[float, ShardMap]] = {}
         self._summaries: dict[str, tuple[float, StreamSettings]] = {}
         self._summary_failed: dict[str, float] = {}
         self._lineage: dict[str, tuple[float, list[dict[str, Any]]]] = {}
+        self._reads = KinesisReads(lambda op, fn, **kw: self._call(op, fn, **kw), self._staging, self._read, sleep)
 
     def put_records(self, stream: str, entries: Sequence[PutEntry]) -> list[str | None]:
         """One PutRecords attempt; returns each entry's error code, None where it landed."""
@@ -238,48 +236,9 @@ class KinesisStreams:
         return settings.retention_ms if settings is not None else None
 
     def read_source(self, stream: str, shard_id: str, first: Position, last: Position) -> Iterator[list[SourceRecord]]:
-        """A staging shard's records from ``first`` to ``last`` (both included), as the daemon delivers them.
-
-        For a fenced processor that dropped what it held (``copier.shard``):
-        read AT_SEQUENCE_NUMBER ``first``, KPL aggregates de-aggregated as the
-        KCL does (``copier.kpl.as_daemon_delivers``, with the shard's hash key
-        range), positions outside the range left out, at most 5 GetRecords a
-        second. Records the stream's retention removed are not there.
-        """
-        listed = self.shards(stream)
-        shard = next((s for s in listed if s["ShardId"] == shard_id), None)
-        if shard is None:
-            raise TransientAwsError("ListShards", "ShardNotListed", f"{shard_id} is not listed in {stream} yet")
-        hash_range = (int(shard["HashKeyRange"]["StartingHashKey"]), int(shard["HashKeyRange"]["EndingHashKey"]))
-        iterator: str | None = self._call(
-            "GetShardIterator",
-            self._staging.get_shard_iterator,
-            StreamName=stream,
-            ShardId=shard_id,
-            ShardIteratorType="AT_SEQUENCE_NUMBER",
-            StartingSequenceNumber=first.seq_str,
-        ).get("ShardIterator")
-        while iterator:
-            page = self._call("GetRecords", self._staging.get_records, ShardIterator=iterator, Limit=GET_RECORDS_LIMIT)
-            out: list[SourceRecord] = []
-            for record in page.get("Records", []):
-                seq = int(record["SequenceNumber"])
-                if seq > last.seq:
-                    if out:
-                        yield out
-                    return
-                arrival = _arrival_ms(record)
-                view = as_daemon_delivers(bytes(record["Data"]), record["PartitionKey"], hash_range)
-                for subseq, (key, data) in enumerate(view.records):
-                    position = Position(seq, subseq if view.aggregated else 0)
-                    if first <= position <= last:
-                        out.append(SourceRecord(position, key, data, arrival))
-            if out:
-                yield out
-            iterator = page.get("NextShardIterator")
-            if not page.get("Records") and page.get("MillisBehindLatest", 0) == 0:
-                return
-            self._sleep(0.2)  # 5 GetRecords per second per shard
+        """A staging shard's records from ``first`` to ``last`` (both included), as the daemon delivers them
+        (``KinesisReads.read_source``)."""
+        return self._reads.read_source(stream, self.shards(stream), shard_id, first, last)
 
     def parents(self, stream: str, shard_id: str, ancestor: bool = False) -> list[str]:
         """The parent shard IDs of a shard (one after a split, two after a merge).
@@ -313,85 +272,11 @@ class KinesisStreams:
         identity: Identity,
         keep_alive: Callable[[], None] | None = None,
     ) -> Found:
-        """Count record identities in the given shards (and their descendants) over a time range.
-
-        Used to verify a put whose outcome is unknown: once the put has
-        finished or timed out, what the stream holds of it is all that ever
-        will. Each shard is read from ``since_ms`` (GetShardIterator
-        AT_TIMESTAMP) until a record arrived after ``until_ms``, or to the end;
-        pages start small and double, so a read past the bound reads at most
-        one page too many; and at most 5 GetRecords a second per shard, the
-        Kinesis read limit, which the target's consumers share. ``keep_alive``
-        runs before every page (the caller keeps its lease through a long read).
-        """
-        listed = self.shards(stream)
-        if shards is None:
-            wanted = {s["ShardId"] for s in listed}
-        else:
-            wanted = descendants(listed, {shard_id_of(n) for n in shards})
-        found = Found()
-        for shard in listed:
-            if shard["ShardId"] in wanted:
-                found.shards_read += 1
-                try:
-                    self._read_shard(stream, shard["ShardId"], since_ms, until_ms, identity, found, keep_alive)
-                except FatalAwsError as exc:
-                    raise self._naming_the_key(stream, exc, "kms:Decrypt") from exc
-        return found
-
-    def _iterator(self, stream: str, shard_id: str, since_ms: int, after: str | None) -> str | None:
-        """An iterator at ``since_ms``, or just after the last record read (when one expired)."""
-        kwargs: dict[str, Any] = {"StreamName": stream, "ShardId": shard_id}
-        if after is None:
-            kwargs.update(ShardIteratorType="AT_TIMESTAMP", Timestamp=since_ms / 1000)
-        else:
-            kwargs.update(ShardIteratorType="AFTER_SEQUENCE_NUMBER", StartingSequenceNumber=after)
-        iterator: str | None = self._call("GetShardIterator", self._read.get_shard_iterator, **kwargs).get(
-            "ShardIterator"
-        )
-        return iterator
-
-    def _read_shard(
-        self,
-        stream: str,
-        shard_id: str,
-        since_ms: int,
-        until_ms: int | None,
-        identity: Identity,
-        found: Found,
-        keep_alive: Callable[[], None] | None,
-    ) -> None:
-        last: str | None = None
-        iterator = self._iterator(stream, shard_id, since_ms, last)
-        limit = FIRST_PAGE
-        while iterator:
-            if keep_alive is not None:
-                keep_alive()
-            try:
-                page = self._call("GetRecords", self._read.get_records, ShardIterator=iterator, Limit=limit)
-            except AwsError as exc:
-                if exc.code == "ExpiredIteratorException":
-                    iterator = self._iterator(stream, shard_id, since_ms, last)
-                    continue
-                if exc.retryable:
-                    self._sleep(0.5)
-                    continue
-                raise
-            records = page.get("Records", [])
-            found.records_read += len(records)
-            for record in records:
-                if until_ms is not None and _arrival_ms(record) > until_ms:
-                    return
-                found.identities[identity(record["PartitionKey"], bytes(record["Data"]))] += 1
-                last = record["SequenceNumber"]
-            iterator = page.get("NextShardIterator")
-            if not records and page.get("MillisBehindLatest", 0) == 0:
-                return
-            limit = min(GET_RECORDS_LIMIT, limit * 2)
-            self._sleep(0.2)  # 5 GetRecords per second per shard
-
-
-def _arrival_ms(record: dict[str, Any]) -> int:
-    """A record's ApproximateArrivalTimestamp in epoch milliseconds (botocore parses it to a datetime)."""
-    stamp = record["ApproximateArrivalTimestamp"]
-    return int(stamp.timestamp() * 1000) if hasattr(stamp, "timestamp") else int(float(stamp) * 1000)
+        """Count record identities in the given shards (and their descendants) over a time range
+        (``KinesisReads.read_identities``); a KMS error names the stream's key."""
+        try:
+            return self._reads.read_identities(
+                stream, self.shards(stream), shards, since_ms, until_ms, identity, keep_alive
+            )
+        except FatalAwsError as exc:
+            raise self._naming_the_key(stream, exc, "kms:Decrypt") from exc

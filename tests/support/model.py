@@ -421,7 +421,8 @@ class Driver:
     def race(self, worker: ShardWorker) -> None:
         """A rival takes copier's lease, forwards a few batches from the checkpoint, then loses the daemon's lease."""
         data = self.data
-        copier.shard.holding.MAX_HELD_RECORDS = data.draw(st.sampled_from(self.held_caps), label="records a fenced one holds")
+        held_cap = data.draw(st.sampled_from(self.held_caps), label="records a fenced one holds")
+        copier.shard.holding.MAX_HELD_RECORDS = held_cap
         rival = self.new_worker()
         replay = self.checkpoint
         for _ in range(data.draw(st.integers(0, 2), label="batches the rival forwards")):
