@@ -27,8 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from copier.chaos.harness import worker_lease_ms
 from copier.chaos.report import render
-from copier.chaos.run import SeedResult, run_seed, worker_lease_ms
+from copier.chaos.run import SeedResult, run_seed
 from copier.chaos.schedule import FULL, SMOKE, draw
 
 

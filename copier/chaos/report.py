@@ -7,7 +7,7 @@ import platform
 from collections import Counter
 from collections.abc import Sequence
 
-from copier.chaos.run import SeedResult
+from copier.chaos.result import SeedResult
 
 __all__ = ["METHOD", "PASS", "render"]
 
