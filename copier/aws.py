@@ -1,6 +1,6 @@
 """The one place botocore and PynamoDB errors become copier errors, keeping the AWS error code.
 
-Adapter modules (``copier.dynamo``, ``copier.kinesis``, ``copier.verify``)
+Adapter modules (``copier.dynamo``, ``copier.kinesis``, ``copier.streamreader``)
 call :func:`convert_aws_error` at their edge, so everything above them
 decides on copier's own terms (``copier.errors``): retry a transient error,
 stall one shard on a fatal one, exit the process on a host-wide one.

@@ -9,10 +9,10 @@ one line::
 
 ``order`` numbers the records across the whole export in the order
 ``copier verify`` reads the stream, which is what per-partition-key order is
-judged by. Reads stay within the Kinesis read limits (``copier.verify``'s
-reader) and go through the target's credentials for the target and
-dead-letter streams. Records are written as they are read: memory does not
-grow with the stream.
+judged by. Reads stay within the Kinesis read limits (``copier verify``'s
+reader, ``copier.streamreader``) and go through the target's credentials for
+the target and dead-letter streams. Records are written as they are read:
+memory does not grow with the stream.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from copier.config import load_config
-from copier.verify import Progress, StreamReader, make_client
+from copier.streamreader import Progress, StreamReader, make_client
 
 __all__ = ["add_arguments", "export_stream", "main"]
 

@@ -63,9 +63,10 @@ def write_data(workdir: Path, events: int) -> tuple[Path, Path]:
 
 def verify_side(target: Path, manifest: Path) -> dict[str, Any]:
     """verify's audit: every record in memory as a TargetRecord, then copier.audit.audit."""
-    from copier.audit import TargetRecord, audit
+    from copier.audit import audit
+    from copier.auditinputs import event_id_in
+    from copier.audittypes import TargetRecord
     from copier.config import DedupKey
-    from copier.verify import event_id_in
 
     key = DedupKey("json", ("eventId",))
     records: list[TargetRecord] = []

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from copier.local.pipeline import LocalPipeline
-from copier.verify import Progress, StreamReader
+from copier.streamreader import Progress, StreamReader
 
 __all__ = ["E2EResult", "run_e2e"]
 

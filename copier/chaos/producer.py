@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from copier import kpl
-from copier.audit import Produced
+from copier.audittypes import Produced
 from copier.chaos.schedule import Plan
 from copier.identity import EventValue
 from copier.kinesis import paged_shards

@@ -1,7 +1,7 @@
 """``copier audit``: the exactly-once audit as a Spark job, for more events than one machine's memory holds.
 
 ``copier verify`` keeps every event ID in one Python process; this job
-computes the same report (``copier.audit.AuditReport``: the same counts and
+computes the same report (``copier.audittypes.AuditReport``: the same counts and
 the same examples, in the same order) with Spark, over files:
 
 * the produced IDs: manifest files, one ID per line, in production order
@@ -30,7 +30,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from copier.audit import AuditReport, DuplicateReport, OutOfOrder, Unkeyed, explain, show
+from copier.audit import explain
+from copier.audittypes import AuditReport, DuplicateReport, OutOfOrder, Unkeyed, show
 from copier.config import DedupKey, load_config
 from copier.identity import EventValue
 
@@ -69,11 +70,12 @@ def _records(lines: Iterator[tuple[str, int]], key: DedupKey, fmt: str, dead_let
     """One row per record of an export (or Firehose) file: (order, event key, partition key, shard, sequence
     number, SHA-256 of the bytes, arrival, problem). IDs are read as ``copier verify`` reads them, and kept
     as JSON text (an integer ID and its digits as a string stay apart). A dead-letter record is read as an
-    envelope (``copier.verify.read_envelope``): its event key is the original's, and ``problem`` says why it
+    envelope (``copier.auditinputs.read_envelope``): its event key is the original's, and ``problem`` says why it
     is not a valid envelope (None when it is). Firehose lines carry nothing but the record: their order is
     the line's, and they have no partition key, shard, sequence number or arrival."""
-    from copier.audit import check_dead_letter, event_key
-    from copier.verify import event_id_in, read_envelope, sha256_hex
+    from copier.auditinputs import event_id_in, read_envelope, sha256_hex
+    from copier.audittypes import event_key
+    from copier.deadlettercheck import check_dead_letter
 
     for line, number in lines:
         if not line.strip():
@@ -102,8 +104,8 @@ _SCHEMA = (
 
 def _manifest_rows(lines: Iterator[tuple[str, int]]) -> Iterator[tuple[Any, ...]]:
     """(position, event key, partition key or None, SHA-256 or None) per manifest line (copier.verify's format)."""
-    from copier.audit import event_key
-    from copier.verify import manifest_entry
+    from copier.auditinputs import manifest_entry
+    from copier.audittypes import event_key
 
     for line, position in lines:
         entry = manifest_entry(line, position)
@@ -263,7 +265,8 @@ def main(args: argparse.Namespace) -> int:
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
-    from copier.verify import VerifyResult, read_reports, render_json, render_text
+    from copier.auditinputs import read_reports
+    from copier.verifyreport import VerifyResult, render_json, render_text
 
     config = load_config(args.properties)
     reports = read_reports(args.reports) if args.reports else []
