@@ -14,13 +14,13 @@ install: $(STAMP)
 		$$sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q faketime; }
 
 # amazon-kclpy is an sdist whose build downloads the KCL MultiLangDaemon jars
-# from Maven Central (KCL_MVN_REPO_SEARCH_URL overrides the base URL); copier.jars
+# from Maven Central (KCL_MVN_REPO_SEARCH_URL overrides the base URL); copier.kcl.jars
 # --check checks that they arrived.
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
 	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'
-	$(BIN)/python -m copier.jars --check
+	$(BIN)/python -m copier.kcl.jars --check
 	@# systemd-analyze checks the units in the tests (Debian's systemd package, installed if missing).
 	command -v systemd-analyze >/dev/null 2>&1 || { sudo=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
 		$$sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q systemd; }

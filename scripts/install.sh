@@ -117,7 +117,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 say "installing $package into $venv"
 "$venv/bin/python" -m pip install --quiet --upgrade "$package"
-"$venv/bin/python" -m copier.jars --check >&2
+"$venv/bin/python" -m copier.kcl.jars --check >&2
 
 # 4. Config: never overwrite.
 mkdir -p "$config_dir"

@@ -9,7 +9,7 @@ See README.md ("The staging writer") for the options that matter on a cluster.
 import argparse
 import sys
 
-from copier.produce import add_arguments, main
+from copier.commands.produce import add_arguments, main
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="produce.py", description=__doc__.splitlines()[0])

@@ -19,11 +19,11 @@ from dataclasses import replace
 import pytest
 from structlog.testing import capture_logs
 
-from copier.config import Config
-from copier.errors import AmbiguousPutError, FatalAwsError, TransientAwsError
-from copier.plan import SourceRecord
-from copier.positions import Position
-from copier.state import shard_key
+from copier.core.config import Config
+from copier.core.errors import AmbiguousPutError, FatalAwsError, TransientAwsError
+from copier.core.plan import SourceRecord
+from copier.core.positions import Position
+from copier.core.state import shard_key
 from copier.testing import InMemoryStreams
 from tests.support.fakes import (
     SHARD,

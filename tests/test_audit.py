@@ -1,4 +1,4 @@
-"""The exactly-once audit (copier.audit): lost, duplicated, unexpected, unkeyed, dead-lettered, out of order."""
+"""The exactly-once audit (copier.core.audit): lost, duplicated, unexpected, unkeyed, dead-lettered, out of order."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from copier.audit import DeadLetter, OutOfOrder, TargetRecord, Unkeyed, audit, production_index
+from copier.core.audit import DeadLetter, OutOfOrder, TargetRecord, Unkeyed, audit, production_index
 
 KEYS = "abcd"
 

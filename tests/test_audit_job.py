@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from copier.config import parse_dedup_key
+from copier.core.config import parse_dedup_key
+from copier.core.plan import PlanSettings, SourceRecord, dead_letter_envelope
+from copier.core.positions import Position
 from copier.local.backend import DUMMY_ENV
 from copier.local.multilang import COPIER
-from copier.plan import PlanSettings, SourceRecord, dead_letter_envelope
-from copier.positions import Position
 from tests.support.backend import client, create_stream, local_backend
 from tests.support.props import write_properties
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from copier.batching import split_requests
-from copier.limits import MAX_REQUEST_BYTES, MAX_REQUEST_RECORDS
-from copier.plan import SourceRecord, chunks
-from copier.positions import Position
+from copier.core.batching import split_requests
+from copier.core.limits import MAX_REQUEST_BYTES, MAX_REQUEST_RECORDS
+from copier.core.plan import SourceRecord, chunks
+from copier.core.positions import Position
 
 
 @given(st.lists(st.integers(1, 1024 * 1024), max_size=1200))

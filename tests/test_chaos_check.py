@@ -16,15 +16,15 @@ from typing import Any
 
 import pytest
 
-from copier.audit import Produced
 from copier.chaos.check import PAGE_RECORDS, Check, check, copier_events, off_their_shard, short_reads
 from copier.chaos.producer import Output, Poison, alt_id
-from copier.config import load_config, parse_dedup_key
-from copier.identity import EventValue
-from copier.limits import MAX_RECORD_BYTES
-from copier.plan import PlanSettings, SourceRecord, dead_letter_envelope
-from copier.positions import Position
-from copier.shardmap import hash_key
+from copier.core.audit import Produced
+from copier.core.config import load_config, parse_dedup_key
+from copier.core.identity import EventValue
+from copier.core.limits import MAX_RECORD_BYTES
+from copier.core.plan import PlanSettings, SourceRecord, dead_letter_envelope
+from copier.core.positions import Position
+from copier.core.shardmap import hash_key
 from tests.conftest import Pipeline
 from tests.support.backend import create_stream
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from copier.adapters.dynamo import DynamoStateStore
+from copier.adapters.kinesis import KinesisStreams
 from copier.chaos.proxy import FaultProxy, FaultWindow
-from copier.dynamo import DynamoStateStore
-from copier.errors import AmbiguousPutError, TransientAwsError
-from copier.kinesis import KinesisStreams
-from copier.state import ShardState
+from copier.core.errors import AmbiguousPutError, TransientAwsError
+from copier.core.state import ShardState
 from tests.conftest import Pipeline
 from tests.support.backend import read_stream
 from tests.support.fakes import config

@@ -1,13 +1,13 @@
 """The checks that prove exactly once must fail on the cases a sceptic feeds them (issue 20): each test is a
-hole the audit (copier.audit, behind copier verify, copier audit and the chaos check) once let through."""
+hole the audit (copier.core.audit, behind copier verify, copier audit and the chaos check) once let through."""
 
 from __future__ import annotations
 
 import hashlib
 
-from copier.audit import DeadLetter, DuplicateReport, Produced, TargetRecord, audit
-from copier.config import parse_dedup_key
-from copier.identity import EventId, extract_event_id, id_digest
+from copier.core.audit import DeadLetter, DuplicateReport, Produced, TargetRecord, audit
+from copier.core.config import parse_dedup_key
+from copier.core.identity import EventId, extract_event_id, id_digest
 
 
 def sha(data: bytes) -> str:

@@ -12,14 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from copier.awsjson import JsonClient
-from copier.clockcheck import KEEP_MS, ClockBounds, ClockSnapshot, parse_http_date
-from copier.clockhooks import wall_ms, watch_botocore
-from copier.config import load_config
-from copier.dynamo import DynamoStateStore
-from copier.errors import AwsError
-from copier.kinesis import KinesisStreams
-from copier.state import ShardState
+from copier.adapters.awsjson import JsonClient
+from copier.adapters.clockhooks import wall_ms, watch_botocore
+from copier.adapters.dynamo import DynamoStateStore
+from copier.adapters.kinesis import KinesisStreams
+from copier.core.clockcheck import KEEP_MS, ClockBounds, ClockSnapshot, parse_http_date
+from copier.core.config import load_config
+from copier.core.errors import AwsError
+from copier.core.state import ShardState
 from tests.conftest import Pipeline
 from tests.support.backend import client
 

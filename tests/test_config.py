@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from copier.config import DedupKey, load_config, parse_config
-from copier.errors import ConfigError
+from copier.core.config import DedupKey, load_config, parse_config
+from copier.core.errors import ConfigError
 
 BASE = """
 applicationName = app

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from copier.daemon import MAIN_CLASS, daemon_command
-from copier.errors import ConfigError
-from copier.jars import jars
-from copier.positions import Position
-from copier.state import ShardState
-from copier.status import render, rows
+from copier.commands.status import render, rows
+from copier.core.errors import ConfigError
+from copier.core.positions import Position
+from copier.core.state import ShardState
+from copier.kcl.daemon import MAIN_CLASS, daemon_command
+from copier.kcl.jars import jars
 from tests.support.fakes import config
 
 

@@ -154,8 +154,8 @@ def test_the_role_allows_every_call_of_a_real_run_and_sigterm_to_the_group_is_gr
             )
             assert status.returncode == 0, status.stderr
             # The verification read of the target (a successor's, after an ambiguous put): the adapter's own path.
-            from copier.identity import identity_of
-            from copier.kinesis import KinesisStreams
+            from copier.adapters.kinesis import KinesisStreams
+            from copier.core.identity import identity_of
 
             KinesisStreams(pipeline.config).read_identities(
                 pipeline.target, None, 0, None, lambda pk, data: identity_of(pipeline.config.dedup_key, pk, data)
@@ -235,7 +235,7 @@ def test_install_sh_twice_into_a_root_is_idempotent_and_keeps_the_config(tmp_pat
     assert "keeping the existing" in second.stderr
     assert config.read_text().endswith("# edited by the operator\n"), "an existing config is never overwritten"
     check = subprocess.run(
-        [str(copier.with_name("python")), "-m", "copier.jars", "--check"], capture_output=True, text=True
+        [str(copier.with_name("python")), "-m", "copier.kcl.jars", "--check"], capture_output=True, text=True
     )
     assert check.returncode == 0, check.stderr
     help_text = subprocess.run([str(copier), "--help"], capture_output=True, text=True, check=True).stdout

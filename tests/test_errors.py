@@ -5,8 +5,8 @@ from __future__ import annotations
 import botocore.exceptions
 import pytest
 
-from copier.aws import convert_aws_error
-from copier.errors import CopierError, FatalAwsError, TransientAwsError
+from copier.adapters.aws import convert_aws_error
+from copier.core.errors import CopierError, FatalAwsError, TransientAwsError
 
 
 def client_error(code: str, status: int = 400) -> botocore.exceptions.ClientError:

@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 import copier.shard.holding
-from copier.plan import SourceRecord
+from copier.core.plan import SourceRecord
 from tests.support.fakes import SimulatedCrash, World, rec
 from tests.support.model import BIG, Driver, Outcome, collect_reports, event_id_of, guaranteed, keyed_event, unkeyed
 

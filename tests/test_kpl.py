@@ -1,4 +1,4 @@
-"""KPL aggregation (copier.kpl): the aws-kinesis-agg format the KCL de-aggregates."""
+"""KPL aggregation (copier.core.kpl): the aws-kinesis-agg format the KCL de-aggregates."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from copier import kpl
-from copier.limits import MAX_RECORD_BYTES, record_size
+from copier.core import kpl
+from copier.core.limits import MAX_RECORD_BYTES, record_size
 
 keys = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=40)
 user_records = st.lists(st.tuples(keys, st.binary(max_size=600)), max_size=60)

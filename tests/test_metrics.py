@@ -14,8 +14,8 @@ from typing import Any
 import jsonschema
 import pytest
 
-from copier.errors import ConfigError
-from copier.metrics import EmfEmitter, ShardMetrics
+from copier.adapters.metrics import EmfEmitter, ShardMetrics
+from copier.core.errors import ConfigError
 from tests.support.fakes import World, config, rec
 from tests.support.serving import serving
 
@@ -123,7 +123,7 @@ def test_a_shard_sends_its_metrics_as_emf_to_the_agent_and_nothing_to_stdout(
 
 def test_a_stalled_shard_reports_it_while_it_waits(agent: _Agent) -> None:
     """ShardStalled is 1 while AWS rejects the shard's requests (the alarm's signal), 0 once it moves."""
-    from copier.errors import FatalAwsError
+    from copier.core.errors import FatalAwsError
 
     port = agent.server_address[1]
     cfg = config(metrics="emf", metricsAgentEndpoint=f"tcp://127.0.0.1:{port}", metricsIntervalSeconds=1)

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from copier.config import DedupKey
-from copier.identity import EventId, Unkeyed, content_digest, extract_event_id, id_digest, identity_of
-from copier.positions import Position
+from copier.core.config import DedupKey
+from copier.core.identity import EventId, Unkeyed, content_digest, extract_event_id, id_digest, identity_of
+from copier.core.positions import Position
 
 seqs = st.integers(min_value=0, max_value=10**60)
 
@@ -86,7 +86,7 @@ def test_the_fast_json_parse_agrees_with_json_loads_on_utf8(data: bytes) -> None
     """parse_json accepts exactly what json.loads accepts of UTF-8 text, with the same value."""
     import json
 
-    from copier.identity import parse_json
+    from copier.core.identity import parse_json
 
     try:
         expected = json.loads(data.decode("utf-8"))
@@ -101,7 +101,7 @@ def test_the_fast_json_parse_agrees_with_json_loads_on_utf8(data: bytes) -> None
 
 def test_the_fast_json_parse_rejects_what_is_not_one_json_value() -> None:
     """Trailing data, two values, and nothing at all are not JSON; surrounding whitespace is."""
-    from copier.identity import parse_json
+    from copier.core.identity import parse_json
 
     assert parse_json(b' \n{"a": 1}\t ') == {"a": 1}
     for bad in (b'{"a": 1} x', b"{} {}", b"", b"   ", b"\xff"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from copier.properties import parse_properties
+from copier.core.properties import parse_properties
 
 
 def values(text: str) -> dict[str, str]:

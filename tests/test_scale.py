@@ -15,16 +15,16 @@ from typing import Any
 
 import pytest
 
-from copier.config import load_config
-from copier.dynamo import DynamoStateStore
-from copier.identity import id_digest
-from copier.limits import MAX_ITEM_BYTES
+from copier.adapters.dynamo import DynamoStateStore
+from copier.core.config import load_config
+from copier.core.identity import id_digest
+from copier.core.limits import MAX_ITEM_BYTES
+from copier.core.packing import pack_digests
+from copier.core.positions import Position
+from copier.core.shardmap import ShardMap
+from copier.core.state import DigestBatch, shard_key
 from copier.local.billing import item_size
 from copier.local.multilang import Rec, event
-from copier.packing import pack_digests
-from copier.positions import Position
-from copier.shardmap import ShardMap
-from copier.state import DigestBatch, shard_key
 from tests.conftest import Pipeline
 from tests.support.backend import create_stream, read_stream
 from tests.test_protocol import exactly_once, target_ids

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from copier.scalein import Imds, watch
+from copier.commands.scalein import Imds, watch
 from tests.support.serving import serving
 
 TOKEN = "token-123"

@@ -9,12 +9,12 @@ import pytest
 from structlog.testing import capture_logs
 
 import copier.shard.holding
-from copier.errors import AmbiguousPutError, FatalAwsError, FencedError, TransientAwsError
-from copier.identity import id_digest
-from copier.packing import pack_digests
-from copier.plan import SourceRecord
-from copier.positions import Position
-from copier.state import DigestBatch, shard_key
+from copier.core.errors import AmbiguousPutError, FatalAwsError, FencedError, TransientAwsError
+from copier.core.identity import id_digest
+from copier.core.packing import pack_digests
+from copier.core.plan import SourceRecord
+from copier.core.positions import Position
+from copier.core.state import DigestBatch, shard_key
 from tests.support.fakes import SHARD, SimulatedCrash, World, config, rec
 
 KEY = shard_key("staging", SHARD)

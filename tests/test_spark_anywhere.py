@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from copier.demo import write_input
+from copier.commands.demo import write_input
 from copier.local.backend import DUMMY_ENV
 from copier.local.multilang import COPIER
 from tests.support.backend import client, create_stream, local_backend, read_stream

@@ -17,9 +17,9 @@ from typing import Any
 import botocore.exceptions
 import pytest
 
-from copier import kpl
-from copier.config import parse_config
-from copier.errors import ConfigError, FatalAwsError
+from copier.core import kpl
+from copier.core.config import parse_config
+from copier.core.errors import ConfigError, FatalAwsError
 from copier.spark import (
     InvalidRowError,
     PutBudgetExhausted,

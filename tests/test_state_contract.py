@@ -9,12 +9,12 @@ from dataclasses import replace
 
 import pytest
 
-from copier.dynamo import DynamoStateStore
-from copier.errors import FencedError
-from copier.limits import MAX_CHUNK_EVENTS
-from copier.packing import pack_digests, unpack_digests
-from copier.positions import Position
-from copier.state import DigestBatch, ShardState, StateConflict, StateStore
+from copier.adapters.dynamo import DynamoStateStore
+from copier.core.errors import FencedError
+from copier.core.limits import MAX_CHUNK_EVENTS
+from copier.core.packing import pack_digests, unpack_digests
+from copier.core.positions import Position
+from copier.core.state import DigestBatch, ShardState, StateConflict, StateStore
 from copier.testing import InMemoryStateStore
 from tests.support.fakes import config
 

@@ -1,5 +1,5 @@
 """Kinesis as it is now: streams that ignore partition keys (RecordDistributionStrategy AUTO), records up to 10 MiB,
-and the settings copier reads from DescribeStreamSummary (copier.streamsettings, and what copier.shard does)."""
+and the settings copier reads from DescribeStreamSummary (copier.core.streamsettings, and what copier.shard does)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from copier.errors import AmbiguousPutError, TransientAwsError
-from copier.limits import MAX_RECORD_BYTES
+from copier.core.errors import AmbiguousPutError, TransientAwsError
+from copier.core.limits import MAX_RECORD_BYTES
+from copier.core.plan import SourceRecord
+from copier.core.shardmap import hash_key
+from copier.core.streamsettings import AUTO, PARTITION_KEY, StreamSettings, blocking, judge
 from copier.local.backend import DUMMY_ENV
-from copier.plan import SourceRecord
-from copier.shardmap import hash_key
-from copier.streamsettings import AUTO, PARTITION_KEY, StreamSettings, blocking, judge
 from tests.conftest import Pipeline
 from tests.support.fakes import SimulatedCrash, World, config
 from tests.support.model import keyed_event

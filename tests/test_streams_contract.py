@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from copier.config import load_config
-from copier.errors import TransientAwsError
-from copier.identity import content_digest
-from copier.kinesis import KinesisStreams
-from copier.kpl import aggregate
-from copier.plan import SourceRecord
-from copier.positions import Position
+from copier.adapters.kinesis import KinesisStreams
+from copier.core.config import load_config
+from copier.core.errors import TransientAwsError
+from copier.core.identity import content_digest
+from copier.core.kpl import aggregate
+from copier.core.plan import SourceRecord
+from copier.core.positions import Position
 from copier.testing import FakeClock, InMemoryStreams
 from tests.conftest import Pipeline
 

@@ -20,10 +20,10 @@ import boto3
 import botocore.exceptions
 import pytest
 
+from copier.adapters.kinesis import KinesisStreams
 from copier.chaos.proxy import FaultProxy, FaultWindow
-from copier.config import parse_config
-from copier.errors import ConfigError, FatalAwsError
-from copier.kinesis import KinesisStreams
+from copier.core.config import parse_config
+from copier.core.errors import ConfigError, FatalAwsError
 from copier.local.multilang import COPIER, Processor, records_message
 from tests.support.backend import DUMMY_ENV, client, create_stream, local_backend
 from tests.support.props import write_properties
@@ -227,7 +227,7 @@ def test_a_kms_access_error_is_fatal_and_names_the_key(tmp_path: Path, monkeypat
         props = write_properties(tmp_path / "p.properties", endpoint, "staging", "encrypted", "kms-state")
         for name, value in DUMMY_ENV.items():
             monkeypatch.setenv(name, value)
-        from copier.config import load_config
+        from copier.core.config import load_config
 
         streams = KinesisStreams(load_config(props))
         streams._fast = None

@@ -14,13 +14,7 @@ from typing import Any
 import botocore.exceptions
 import pytest
 
-from copier import kpl
-from copier.audit import DeadLetter, TargetRecord, audit
-from copier.config import DedupKey
-from copier.errors import FatalAwsError, TransientAwsError
-from copier.plan import PlanSettings, SourceRecord, dead_letter_envelope
-from copier.positions import Position
-from copier.verify import (
+from copier.commands.verify import (
     GET_RECORDS_INTERVAL_S,
     Progress,
     StreamReader,
@@ -30,16 +24,22 @@ from copier.verify import (
     read_manifest,
     render_text,
 )
+from copier.core import kpl
+from copier.core.audit import DeadLetter, TargetRecord, audit
+from copier.core.config import DedupKey
+from copier.core.errors import FatalAwsError, TransientAwsError
+from copier.core.plan import PlanSettings, SourceRecord, dead_letter_envelope
+from copier.core.positions import Position
 from tests.conftest import Pipeline
 from tests.support.backend import DUMMY_ENV, ROOT, create_stream
 
 JSON_KEY = DedupKey("json", ("eventId",))
 
-# What the CLI does with a command's main (copier.cli): ConfigError -> 2, any other CopierError -> 3.
+# What the CLI does with a command's main (copier.commands.cli): ConfigError -> 2, any other CopierError -> 3.
 HARNESS = """
 import argparse, sys
-from copier.errors import ConfigError, CopierError
-from copier.verify import add_arguments, main
+from copier.core.errors import ConfigError, CopierError
+from copier.commands.verify import add_arguments, main
 parser = argparse.ArgumentParser(prog="copier verify")
 add_arguments(parser)
 try:

@@ -7,9 +7,9 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from copier.identity import id_digest
-from copier.packing import digest_columns, digest_count, pack_digests, pack_uints, unpack_digests, unpack_uints
-from copier.window import BUCKETS_PER_HORIZON, DedupWindow
+from copier.core.identity import id_digest
+from copier.core.packing import digest_columns, digest_count, pack_digests, pack_uints, unpack_digests, unpack_uints
+from copier.core.window import BUCKETS_PER_HORIZON, DedupWindow
 
 HORIZON = 32_000  # 1 s buckets
 BUCKET = HORIZON // BUCKETS_PER_HORIZON

@@ -110,10 +110,10 @@ def _machine() -> dict[str, Any]:
 
 def run(profile: Profile, workdir: Path, command: str) -> Results:
     """Every part, in order; returns the raw numbers."""
+    from copier.adapters.dynamo import DynamoStateStore
+    from copier.adapters.kinesis import paged_shards
     from copier.bench import cost, cpu, e2e, ordering, window
-    from copier.config import load_config
-    from copier.dynamo import DynamoStateStore
-    from copier.kinesis import paged_shards
+    from copier.core.config import load_config
     from copier.local.backend import DUMMY_ENV, LocalBackend
     from copier.local.multilang import COPIER
     from copier.local.pipeline import local_properties
@@ -207,8 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks that every part runs")
     parser.add_argument("--out", default="docs", help="where benchmarks.md, benchmarks.json and the plots go")
     args = parser.parse_args(argv)
+    from copier.adapters.logs import configure_logging
     from copier.bench.report import write
-    from copier.logs import configure_logging
 
     configure_logging("WARNING")
     out = Path(args.out)

@@ -6,7 +6,7 @@ Writes synthetic ``copier export`` files of N events (about 1 in 100,000
 lost, 1 in 100,000 duplicated, spread over 8 shards, 1,000 partition keys)
 and their manifest, then runs, each in a process of its own, (1) what
 ``copier verify`` does once it has read the streams: every target record as
-a ``TargetRecord`` in one Python process and ``copier.audit.audit`` over them
+a ``TargetRecord`` in one Python process and ``copier.core.audit.audit`` over them
 (the records read from the export files instead of Kinesis, so both sides
 see the same data), and (2) ``copier audit`` in Spark local mode. It prints
 wall time and peak resident memory of each (the whole process tree, sampled:
@@ -62,11 +62,11 @@ def write_data(workdir: Path, events: int) -> tuple[Path, Path]:
 
 
 def verify_side(target: Path, manifest: Path) -> dict[str, Any]:
-    """verify's audit: every record in memory as a TargetRecord, then copier.audit.audit."""
-    from copier.audit import audit
-    from copier.auditinputs import event_id_in
-    from copier.audittypes import TargetRecord
-    from copier.config import DedupKey
+    """verify's audit: every record in memory as a TargetRecord, then copier.core.audit.audit."""
+    from copier.core.audit import audit
+    from copier.core.auditinputs import event_id_in
+    from copier.core.audittypes import TargetRecord
+    from copier.core.config import DedupKey
 
     key = DedupKey("json", ("eventId",))
     records: list[TargetRecord] = []

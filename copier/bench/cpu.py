@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from copier.errors import CopierError
+from copier.core.errors import CopierError
 from copier.local.multilang import Processor, records_message
 
 __all__ = ["CpuCase", "CpuResult", "messages", "payload", "run_case"]

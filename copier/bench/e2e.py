@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from copier.adapters.streamreader import Progress, StreamReader
 from copier.local.pipeline import LocalPipeline
-from copier.streamreader import Progress, StreamReader
 
 __all__ = ["E2EResult", "run_e2e"]
 

@@ -24,9 +24,9 @@ import boto3
 from amazon_kclpy import kcl
 from amazon_kclpy.v3 import processor
 
-from copier.batching import split_requests
-from copier.config import load_config
-from copier.limits import record_size
+from copier.core.batching import split_requests
+from copier.core.config import load_config
+from copier.core.limits import record_size
 
 __all__ = ["PlainProcessor", "main"]
 

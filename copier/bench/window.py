@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from copier.dynamo import DynamoStateStore
+from copier.adapters.dynamo import DynamoStateStore
+from copier.core.packing import pack_digests
+from copier.core.positions import Position
+from copier.core.state import DigestBatch, ShardState
+from copier.core.window import DedupWindow
 from copier.local.multilang import Processor
-from copier.packing import pack_digests
-from copier.positions import Position
-from copier.state import DigestBatch, ShardState
-from copier.window import DedupWindow
 
 __all__ = ["WindowResult", "fill_shard", "measure_memory", "measure_window"]
 
@@ -93,7 +93,7 @@ def measure_window(
 ) -> WindowResult:
     """Fill ``shard`` with ``ids`` IDs, time a takeover by a real processor, then its CPU per event."""
     from copier.bench.cpu import CpuCase, messages
-    from copier.state import shard_key
+    from copier.core.state import shard_key
 
     fill_shard(store, shard_key(stream, shard), ids)
     proc = Processor(properties, f"window-{ids}")

@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
 
     for key, value in DUMMY_ENV.items():
         os.environ.setdefault(key, value)
-    from copier.logs import configure_logging
+    from copier.adapters.logs import configure_logging
 
     configure_logging("WARNING")
     profile = FULL if args.profile == "full" else SMOKE

@@ -1,8 +1,8 @@
 """The independent check after a chaos seed: every copy in the target and dead-letter streams against what was produced.
 
 It does not ask the copier anything. It reads both streams to their ends
-(``copier.streamreader.StreamReader``, in pages of :data:`PAGE_RECORDS` so that a
-shard takes several) and judges them with the pure audit of ``copier.audit``
+(``copier.adapters.streamreader.StreamReader``, in pages of :data:`PAGE_RECORDS` so that a
+shard takes several) and judges them with the pure audit of ``copier.core.audit``
 against the producer's own record of every user record it wrote
 (``copier.chaos.producer``: event ID as read from its bytes, partition key,
 SHA-256, staging position, and for poison the dead-letter reason it must
@@ -65,15 +65,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from copier.audit import audit
-from copier.auditinputs import arrival_ms, log_event, read_envelope, report_of, sha256_hex
-from copier.audittypes import AuditReport, DeadLetter, DuplicateReport, TargetRecord, show
+from copier.adapters.streamreader import Progress, StreamReader, make_client
 from copier.chaos.producer import Output, alt_id, read_event_id
-from copier.config import Config
-from copier.deadlettercheck import check_dead_letter
-from copier.identity import EventValue
-from copier.shardmap import hash_key
-from copier.streamreader import Progress, StreamReader, make_client
+from copier.core.audit import audit
+from copier.core.auditinputs import arrival_ms, log_event, read_envelope, report_of, sha256_hex
+from copier.core.audittypes import AuditReport, DeadLetter, DuplicateReport, TargetRecord, show
+from copier.core.config import Config
+from copier.core.deadlettercheck import check_dead_letter
+from copier.core.identity import EventValue
+from copier.core.shardmap import hash_key
 
 __all__ = ["PAGE_RECORDS", "Check", "check", "copier_events", "off_their_shard"]
 

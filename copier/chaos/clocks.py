@@ -2,7 +2,7 @@
 
 Why this mechanism: the copier's leases and verification windows are
 compared across hosts in wall-clock time, and it measures each host's clock
-against the ``Date`` headers of AWS answers (``copier.clockcheck``). To test
+against the ``Date`` headers of AWS answers (``copier.core.clockcheck``). To test
 that on real processes, the processes' own wall clock has to be off, not a
 value the copier is told: libfaketime (Debian's ``faketime`` package) is
 preloaded into the child and moves what ``clock_gettime(CLOCK_REALTIME)``

@@ -34,12 +34,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from copier.adapters.kinesis import paged_shards
 from copier.chaos.hosts import Host, Hosts
 from copier.chaos.producer import STAGING_MAX_RECORD_KIB, ChaosProducer
 from copier.chaos.proxy import FaultProxy, FaultWindow, Injection
 from copier.chaos.schedule import AUTO_SWITCHES, TARGET_RESHARDS, Action, Plan
-from copier.config import load_config
-from copier.kinesis import paged_shards
+from copier.core.config import load_config
 from copier.local.pipeline import LocalPipeline, Worker, child_pids, local_properties
 
 __all__ = ["PUT_TIMEOUT_MS", "Harness", "reshard_stream", "worker_lease_ms"]

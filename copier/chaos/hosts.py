@@ -27,7 +27,7 @@ from typing import Any
 from copier.chaos.check import copier_events
 from copier.chaos.clocks import find_libfaketime, noted_pids, remove_stale_shm, running, write_offset, write_wrapper
 from copier.chaos.schedule import HostClock, Plan, Settings
-from copier.config import load_config
+from copier.core.config import load_config
 from copier.local.pipeline import LocalPipeline, local_properties
 
 __all__ = ["Host", "Hosts", "Start"]

@@ -48,14 +48,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from copier import kpl
-from copier.audittypes import Produced
+from copier.adapters.kinesis import paged_shards
 from copier.chaos.schedule import Plan
-from copier.identity import EventValue
-from copier.kinesis import paged_shards
-from copier.limits import MAX_RECORD_BYTES
-from copier.positions import Position
-from copier.shardmap import ShardMap, hash_key
+from copier.core import kpl
+from copier.core.audittypes import Produced
+from copier.core.identity import EventValue
+from copier.core.limits import MAX_RECORD_BYTES
+from copier.core.positions import Position
+from copier.core.shardmap import ShardMap, hash_key
 
 __all__ = [
     "ALT_PREFIX",

@@ -39,7 +39,7 @@ RETRIES = 15  # an action that finds no worker with processors is tried again ev
 STEP_RETRIES = 60
 CRASH_LOOP = 3  # unexpected daemon exits in one seed that count as a crash loop
 # How long after an ambiguous put the copier reads the target to verify it: a timed-out put waits out its timeout,
-# then the put timeout again (copier.forward); a dropped answer comes at once, then the put timeout.
+# then the put timeout again (copier.shard.forward); a dropped answer comes at once, then the put timeout.
 VERIFIED_AFTER_S = {"put_timeout": 2 * PUT_TIMEOUT_MS / 1000, "put_lost_response": PUT_TIMEOUT_MS / 1000}
 
 

@@ -21,10 +21,10 @@ from typing import IO, Any
 
 import boto3
 
-from copier.config import Config, load_config
-from copier.dynamo import DynamoStateStore
-from copier.positions import Position
-from copier.state import ShardState, shard_key
+from copier.adapters.dynamo import DynamoStateStore
+from copier.core.config import Config, load_config
+from copier.core.positions import Position
+from copier.core.state import ShardState, shard_key
 
 __all__ = ["LocalPipeline", "Worker", "child_pids", "local_properties"]
 

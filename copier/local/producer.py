@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from copier.positions import Position
+from copier.core.positions import Position
 
 __all__ = ["Produced", "produce"]
 

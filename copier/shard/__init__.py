@@ -14,9 +14,9 @@
 * ``coalescing``: small deliveries forwarded together;
 * ``endings``: closing the shard at its end.
 
-Every decision is made by the pure modules they call (``copier.plan``,
-``copier.recovery``, ``copier.window``); the I/O goes through the ports
-(``copier.ports``, ``copier.state.StateStore``).
+Every decision is made by the pure modules they call (``copier.core.plan``,
+``copier.core.recovery``, ``copier.core.window``); the I/O goes through the ports
+(``copier.core.ports``, ``copier.core.state.StateStore``).
 """
 
 from copier.shard.worker import ShardWorker, SystemClock, worker_id

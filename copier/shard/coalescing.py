@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from copier.config import Config
-from copier.plan import SourceRecord
-from copier.ports import Clock
+from copier.core.config import Config
+from copier.core.plan import SourceRecord
+from copier.core.ports import Clock
 
 __all__ = ["Coalescer"]
 

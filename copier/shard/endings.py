@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from copier.errors import FencedError
+from copier.core.errors import FencedError
 from copier.shard.holding import Holding
 from copier.shard.ownership import Ownership
 from copier.shard.session import ShardSession

@@ -7,7 +7,7 @@ hold were put here against their key (the staging stream ignores keys,
 producer set an ExplicitHashKey), so a copy of the same event may be on
 another shard, forwarded by its processor: they are reported before their
 put (``copier.shard.pipeline``). And forwarding stops, holding the lease,
-while a setting makes exactly-once impossible (``copier.streamsettings``:
+while a setting makes exactly-once impossible (``copier.core.streamsettings``:
 the staging stream ignoring keys, or the target doing so under
 ``copier.ordering = partitionKey``).
 """
@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from copier.plan import SourceRecord
-from copier.positions import Position
+from copier.core.plan import SourceRecord
+from copier.core.positions import Position
+from copier.core.shardmap import hash_key
+from copier.core.streamsettings import blocking
 from copier.shard.session import ShardSession
-from copier.shardmap import hash_key
-from copier.streamsettings import blocking
 
 __all__ = ["StreamGuard"]
 

@@ -18,11 +18,11 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 
-from copier.config import DedupKey, parse_dedup_key
-from copier.packing import digest_columns
+from copier.core.config import DedupKey, parse_dedup_key
+from copier.core.packing import digest_columns
+from copier.core.state import DigestBatch, shard_key
+from copier.core.window import DedupWindow
 from copier.shard.session import ShardSession
-from copier.state import DigestBatch, shard_key
-from copier.window import DedupWindow
 
 __all__ = ["History"]
 

@@ -17,15 +17,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from copier.errors import FencedError
-from copier.plan import SourceRecord
-from copier.positions import Position
+from copier.core.errors import FencedError
+from copier.core.plan import SourceRecord
+from copier.core.positions import Position
+from copier.core.state import ShardState
 from copier.shard.history import History
 from copier.shard.inflight import InFlight
 from copier.shard.ownership import Ownership
 from copier.shard.pipeline import ChunkPipeline
 from copier.shard.session import ShardSession
-from copier.state import ShardState
 
 __all__ = ["MAX_HELD_BYTES", "MAX_HELD_RECORDS", "Holding"]
 

@@ -4,7 +4,7 @@ After a takeover (or a take-back) the digest batch above the committed index,
 if there is one, is a chunk whose put may have landed in part. It is
 verified under the settings it was recorded with (its target, dead-letter
 stream and dedup key), whatever this processor's own are: a bounded read of
-the destination, then ``copier.recovery.resolve`` says what landed and what
+the destination, then ``copier.core.recovery.resolve`` says what landed and what
 is to be sent again (the redo set), and the verified batch is committed.
 """
 
@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import replace
 
-from copier.errors import FatalAwsError
-from copier.identity import content_digest, identity_of
-from copier.ports import Found
-from copier.recovery import resolve
+from copier.core.errors import FatalAwsError
+from copier.core.identity import content_digest, identity_of
+from copier.core.ports import Found
+from copier.core.recovery import resolve
+from copier.core.state import DigestBatch, ShardState
 from copier.shard.session import ShardSession
-from copier.state import DigestBatch, ShardState
 
 __all__ = ["InFlight"]
 
@@ -39,7 +39,7 @@ class InFlight:
             self._verify(in_flight, seen)
 
     def _verify(self, batch: DigestBatch, seen: ShardState | None) -> None:
-        """Find out which records of a batch left in flight landed (see copier.recovery); commit it.
+        """Find out which records of a batch left in flight landed (see copier.core.recovery); commit it.
 
         Bounded read: only the target shards the batch's entries hash to (and
         their descendants; every shard when something is missing there), and

@@ -2,7 +2,7 @@
 every verification read allow.
 
 At least ``copier.clockSkewMillis``; more when the bounds measured against
-the ``Date`` of AWS answers (``copier.clockcheck``, written into every state
+the ``Date`` of AWS answers (``copier.core.clockcheck``, written into every state
 write) say the clocks can differ by more. Said in the log when a margin
 widens and when the measured bound moves.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from copier.clockcheck import ClockBounds
-from copier.ports import Clock
+from copier.core.clockcheck import ClockBounds
+from copier.core.ports import Clock
 
 __all__ = ["ClockMargins"]
 
@@ -65,7 +65,7 @@ class ClockMargins:
         return now, max(before, self.own_bound() or 0)
 
     def note(self) -> None:
-        """Log the measured clock bound when it moved (``copier.clockcheck``)."""
+        """Log the measured clock bound when it moved (``copier.core.clockcheck``)."""
         bounds = self.bounds
         if bounds is None or not bounds.changed_since_report():
             return

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from copier.errors import AwsError, FencedError
-from copier.positions import Position
+from copier.core.errors import AwsError, FencedError
+from copier.core.positions import Position
+from copier.core.state import ShardState, StateConflict
 from copier.shard.session import ShardSession
-from copier.state import ShardState, StateConflict
 
 __all__ = ["Ownership"]
 

@@ -1,7 +1,7 @@
 """The chunk pipeline: a delivery cut into chunks, each planned, recorded, put and committed on its own.
 
 Per chunk (docs/protocol.md, "Per chunk"): the stream guard first
-(``copier.shard.guard``); then the plan (``copier.plan``: what each record
+(``copier.shard.guard``); then the plan (``copier.core.plan``: what each record
 becomes, against the committed position, the window and the redo set); the
 chunk's digest batch is recorded (its intent, before anything is put); the
 forwarder puts it until every record landed; the commit writes the new
@@ -18,15 +18,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from copier.errors import FencedError
-from copier.forward import Forwarder
-from copier.packing import pack_digests
-from copier.plan import BatchPlan, Outgoing, PlanSettings, Redo, SourceRecord, chunks, plan_batch
-from copier.positions import Position
+from copier.core.errors import FencedError
+from copier.core.packing import pack_digests
+from copier.core.plan import BatchPlan, Outgoing, PlanSettings, Redo, SourceRecord, chunks, plan_batch
+from copier.core.positions import Position
+from copier.core.state import DigestBatch, ShardState
+from copier.shard.forward import Forwarder
 from copier.shard.guard import StreamGuard
 from copier.shard.history import History
 from copier.shard.session import HOUR_MS, ShardSession
-from copier.state import DigestBatch, ShardState
 
 __all__ = ["ChunkPipeline"]
 
@@ -272,7 +272,7 @@ class ChunkPipeline:
         chunk's start, or the resend's, less this host's clock margin); a copy
         may arrive any time after (a successor redoes the chunk when the daemon
         replays it). An audit excuses one extra copy per ID named, no more
-        (``copier.audit``).
+        (``copier.core.audit``).
         """
         s = self.s
         s.metrics.possible_duplicates += len(sent)

@@ -14,7 +14,7 @@ window, and the ways every part talks to AWS:
 * :meth:`ensure_lease` / :meth:`keep_lease`: before a put the lease must
   outlive it; while reading it is renewed once half of it is gone.
 
-It is also what the forwarder is given (``copier.forward.PutSession``).
+It is also what the forwarder is given (``copier.shard.forward.PutSession``).
 """
 
 from __future__ import annotations
@@ -23,19 +23,19 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from copier.clockcheck import ClockBounds
-from copier.config import Config
-from copier.errors import AwsError, FatalAwsError, IncompatibleStateError, TransientAwsError
-from copier.identity import content_digest, identity_of
-from copier.limits import MAX_RECORD_BYTES
-from copier.metrics import MetricsEmitter, ShardMetrics
-from copier.plan import PlanSettings
-from copier.ports import Clock, Identity, Streams
-from copier.retry import backoff_ms
+from copier.adapters.metrics import MetricsEmitter, ShardMetrics
+from copier.core.clockcheck import ClockBounds
+from copier.core.config import Config
+from copier.core.errors import AwsError, FatalAwsError, IncompatibleStateError, TransientAwsError
+from copier.core.identity import content_digest, identity_of
+from copier.core.limits import MAX_RECORD_BYTES
+from copier.core.plan import PlanSettings
+from copier.core.ports import Clock, Identity, Streams
+from copier.core.retry import backoff_ms
+from copier.core.shardmap import shards_covering
+from copier.core.state import ShardState, StateStore
+from copier.core.window import DedupWindow
 from copier.shard.margins import ClockMargins
-from copier.shardmap import shards_covering
-from copier.state import ShardState, StateStore
-from copier.window import DedupWindow
 
 __all__ = ["MIN_RETENTION_MS", "ShardSession"]
 

@@ -19,14 +19,16 @@ from typing import Any
 
 import structlog
 
-from copier.clockcheck import ClockBounds
-from copier.config import Config
-from copier.errors import FencedError
-from copier.limits import MAX_CHUNK_EVENTS
-from copier.metrics import MetricsEmitter
-from copier.plan import SourceRecord
-from copier.ports import Clock, Streams
-from copier.positions import Position
+from copier.adapters.metrics import MetricsEmitter
+from copier.core.clockcheck import ClockBounds
+from copier.core.config import Config
+from copier.core.errors import FencedError
+from copier.core.limits import MAX_CHUNK_EVENTS
+from copier.core.plan import SourceRecord
+from copier.core.ports import Clock, Streams
+from copier.core.positions import Position
+from copier.core.state import ShardState, StateStore, shard_key
+from copier.core.window import DedupWindow
 from copier.shard.coalescing import Coalescer
 from copier.shard.endings import ShardEnd
 from copier.shard.guard import StreamGuard
@@ -36,8 +38,6 @@ from copier.shard.inflight import InFlight
 from copier.shard.ownership import Ownership
 from copier.shard.pipeline import ChunkPipeline
 from copier.shard.session import ShardSession
-from copier.state import ShardState, StateStore, shard_key
-from copier.window import DedupWindow
 
 __all__ = ["ShardWorker", "SystemClock", "worker_id"]
 

@@ -28,11 +28,11 @@ reach. So:
   after a deadline, unlike the KPL-based connectors (their record TTL).
   Resending is fine on this side: duplicates are the copier's job;
 * optionally (``aggregate``) small records are packed into KPL aggregated
-  records (:mod:`copier.kpl`), grouped by the open shard their partition key
+  records (:mod:`copier.core.kpl`), grouped by the open shard their partition key
   hashes to (ListShards, once per DataFrame, on the driver), so a duplicate
   still lands on its original's shard. Every user record carries its
   aggregate's explicit hash key, so the KCL never discards one as out of its
-  shard's range (see :mod:`copier.kpl`). Limit: the copier deduplicates per
+  shard's range (see :mod:`copier.core.kpl`). Limit: the copier deduplicates per
   shard, and a child shard inherits its parents' windows but not its
   sibling's. Records grouped with shard ranges read before a reshard (a task
   retried within the same job reuses them) can land, inside an aggregate, on
@@ -62,8 +62,8 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from copier.errors import FatalAwsError
-from copier.shardmap import ShardMap
+from copier.core.errors import FatalAwsError
+from copier.core.shardmap import ShardMap
 from copier.spark.put import RETRYABLE_ENTRY_CODES, default_client, make_client, open_shard_ranges, put_records, send
 from copier.spark.rows import Entry, canonical_json, encode_row, event_id_of, json_safe, partition_key_of
 from copier.spark.settings import InvalidRowError, PutBudgetExhausted, RecordTooLargeError, WriterSettings

@@ -1,7 +1,7 @@
 """``copier audit``: the exactly-once audit as a Spark job, for more events than one machine's memory holds.
 
 ``copier verify`` keeps every event ID in one Python process; this job
-computes the same report (``copier.audittypes.AuditReport``: the same counts and
+computes the same report (``copier.core.audittypes.AuditReport``: the same counts and
 the same examples, in the same order) with Spark, over files:
 
 * the produced IDs: manifest files, one ID per line, in production order
@@ -30,10 +30,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from copier.audit import explain
-from copier.audittypes import AuditReport, DuplicateReport, OutOfOrder, Unkeyed, show
-from copier.config import DedupKey, load_config
-from copier.identity import EventValue
+from copier.core.audit import explain
+from copier.core.audittypes import AuditReport, DuplicateReport, OutOfOrder, Unkeyed, show
+from copier.core.config import DedupKey, load_config
+from copier.core.identity import EventValue
 
 __all__ = ["add_arguments", "expand", "main", "run_audit"]
 
@@ -70,12 +70,12 @@ def _records(lines: Iterator[tuple[str, int]], key: DedupKey, fmt: str, dead_let
     """One row per record of an export (or Firehose) file: (order, event key, partition key, shard, sequence
     number, SHA-256 of the bytes, arrival, problem). IDs are read as ``copier verify`` reads them, and kept
     as JSON text (an integer ID and its digits as a string stay apart). A dead-letter record is read as an
-    envelope (``copier.auditinputs.read_envelope``): its event key is the original's, and ``problem`` says why it
+    envelope (``copier.core.auditinputs.read_envelope``): its event key is the original's, and ``problem`` says why it
     is not a valid envelope (None when it is). Firehose lines carry nothing but the record: their order is
     the line's, and they have no partition key, shard, sequence number or arrival."""
-    from copier.auditinputs import event_id_in, read_envelope, sha256_hex
-    from copier.audittypes import event_key
-    from copier.deadlettercheck import check_dead_letter
+    from copier.core.auditinputs import event_id_in, read_envelope, sha256_hex
+    from copier.core.audittypes import event_key
+    from copier.core.deadlettercheck import check_dead_letter
 
     for line, number in lines:
         if not line.strip():
@@ -103,9 +103,10 @@ _SCHEMA = (
 
 
 def _manifest_rows(lines: Iterator[tuple[str, int]]) -> Iterator[tuple[Any, ...]]:
-    """(position, event key, partition key or None, SHA-256 or None) per manifest line (copier.verify's format)."""
-    from copier.auditinputs import manifest_entry
-    from copier.audittypes import event_key
+    """(position, event key, partition key or None, SHA-256 or None) per manifest line (copier.commands.verify's
+    format)."""
+    from copier.core.auditinputs import manifest_entry
+    from copier.core.audittypes import event_key
 
     for line, position in lines:
         entry = manifest_entry(line, position)
@@ -265,8 +266,8 @@ def main(args: argparse.Namespace) -> int:
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
-    from copier.auditinputs import read_reports
-    from copier.verifyreport import VerifyResult, render_json, render_text
+    from copier.core.auditinputs import read_reports
+    from copier.core.verifyreport import VerifyResult, render_json, render_text
 
     config = load_config(args.properties)
     reports = read_reports(args.reports) if args.reports else []

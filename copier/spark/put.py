@@ -10,12 +10,12 @@ from typing import Any
 
 import botocore.exceptions
 
-from copier import kpl
-from copier.batching import split_requests
-from copier.errors import FatalAwsError
-from copier.limits import record_size
-from copier.retry import backoff_ms
-from copier.shardmap import ShardMap, hash_key
+from copier.core import kpl
+from copier.core.batching import split_requests
+from copier.core.errors import FatalAwsError
+from copier.core.limits import record_size
+from copier.core.retry import backoff_ms
+from copier.core.shardmap import ShardMap, hash_key
 from copier.spark.rows import Entry
 from copier.spark.settings import PutBudgetExhausted, WriterSettings
 
@@ -112,7 +112,7 @@ def put_records(
 
 def open_shard_ranges(client: Any, stream: str) -> ShardMap:
     """The stream's open shards by hash key range: where new records go."""
-    from copier.kinesis import paged_shards
+    from copier.adapters.kinesis import paged_shards
 
     return ShardMap.of(paged_shards(client.list_shards, stream))
 

@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from copier.limits import MAX_PARTITION_KEY_CHARS, record_size
+from copier.core.limits import MAX_PARTITION_KEY_CHARS, record_size
 from copier.spark.settings import InvalidRowError, RecordTooLargeError, WriterSettings
 
 __all__ = ["Entry", "canonical_json", "encode_row", "event_id_of", "json_safe", "partition_key_of"]

@@ -6,9 +6,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from copier.config import Config
-from copier.errors import ConfigError, CopierError
-from copier.limits import MAX_RECORD_BYTES
+from copier.core.config import Config
+from copier.core.errors import ConfigError, CopierError
+from copier.core.limits import MAX_RECORD_BYTES
 
 __all__ = ["InvalidRowError", "PutBudgetExhausted", "RecordTooLargeError", "WriterSettings"]
 

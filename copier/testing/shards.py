@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from copier.errors import TransientAwsError
-from copier.shardmap import ShardMap, shard_id_of, shard_number
+from copier.core.errors import TransientAwsError
+from copier.core.shardmap import ShardMap, shard_id_of, shard_number
 from copier.testing.clock import FakeClock
 
 __all__ = ["ShardLayout", "even_shards", "shards_from"]

@@ -11,8 +11,8 @@ import threading
 from collections.abc import Iterator
 from dataclasses import replace
 
-from copier.errors import FencedError
-from copier.state import DigestBatch, ShardState, StateConflict, StateStore
+from copier.core.errors import FencedError
+from copier.core.state import DigestBatch, ShardState, StateConflict, StateStore
 from copier.testing.clock import FakeClock
 
 __all__ = ["InMemoryStateStore"]

@@ -1,6 +1,6 @@
 """InMemoryStreams: Kinesis streams in lists, for processors and tests run in process.
 
-It is held to the same answers as ``copier.kinesis.KinesisStreams`` on the
+It is held to the same answers as ``copier.adapters.kinesis.KinesisStreams`` on the
 local backend (``tests/test_streams_contract.py``). Its shards and their
 resharding live in :mod:`copier.testing.shards`; this module has the rest:
 stream settings, puts (validation, fault injection, routing), reads of
@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any
 
-from copier.errors import FatalAwsError
-from copier.limits import MAX_PARTITION_KEY_CHARS, MAX_RECORD_BYTES, record_size
-from copier.plan import SourceRecord
-from copier.ports import Found, Identity
-from copier.positions import Position
-from copier.shardmap import ShardMap, descendants, shard_id_of, shard_number
-from copier.streamsettings import AUTO, PARTITION_KEY, StreamSettings
+from copier.core.errors import FatalAwsError
+from copier.core.limits import MAX_PARTITION_KEY_CHARS, MAX_RECORD_BYTES, record_size
+from copier.core.plan import SourceRecord
+from copier.core.ports import Found, Identity
+from copier.core.positions import Position
+from copier.core.shardmap import ShardMap, descendants, shard_id_of, shard_number
+from copier.core.streamsettings import AUTO, PARTITION_KEY, StreamSettings
 from copier.testing.clock import FakeClock
 from copier.testing.shards import ShardLayout
 

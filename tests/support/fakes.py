@@ -7,15 +7,15 @@ from collections import Counter
 from collections.abc import Callable
 from email.utils import formatdate
 
-from copier.clockcheck import ClockBounds
-from copier.config import Config, parse_config
-from copier.errors import FatalAwsError, FencedError
-from copier.metrics import MetricsEmitter
-from copier.plan import SourceRecord
-from copier.ports import Clock
-from copier.positions import Position
+from copier.adapters.metrics import MetricsEmitter
+from copier.core.clockcheck import ClockBounds
+from copier.core.config import Config, parse_config
+from copier.core.errors import FatalAwsError, FencedError
+from copier.core.plan import SourceRecord
+from copier.core.ports import Clock
+from copier.core.positions import Position
+from copier.core.state import DigestBatch, ShardState
 from copier.shard import ShardWorker
-from copier.state import DigestBatch, ShardState
 from copier.testing import FakeClock, InMemoryStateStore, InMemoryStreams
 
 SHARD = "shardId-000000000000"
@@ -140,7 +140,7 @@ class OffsetClock:
 
 class Answering:
     """A host's view of a shared fake store or streams: every call's answer carries AWS's Date (the world's
-    clock, in whole seconds), which feeds the host's ``ClockBounds`` as ``copier.clockhooks`` does."""
+    clock, in whole seconds), which feeds the host's ``ClockBounds`` as ``copier.adapters.clockhooks`` does."""
 
     def __init__(self, inner: object, bounds: ClockBounds, host: Clock, world: FakeClock) -> None:
         self._inner, self._bounds, self._host, self._world = inner, bounds, host, world
@@ -164,7 +164,7 @@ class Answering:
 
 
 def measured(host: OffsetClock, answers: int = 20, round_trip_ms: int = 10) -> ClockBounds:
-    """What ``copier.clockcheck`` knows on ``host`` after ``answers`` AWS answers (their Date headers at
+    """What ``copier.core.clockcheck`` knows on ``host`` after ``answers`` AWS answers (their Date headers at
     different points of the second, as real traffic gives). The host's monotonic clock is AWS time: its wall
     clock minus its monotonic clock is its offset, which a step of ``host.offset_ms`` changes."""
     bounds = ClockBounds(frame=lambda: host.offset_ms)

@@ -39,7 +39,7 @@ fault stands for:
 Every new processor may run on a host whose clock is off AWS time (which
 Kinesis stamps arrivals with): within half of ``copier.clockSkewMillis``
 and unmeasured, as the protocol assumes, or many times the margin off and
-measured from the Date headers of AWS answers (``copier.clockcheck``, fed
+measured from the Date headers of AWS answers (``copier.core.clockcheck``, fed
 by every answer of the fake store and streams), or stepping by several times
 the margin, forward or back, between two rounds or while any of its next
 AWS calls is in flight (between reading a chunk's start and recording it,
@@ -65,13 +65,13 @@ from typing import Any
 from hypothesis import strategies as st
 
 import copier.shard.holding
-from copier.config import Config
-from copier.errors import AmbiguousPutError
-from copier.limits import MAX_RECORD_BYTES, record_size
-from copier.plan import SourceRecord
-from copier.positions import Position
+from copier.core.config import Config
+from copier.core.errors import AmbiguousPutError
+from copier.core.limits import MAX_RECORD_BYTES, record_size
+from copier.core.plan import SourceRecord
+from copier.core.positions import Position
+from copier.core.shardmap import hash_key
 from copier.shard import ShardWorker
-from copier.shardmap import hash_key
 from tests.support.fakes import (
     SHARD,
     OffsetClock,
@@ -232,7 +232,7 @@ class Driver:
     def new_worker(self, cfg: Config | None = None) -> ShardWorker:
         """A new processor takes the shard over, with a freshly drawn configuration, on a host whose clock may
         be off AWS time: within half of ``copier.clockSkewMillis`` unmeasured (the protocol's assumption), or
-        several times the margin off and measured from AWS answers (``copier.clockcheck``)."""
+        several times the margin off and measured from AWS answers (``copier.core.clockcheck``)."""
         if cfg is None:
             cfg = self.draw_config(self.dlq_next)
         skew = cfg.clock_skew_millis

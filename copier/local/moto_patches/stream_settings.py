@@ -2,7 +2,7 @@
 
 Kinesis has them (UpdateMaxRecordSize, UpdateStreamRecordDistributionStrategy,
 both reported by DescribeStreamSummary); the copier reads them
-(``copier.streamsettings``) and must be tested with a staging stream whose
+(``copier.core.streamsettings``) and must be tested with a staging stream whose
 records the target cannot take, and with a stream that ignores partition keys.
 """
 

@@ -1,0 +1,1 @@
+"""copier's adapters layer (docs/architecture.md, "Layers")."""

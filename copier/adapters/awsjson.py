@@ -1,0 +1,180 @@
+"""A lean client for the AWS JSON-protocol calls on copier's hot path: PutRecords and the state table writes.
+
+Why not botocore for these: measured on this project's CI machine, botocore
+spends about 2.5 ms of CPU on every call (event hooks, endpoint rules, the
+user agent, request objects) and about 15 µs per PutRecords entry on
+validating and serialising it. A shard at its write limit makes a few
+PutRecords and two state writes a second, for every shard on the host; at
+small batches that overhead alone exceeds everything else copier does
+(docs/benchmarks.md). This client keeps what botocore does well and cannot
+be skipped: the endpoint botocore resolves for the region (partitions, FIPS,
+custom endpoints), credentials that refresh themselves (instance profiles,
+assumed roles), SigV4 signing (``botocore.auth.SigV4Auth``) and botocore's CA
+bundle. The rest is one POST on a kept-alive ``http.client`` connection with
+the body built by ``json``, and the answer parsed by ``json``. Where a proxy
+is configured for the endpoint (:func:`usable`), copier keeps botocore.
+
+Failures become copier errors here, in the classes copier decides on:
+
+* the connection could not be made (nothing was sent): ``TransientAwsError``;
+* no answer, or a 5xx (the request may have been applied): :class:`Unanswered`,
+  which a PutRecords caller treats as ambiguous and verifies, and a state
+  write simply retries (its conditions make it idempotent);
+* an AWS error answer: its code, through ``copier.adapters.aws.FATAL_CODES`` (fatal,
+  and host-wide or not) or transient; a failed condition is
+  :class:`ConditionFailed` for the caller to name (fenced, a conflict).
+
+No retries of its own: copier retries, knowing which attempts are ambiguous.
+
+``on_answer``, if given, is called with (local send time, local receive
+time, ``Date`` header) of every answer, error answers included, in epoch
+milliseconds: copier measures its clock against AWS with it
+(``copier.core.clockcheck``) at no cost of a request.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import ssl
+import time
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+
+from copier.adapters.aws import FATAL_CODES
+from copier.core.errors import AwsError, FatalAwsError, TransientAwsError
+
+__all__ = ["AnswerCallback", "ConditionFailed", "JsonClient", "Unanswered", "usable"]
+
+_PROTOCOLS = {
+    "kinesis": ("Kinesis_20131202", "application/x-amz-json-1.1"),
+    "dynamodb": ("DynamoDB_20120810", "application/x-amz-json-1.0"),
+}
+IDLE_RECONNECT_S = 20.0  # servers close idle connections (AWS after about a minute): never send on a stale one
+_NOT_SENT = (ConnectionRefusedError, socket.gaierror)
+AnswerCallback = Callable[[int, int, str], None]  # (sent_ms, received_ms, Date header or "")
+
+
+class Unanswered(TransientAwsError):
+    """The request was sent and no answer came (a timeout, a dropped connection, a 5xx): it may have applied."""
+
+
+class ConditionFailed(AwsError):
+    """A conditional write's condition did not hold (DynamoDB's ConditionalCheckFailedException)."""
+
+
+def usable(endpoint_url: str) -> bool:
+    """False when a proxy is configured for this endpoint: then copier keeps botocore, which handles proxies."""
+    parts = urlsplit(endpoint_url)
+    proxies = urllib.request.getproxies()
+    return parts.scheme not in proxies or bool(urllib.request.proxy_bypass(parts.hostname or ""))
+
+
+class JsonClient:
+    """Signs and sends JSON-protocol requests for one service on one keep-alive connection; see the module docstring.
+
+    Not thread-safe: a record processor makes one call at a time.
+    """
+
+    def __init__(
+        self,
+        botocore_client: Any,
+        credentials: Any,
+        connect_timeout: float,
+        read_timeout: float,
+        on_answer: AnswerCallback | None = None,
+    ) -> None:
+        meta = botocore_client.meta
+        self.service = meta.service_model.endpoint_prefix
+        self.region = meta.region_name
+        self.url = meta.endpoint_url.rstrip("/") + "/"
+        parts = urlsplit(self.url)
+        self.host, self.https = parts.hostname or "", parts.scheme == "https"
+        self.port = parts.port or (443 if self.https else 80)
+        self.credentials = credentials  # botocore's: refreshes itself before it expires
+        self.target, self.content_type = _PROTOCOLS[self.service]
+        self.connect_timeout, self.read_timeout = connect_timeout, read_timeout
+        self._connection: http.client.HTTPConnection | None = None
+        self._last_used = 0.0
+        self._tls: ssl.SSLContext | None = None
+        self.on_answer = on_answer
+
+    def _connect(self) -> http.client.HTTPConnection:
+        if self._connection is not None and time.monotonic() - self._last_used < IDLE_RECONNECT_S:
+            return self._connection
+        self.close()
+        if self.https:
+            if self._tls is None:
+                from botocore.httpsession import get_cert_path
+
+                self._tls = ssl.create_default_context(cafile=get_cert_path(True))
+            connection: http.client.HTTPConnection = http.client.HTTPSConnection(
+                self.host, self.port, timeout=self.connect_timeout, context=self._tls
+            )
+        else:
+            connection = http.client.HTTPConnection(self.host, self.port, timeout=self.connect_timeout)
+        connection.connect()  # nothing is sent if this fails
+        assert connection.sock is not None
+        connection.sock.settimeout(self.read_timeout)
+        self._connection = connection
+        return connection
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def call(self, operation: str, body: bytes) -> dict[str, Any]:
+        """One signed POST of a JSON body; the parsed answer, or a copier error (see the module docstring)."""
+        request = AWSRequest(
+            method="POST",
+            url=self.url,
+            data=body,
+            headers={"X-Amz-Target": f"{self.target}.{operation}", "Content-Type": self.content_type},
+        )
+        SigV4Auth(self.credentials.get_frozen_credentials(), self.service, self.region).add_auth(request)
+        try:
+            connection = self._connect()
+        except (OSError, http.client.HTTPException) as exc:
+            self.close()
+            raise TransientAwsError(operation, type(exc).__name__, str(exc)) from exc
+        try:
+            sent_ms = time.time_ns() // 1_000_000
+            connection.request("POST", "/", body=body, headers=dict(request.headers.items()))
+            answer = connection.getresponse()
+            received_ms = time.time_ns() // 1_000_000
+            data = answer.read()
+        except (OSError, http.client.HTTPException) as exc:
+            self.close()
+            if isinstance(exc, _NOT_SENT):
+                raise TransientAwsError(operation, type(exc).__name__, str(exc)) from exc
+            raise Unanswered(operation, type(exc).__name__, str(exc)) from exc
+        self._last_used = time.monotonic()
+        if self.on_answer is not None:
+            self.on_answer(sent_ms, received_ms, answer.getheader("Date") or "")
+        if answer.status == 200:
+            parsed: dict[str, Any] = json.loads(data)
+            return parsed
+        raise _error(operation, answer.status, data)
+
+
+def _error(operation: str, status: int, data: bytes) -> AwsError:
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        doc = {}
+    code = str(doc.get("__type", f"HTTP{status}")).rpartition("#")[2]
+    message = str(doc.get("message") or doc.get("Message") or data[:200])
+    if status >= 500:
+        return Unanswered(operation, code, message)
+    if code == "ConditionalCheckFailedException":
+        return ConditionFailed(operation, code, message)
+    if code in FATAL_CODES:
+        return FatalAwsError(operation, code, message)
+    return TransientAwsError(operation, code, message)

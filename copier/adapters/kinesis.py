@@ -1,0 +1,282 @@
+"""Kinesis I/O: puts that never retry on their own, bounded reads for verification, shard lineage.
+
+botocore retries a PutRecords by itself on a connection error or a 5xx,
+re-sending a request whose first attempt may already have landed: that
+turns an ambiguous put into a silent duplicate. The put client here makes
+exactly one attempt; copier retries, knowing which failures are ambiguous:
+
+* failed before the request was sent (cannot connect): not ambiguous;
+* per-entry ``ErrorCode`` in a PutRecords answer: those entries did not land;
+* read timeout, dropped connection, a 5xx answer: ambiguous, raised as
+  :class:`~copier.core.errors.AmbiguousPutError` and verified by reading the stream.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Callable, Collection, Iterator, Sequence
+from typing import Any
+
+import boto3
+import botocore.config
+import botocore.exceptions
+
+from copier.adapters.aws import convert_aws_error
+from copier.adapters.awsjson import JsonClient, Unanswered, usable
+from copier.adapters.clockhooks import watch_botocore
+from copier.adapters.kinesisread import GET_RECORDS_LIMIT, KinesisReads
+from copier.adapters.target import target_session
+from copier.core.clockcheck import ClockBounds
+from copier.core.config import Config
+from copier.core.errors import AmbiguousPutError, AwsError, FatalAwsError, TransientAwsError
+from copier.core.plan import SourceRecord
+from copier.core.ports import Found, Identity
+from copier.core.positions import Position
+from copier.core.shardmap import ShardMap
+from copier.core.streamsettings import StreamSettings
+
+__all__ = ["GET_RECORDS_LIMIT", "KinesisStreams", "PutEntry", "paged_shards"]
+
+PutEntry = tuple[str, bytes, str | None]  # (partition key, data, data in base64 if already at hand)
+
+SHARD_MAP_MAX_AGE_S = 300.0
+LINEAGE_MAX_AGE_S = 5.0
+SUMMARY_MAX_AGE_S = 300.0
+SUMMARY_RETRY_S = 30.0  # after a failed DescribeStreamSummary (20 a second per account, shared by every host)
+HOUR_MS = 3_600_000
+
+_NOT_SENT = (botocore.exceptions.EndpointConnectionError, botocore.exceptions.ConnectTimeoutError)
+_AMBIGUOUS = (
+    botocore.exceptions.ReadTimeoutError,
+    botocore.exceptions.ConnectionClosedError,
+    botocore.exceptions.ResponseStreamingError,
+)
+
+
+def _client(
+    session: boto3.session.Session,
+    endpoint: str | None,
+    *,
+    attempts: int | None,
+    read_timeout: float,
+    clock_bounds: ClockBounds | None = None,
+) -> Any:
+    """A Kinesis client; its answers feed ``clock_bounds`` when given (``copier.adapters.clockhooks``)."""
+    retries: dict[str, Any] = {"mode": "standard"}
+    if attempts is not None:
+        retries["total_max_attempts"] = attempts
+    client = session.client(
+        "kinesis",
+        endpoint_url=endpoint,
+        config=botocore.config.Config(retries=retries, connect_timeout=5, read_timeout=read_timeout),  # type: ignore[arg-type]
+    )
+    return client if clock_bounds is None else watch_botocore(client, clock_bounds)
+
+
+def paged_shards(list_shards: Callable[..., Any], stream: str) -> list[dict[str, Any]]:
+    """Every shard of a stream, following ListShards' NextToken to the last page.
+
+    ``list_shards`` is the ListShards call, already wrapped in whatever error
+    handling the caller wants.
+    """
+    shards: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {"StreamName": stream}
+    while True:
+        page = list_shards(**kwargs)
+        shards.extend(page.get("Shards", []))
+        token = page.get("NextToken")
+        if not token:
+            return shards
+        kwargs = {"NextToken": token}  # ListShards rejects StreamName together with NextToken
+
+
+class KinesisStreams:
+    """The copier's Kinesis calls; every botocore error leaves here as a CopierError.
+
+    Every answer any of its clients receives feeds ``clock_bounds``, when
+    given: this host's clock measured against AWS (``copier.core.clockcheck``).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        sleep: Callable[[float], None] = time.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
+        clock_bounds: ClockBounds | None = None,
+    ) -> None:
+        self.config = config
+        # The target and dead-letter streams may be in another region or account (copier.adapters.target),
+        # behind another endpoint than the staging stream.
+        target = target_session(config)
+        put_timeout = config.put_timeout_millis / 1000
+        clock = clock_bounds
+        self._put = _client(target, config.target_endpoint, attempts=1, read_timeout=put_timeout, clock_bounds=clock)
+        self._read = _client(target, config.target_endpoint, attempts=None, read_timeout=30, clock_bounds=clock)
+        staging = boto3.session.Session(region_name=config.region)
+        self._staging = _client(staging, config.kinesis_endpoint, attempts=None, read_timeout=30, clock_bounds=clock)
+        self._fast: JsonClient | None = None
+        credentials = target.get_credentials()
+        if credentials is not None and usable(self._put.meta.endpoint_url):
+            on_answer = None if clock is None else clock.observe
+            self._fast = JsonClient(self._put, credentials, 5.0, put_timeout, on_answer)
+        self._monotonic = monotonic
+        self._maps: dict[str, tuple[float, ShardMap]] = {}
+        self._summaries: dict[str, tuple[float, StreamSettings]] = {}
+        self._summary_failed: dict[str, float] = {}
+        self._lineage: dict[str, tuple[float, list[dict[str, Any]]]] = {}
+        self._reads = KinesisReads(lambda op, fn, **kw: self._call(op, fn, **kw), self._staging, self._read, sleep)
+
+    def put_records(self, stream: str, entries: Sequence[PutEntry]) -> list[str | None]:
+        """One PutRecords attempt; returns each entry's error code, None where it landed."""
+        try:
+            return self._put_records(stream, entries)
+        except FatalAwsError as exc:
+            raise self._naming_the_key(stream, exc, "kms:GenerateDataKey") from exc
+
+    def _naming_the_key(self, stream: str, exc: FatalAwsError, permission: str) -> FatalAwsError:
+        """A KMS error, with the stream's key (AWS's own message may not name it) and what the role needs."""
+        if not exc.code.startswith("KMS"):
+            return exc
+        try:
+            summary = self._read.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]
+            key = summary.get("KeyId") or "its KMS key"
+        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError):
+            key = "its KMS key (DescribeStreamSummary failed too)"
+        return FatalAwsError(
+            exc.operation,
+            exc.code,
+            f"stream {stream} is encrypted with {key}, which this role cannot use: it needs {permission} "
+            f"on that key (key policy and IAM policy). AWS said: {exc}",
+        )
+
+    def _put_records(self, stream: str, entries: Sequence[PutEntry]) -> list[str | None]:
+        if self._fast is not None:
+            records = [
+                {"Data": text if text is not None else base64.b64encode(data).decode(), "PartitionKey": pk}
+                for pk, data, text in entries
+            ]
+            body = json.dumps({"StreamName": stream, "Records": records}).encode()
+            try:
+                answer = self._fast.call("PutRecords", body)
+            except Unanswered as exc:
+                raise AmbiguousPutError("PutRecords", exc.code, str(exc)) from exc
+            return [r.get("ErrorCode") for r in answer["Records"]]
+        request = [{"PartitionKey": pk, "Data": data} for pk, data, _ in entries]
+        try:
+            answer = self._put.put_records(StreamName=stream, Records=request)
+        except _NOT_SENT as exc:
+            raise TransientAwsError("PutRecords", type(exc).__name__, str(exc)) from exc
+        except _AMBIGUOUS as exc:
+            raise AmbiguousPutError("PutRecords", type(exc).__name__, str(exc)) from exc
+        except botocore.exceptions.ClientError as exc:
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+            err = convert_aws_error("PutRecords", exc)
+            if status >= 500:
+                raise AmbiguousPutError("PutRecords", err.code, str(exc)) from exc
+            raise err from exc
+        except botocore.exceptions.BotoCoreError as exc:
+            raise AmbiguousPutError("PutRecords", type(exc).__name__, str(exc)) from exc
+        return [r.get("ErrorCode") for r in answer["Records"]]
+
+    def _call(self, operation: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
+        try:
+            return fn(**kwargs)
+        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
+            raise convert_aws_error(operation, exc) from exc
+
+    def shards(self, stream: str) -> list[dict[str, Any]]:
+        """All shards of a stream (open and closed within retention)."""
+        client = self._staging if stream == self.config.stream_name else self._read
+        return paged_shards(lambda **kw: self._call("ListShards", client.list_shards, **kw), stream)
+
+    def shard_map(self, stream: str) -> ShardMap:
+        """The stream's open shards by hash key range, from a ListShards at most ``SHARD_MAP_MAX_AGE_S`` old.
+
+        A stale map is safe: it can only name a shard that has since been
+        split or merged, and verification reads its descendants too.
+        """
+        now = self._monotonic()
+        cached = self._maps.get(stream)
+        if cached is None or now - cached[0] > SHARD_MAP_MAX_AGE_S:
+            cached = (now, ShardMap.of(self.shards(stream)))
+            self._maps[stream] = cached
+        return cached[1]
+
+    def describe(self, stream: str) -> StreamSettings:
+        """The stream's settings from DescribeStreamSummary now, uncached; an AwsError goes up."""
+        client = self._staging if stream == self.config.stream_name else self._read
+        answer = self._call("DescribeStreamSummary", client.describe_stream_summary, StreamName=stream)
+        return StreamSettings.from_summary(stream, answer["StreamDescriptionSummary"])
+
+    def settings(self, stream: str, refresh: bool = False) -> StreamSettings | None:
+        """The stream's settings from DescribeStreamSummary, cached for ``SUMMARY_MAX_AGE_S`` (a change is
+        seen within that; ``refresh``: within ``SUMMARY_RETRY_S``, when records suggest one); the last known
+        ones, or None, when they cannot be read (the caller falls back and says so), asked again at most
+        every ``SUMMARY_RETRY_S`` (DescribeStreamSummary allows 20 calls a second per account)."""
+        now = self._monotonic()
+        cached = self._summaries.get(stream)
+        failed = self._summary_failed.get(stream)
+        age = SUMMARY_RETRY_S if refresh else SUMMARY_MAX_AGE_S
+        stale = cached is None or now - cached[0] > age
+        if stale and (failed is None or now - failed > SUMMARY_RETRY_S):
+            try:
+                cached = (now, self.describe(stream))
+            except AwsError:
+                self._summary_failed[stream] = now  # asked again after SUMMARY_RETRY_S, not on every batch
+            else:
+                self._summaries[stream] = cached
+                self._summary_failed.pop(stream, None)
+        return cached[1] if cached is not None else None
+
+    def retention(self, stream: str) -> int | None:
+        """The stream's retention period (ms) (see :meth:`settings`); None when it cannot be read."""
+        settings = self.settings(stream)
+        return settings.retention_ms if settings is not None else None
+
+    def read_source(self, stream: str, shard_id: str, first: Position, last: Position) -> Iterator[list[SourceRecord]]:
+        """A staging shard's records from ``first`` to ``last`` (both included), as the daemon delivers them
+        (``KinesisReads.read_source``)."""
+        return self._reads.read_source(stream, self.shards(stream), shard_id, first, last)
+
+    def parents(self, stream: str, shard_id: str, ancestor: bool = False) -> list[str]:
+        """The parent shard IDs of a shard (one after a split, two after a merge).
+
+        ListShards is cached for a few seconds: a takeover walks a lineage,
+        asking about several shards in a row. A shard the daemon handed out
+        exists, so one not listed yet is a transient error; an ``ancestor``
+        not listed has expired with the stream's retention (ListShards lists
+        closed shards only within it), and so have its parents: none.
+        """
+        now = self._monotonic()
+        cached = self._lineage.get(stream)
+        for attempt in (1, 2):
+            if cached is None or now - cached[0] > LINEAGE_MAX_AGE_S or attempt == 2:
+                cached = (now, self.shards(stream))
+                self._lineage[stream] = cached
+            for shard in cached[1]:
+                if shard["ShardId"] == shard_id:
+                    return [p for p in (shard.get("ParentShardId"), shard.get("AdjacentParentShardId")) if p]
+        if ancestor:
+            return []
+        # The KCL handed this shard out, so it exists: ListShards has not caught up yet.
+        raise TransientAwsError("ListShards", "ShardNotListed", f"{shard_id} is not listed in {stream} yet")
+
+    def read_identities(
+        self,
+        stream: str,
+        shards: Collection[int] | None,
+        since_ms: int,
+        until_ms: int | None,
+        identity: Identity,
+        keep_alive: Callable[[], None] | None = None,
+    ) -> Found:
+        """Count record identities in the given shards (and their descendants) over a time range
+        (``KinesisReads.read_identities``); a KMS error names the stream's key."""
+        try:
+            return self._reads.read_identities(
+                stream, self.shards(stream), shards, since_ms, until_ms, identity, keep_alive
+            )
+        except FatalAwsError as exc:
+            raise self._naming_the_key(stream, exc, "kms:Decrypt") from exc

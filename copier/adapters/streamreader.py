@@ -1,0 +1,277 @@
+"""Whole Kinesis streams read from TRIM_HORIZON, page by page, within the Kinesis read limits.
+
+Read-only and safe against production: it lists shards and reads them with
+GetShardIterator and GetRecords (at most 5 calls per second per shard),
+shards in parallel and parents before children, each shard in sequence
+order, and writes nothing anywhere. A full read of a large stream takes a
+while, so progress goes to stderr, at most a line per interval.
+
+``copier verify`` reads staging, target and dead-letter streams with it;
+``copier export``, the chaos suite's check and the benchmarks share it.
+This is an adapter module: every botocore error leaves it as a copier error
+(``copier.adapters.aws.convert_aws_error``).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TextIO, TypeVar
+
+import boto3
+import botocore.config
+import botocore.exceptions
+
+from copier.adapters.aws import convert_aws_error
+from copier.adapters.kinesis import paged_shards
+from copier.adapters.target import target_session
+from copier.core.config import Config
+from copier.core.errors import AwsError
+from copier.core.retry import backoff_ms
+
+__all__ = [
+    "GET_RECORDS_INTERVAL_S",
+    "GET_RECORDS_LIMIT",
+    "MAX_ATTEMPTS",
+    "MAX_BACKOFF_MS",
+    "PROGRESS_INTERVAL_S",
+    "READ_WORKERS",
+    "KinesisRecord",
+    "Progress",
+    "StreamReader",
+    "lineage_order",
+    "make_client",
+]
+
+T = TypeVar("T")
+KinesisRecord = dict[str, Any]
+
+PROGRESS_INTERVAL_S = 2.0
+GET_RECORDS_INTERVAL_S = 0.2  # Kinesis allows 5 GetRecords per second per shard
+GET_RECORDS_LIMIT = 10_000
+MAX_ATTEMPTS = 10
+MAX_BACKOFF_MS = 10_000
+READ_WORKERS = 8
+_EXPIRED = "ExpiredIteratorException"
+
+
+class Progress:
+    """Progress lines on stderr, at most one per interval: alive on long reads, quiet in logs."""
+
+    def __init__(
+        self,
+        out: TextIO | None = None,
+        interval: float = PROGRESS_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._out = out if out is not None else sys.stderr
+        self._interval = interval
+        self._clock = clock
+        self._last = clock()
+        self._lock = threading.Lock()
+        self._streams: dict[str, list[int]] = {}  # label -> [records, shards done, shards total]
+
+    def start(self, label: str, shards: int) -> None:
+        """A stream's read begins: its shard count is known."""
+        with self._lock:
+            self._streams[label] = [0, 0, shards]
+            self._maybe_print()
+
+    def records(self, label: str, count: int) -> None:
+        """``count`` more records were read from the stream."""
+        with self._lock:
+            self._streams[label][0] += count
+            self._maybe_print()
+
+    def shard_done(self, label: str) -> None:
+        """One more shard of the stream was read to its end."""
+        with self._lock:
+            self._streams[label][1] += 1
+            self._maybe_print()
+
+    def line(self) -> str:
+        """The current state of every stream read so far, on one line."""
+        parts = [
+            f"{label} {n} records, {done}/{total} shards done" for label, (n, done, total) in self._streams.items()
+        ]
+        return "verify: reading: " + "; ".join(parts)
+
+    def _maybe_print(self) -> None:
+        now = self._clock()
+        if now - self._last >= self._interval:
+            self._last = now
+            print(self.line(), file=self._out, flush=True)
+
+
+def lineage_order(shards: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Shards with every parent before its children, otherwise in ListShards order.
+
+    Records of one partition key move from a parent to a child at a split or
+    merge; reading parents first keeps their production order intact.
+    """
+    by_id = {s["ShardId"]: s for s in shards}
+    ordered: list[dict[str, Any]] = []
+    placed: set[str] = set()
+
+    def place(shard: dict[str, Any]) -> None:
+        if shard["ShardId"] in placed:
+            return
+        placed.add(shard["ShardId"])
+        for parent in (shard.get("ParentShardId"), shard.get("AdjacentParentShardId")):
+            if parent in by_id:
+                place(by_id[parent])
+        ordered.append(shard)
+
+    for shard in shards:
+        place(shard)
+    return ordered
+
+
+def make_client(config: Config, target: bool = False) -> Any:
+    """A Kinesis client for reads of staging, or of the target side (target and dead-letter streams).
+
+    botocore may retry reads itself: a read cannot duplicate anything. The
+    target side is read in its own region and, if one is configured, as the
+    role copier assumes to reach it.
+    """
+    session = target_session(config) if target else boto3.session.Session(region_name=config.region)
+    return session.client(
+        "kinesis",
+        endpoint_url=config.target_endpoint if target else config.kinesis_endpoint,
+        config=botocore.config.Config(retries={"mode": "standard"}, connect_timeout=5, read_timeout=30),
+    )
+
+
+class StreamReader:
+    """Reads whole streams within the Kinesis read limits, shards in parallel, each in order.
+
+    Every botocore error leaves as a CopierError: transient ones (throttling,
+    5xx) are retried with jittered backoff up to ``max_attempts`` times, fatal
+    ones (missing stream, denied access) at once.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        progress: Progress,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        workers: int = READ_WORKERS,
+        max_attempts: int = MAX_ATTEMPTS,
+        max_backoff_ms: int = MAX_BACKOFF_MS,
+        page_records: int = GET_RECORDS_LIMIT,
+    ) -> None:
+        self._client = client
+        self._page_records = page_records
+        self._progress = progress
+        self._sleep = sleep
+        self._clock = clock
+        self._workers = workers
+        self._max_attempts = max_attempts
+        self._max_backoff_ms = max_backoff_ms
+        self._stop = threading.Event()
+
+    def _call(self, operation: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
+        """One API call, retried while its error is transient (an expired iterator is the caller's)."""
+        attempt = 0
+        while True:
+            try:
+                return fn(**kwargs)
+            except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
+                error = convert_aws_error(operation, exc)
+                attempt += 1
+                if not error.retryable or error.code == _EXPIRED or attempt >= self._max_attempts:
+                    raise error from exc
+                self._sleep(backoff_ms(attempt, self._max_backoff_ms) / 1000)
+
+    def shards(self, stream: str) -> list[dict[str, Any]]:
+        """Every shard of the stream (open, and closed within retention), parents first."""
+        listed = paged_shards(lambda **kw: self._call("ListShards", self._client.list_shards, **kw), stream)
+        return lineage_order(listed)
+
+    def _iterator(self, stream: str, shard_id: str, after: str | None) -> str | None:
+        """An iterator at the shard's start, or just after the last record read (when one expired)."""
+        kwargs: dict[str, Any] = {"StreamName": stream, "ShardId": shard_id}
+        if after is None:
+            kwargs["ShardIteratorType"] = "TRIM_HORIZON"
+        else:
+            kwargs.update(ShardIteratorType="AFTER_SEQUENCE_NUMBER", StartingSequenceNumber=after)
+        answer = self._call("GetShardIterator", self._client.get_shard_iterator, **kwargs)
+        iterator: str | None = answer.get("ShardIterator")
+        return iterator
+
+    def pages(self, stream: str, shard_id: str) -> Iterator[list[KinesisRecord]]:
+        """The shard's records page by page, from TRIM_HORIZON to its end.
+
+        A closed shard ends when NextShardIterator is null; any shard ends at
+        an empty page with MillisBehindLatest 0, which is the end of an open
+        shard (and of a closed parent on backends that never null its iterator).
+        """
+        iterator = self._iterator(stream, shard_id, None)
+        last_sequence: str | None = None
+        previous_call = float("-inf")
+        while iterator and not self._stop.is_set():
+            self._sleep(max(0.0, previous_call + GET_RECORDS_INTERVAL_S - self._clock()))
+            previous_call = self._clock()
+            try:
+                page = self._call(
+                    "GetRecords", self._client.get_records, ShardIterator=iterator, Limit=self._page_records
+                )
+            except AwsError as exc:
+                if exc.code != _EXPIRED:
+                    raise
+                iterator = self._iterator(stream, shard_id, last_sequence)
+                continue
+            records: list[KinesisRecord] = page.get("Records", [])
+            if records:
+                last_sequence = records[-1]["SequenceNumber"]
+                yield records
+            iterator = page.get("NextShardIterator")
+            if not records and page.get("MillisBehindLatest") == 0:
+                return
+
+    def _read_shard(
+        self,
+        stream: str,
+        label: str,
+        shard_id: str,
+        convert: Callable[[str, KinesisRecord], T],
+        on_page: Callable[[str], None] | None = None,
+    ) -> list[T]:
+        out: list[T] = []
+        for records in self.pages(stream, shard_id):
+            if on_page is not None:
+                on_page(shard_id)
+            out.extend(convert(shard_id, r) for r in records)
+            self._progress.records(label, len(records))
+        self._progress.shard_done(label)
+        return out
+
+    def read(
+        self,
+        stream: str,
+        label: str,
+        convert: Callable[[str, KinesisRecord], T],
+        on_page: Callable[[str], None] | None = None,
+    ) -> list[T]:
+        """Every record of the stream, converted, shard by shard in lineage order, each in sequence order
+        (``on_page``: told the shard of each page that held records, from the reading threads)."""
+        shards = self.shards(stream)
+        self._progress.start(label, len(shards))
+        if not shards:
+            return []
+        self._stop.clear()
+        with ThreadPoolExecutor(max_workers=min(self._workers, len(shards))) as pool:
+            futures: list[Future[list[T]]] = [
+                pool.submit(self._read_shard, stream, label, s["ShardId"], convert, on_page) for s in shards
+            ]
+            try:
+                return [record for future in futures for record in future.result()]
+            finally:
+                self._stop.set()  # on an error, the other shards' reads end at their next page
+                for future in futures:
+                    future.cancel()

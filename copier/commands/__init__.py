@@ -1,0 +1,1 @@
+"""copier's commands layer (docs/architecture.md, "Layers")."""

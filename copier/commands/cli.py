@@ -1,0 +1,265 @@
+"""The ``copier`` command line (DESIGN section 6).
+
+Exit status: 0 success; 2 a bad properties file or bad arguments (reported
+in one line before any AWS call); 3 a fatal AWS error or an unrecoverable
+fault in the record processor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from copier.commands import demo, export, produce, scalein, verify
+from copier.core.config import Config, load_config
+from copier.core.errors import AwsError, ConfigError, CopierError
+from copier.core.streamsettings import Verdict
+from copier.spark import audit as spark_audit
+
+__all__ = ["main"]
+
+EXIT_CONFIG = 2
+EXIT_FATAL = 3
+
+
+def _config(path: str) -> Config:
+    return load_config(path)
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    """Validate the file (exit 2); with a target role, also assume it and describe the target (exit 3)."""
+    config = _config(args.file)
+    print(
+        f"{config.path}: ok: {config.stream_name} -> {config.target_stream_name}, "
+        f"state table {config.state_table_name}, dedupKey {config.dedup_key}, "
+        f"window {config.dedup_window_seconds} s (at most {config.dedup_window_max_events} IDs), "
+        f"lease {config.lease_millis} ms, ordering {config.ordering}"
+    )
+    from copier.kcl.daemon import daemon_warnings
+
+    for warning in daemon_warnings(config):
+        sys.stderr.write(f"copier: warning: {warning}\n")
+    if args.offline:
+        return 0
+    if config.target_role_arn is not None:
+        from copier.adapters.target import check_target
+
+        print(f"{config.path}: {check_target(config)}")
+    verdicts = stream_verdicts(config)
+    for verdict in verdicts:
+        out = sys.stdout if verdict.level == "ok" else sys.stderr
+        prefix = "" if verdict.level == "ok" else f"{verdict.level}: "
+        out.write(f"{config.path}: {prefix}{verdict.text}\n")
+    return 4 if any(v.level == "error" for v in verdicts) else 0
+
+
+def stream_verdicts(config: Config) -> list[Verdict]:
+    """DescribeStreamSummary of the staging, target and dead-letter streams, judged (copier.core.streamsettings);
+    an AwsError (a stream missing, access denied, the endpoint unreachable) goes up."""
+    from copier.adapters.kinesis import KinesisStreams
+    from copier.core.streamsettings import judge
+
+    streams = KinesisStreams(config)
+    dlq = config.dead_letter_stream_name
+    return judge(
+        streams.describe(config.stream_name),
+        streams.describe(config.target_stream_name),
+        streams.describe(dlq) if dlq else None,
+        ordering=config.ordering,
+        window_ms=config.dedup_window_ms,
+        digest_ttl_floor_ms=config.digest_ttl_hours * 3_600_000,
+    )
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from copier.adapters.dynamo import DynamoStateStore
+    from copier.adapters.logs import configure_logging
+
+    config = _config(args.properties)
+    configure_logging(config.log_level)
+    created = DynamoStateStore(config).create_table()
+    state = "created" if created else "already exists"
+    print(f"state table {config.state_table_name}: {state}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Exec the daemon; a target reached through a role is checked first (one line and exit 3 if it fails)."""
+    from copier.kcl.daemon import run_daemon
+
+    config = _config(args.properties)
+    if config.target_role_arn is not None:
+        from copier.adapters.target import check_target
+
+        sys.stderr.write(f"copier: {check_target(config)}\n")
+    try:
+        for verdict in stream_verdicts(config):  # what the processors will act on, said once at the start
+            sys.stderr.write(f"copier: {'' if verdict.level == 'ok' else verdict.level + ': '}{verdict.text}\n")
+    except AwsError as exc:
+        sys.stderr.write(f"copier: warning: the streams' settings could not be read: {exc}\n")
+    return run_daemon(config, args.properties)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import time
+
+    from copier.adapters.dynamo import DynamoStateStore
+    from copier.adapters.kinesis import KinesisStreams
+    from copier.commands.status import owner_gone, render, rows
+    from copier.core.state import shard_key
+
+    config = _config(args.properties)
+    store = DynamoStateStore(config)
+    streams = KinesisStreams(config)
+    shards = streams.shards(config.stream_name)
+    keys = {shard_key(config.stream_name, s["ShardId"]): s["ShardId"] for s in shards}
+    states = {keys[key]: state for key, state in store.get_many(keys).items()}
+    now = time.time_ns() // 1_000_000
+    unverified = {
+        shard_id
+        for shard_id, state in states.items()
+        if owner_gone(state, now) and store.get_batch(shard_key(config.stream_name, shard_id), state.batches + 1)
+    }
+    print(render(rows(shards, states, now, unverified), as_json=args.json))
+    if not args.json:  # what the processors work under: the streams' distribution strategies and record limits
+        names = [config.stream_name, config.target_stream_name, config.dead_letter_stream_name]
+        for name in filter(None, names):
+            found = streams.settings(name)
+            if found is None:
+                print(f"{name}: settings cannot be read")
+            else:
+                print(
+                    f"{name}: RecordDistributionStrategy {found.distribution}, "
+                    f"MaxRecordSize {found.max_record_bytes // 1024} KiB"
+                )
+    return 0
+
+
+def cmd_process(args: argparse.Namespace) -> int:
+    """The record processor. stdout carries the protocol only: stray prints go to stderr.
+
+    SIGTERM and SIGINT are ignored: the daemon alone ends a processor's life
+    (shutdown_requested: finish the batch, checkpoint, release; then the end of
+    its input). A signal sent to the whole process group (systemd's
+    KillMode=control-group, Ctrl-C in a terminal) would otherwise kill every
+    processor before the daemon asks it to release its shard, and each
+    successor would sleep out a lease. An orphan (daemon SIGKILLed) still ends:
+    its input closes.
+    """
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    protocol_out = sys.stdout
+    sys.stdout = sys.stderr
+    config = _config(args.properties)
+
+    from copier.adapters.dynamo import DynamoStateStore
+    from copier.adapters.kinesis import KinesisStreams
+    from copier.adapters.logs import configure_logging
+    from copier.adapters.metrics import emitter_for
+    from copier.core.clockcheck import ClockBounds
+    from copier.kcl.processor import CopierRecordProcessor, kcl_process, tune_gc
+    from copier.shard import ShardWorker
+
+    configure_logging(config.log_level)
+    clock_bounds = ClockBounds()  # this host's clock against AWS, from every answer the store and streams receive
+    store = DynamoStateStore(config, clock_bounds=clock_bounds)
+    streams = KinesisStreams(config, clock_bounds=clock_bounds)
+
+    emitter = emitter_for(config)
+
+    def make_worker() -> ShardWorker:
+        return ShardWorker(config, store, streams, metrics=emitter, clock_bounds=clock_bounds)
+
+    processor = CopierRecordProcessor(make_worker, config.checkpoint_interval_millis)
+    tune_gc()
+    kcl_process(processor, sys.stdin, protocol_out, sys.stderr).run()
+    processor.input_closed()
+    return 0
+
+
+def _local_backend(argv: list[str]) -> int:
+    from copier.local.backend import main as backend_main
+
+    return backend_main(argv)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="copier", description="Exactly-once Kinesis-to-Kinesis copier.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("run", help="run the KCL MultiLangDaemon with FILE (the service's ExecStart)")
+    p.add_argument("--properties", required=True, metavar="FILE")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("status", help="per-shard owner, epoch, position, lag and counters")
+    p.add_argument("--properties", required=True, metavar="FILE")
+    p.add_argument("--json", action="store_true", help="one JSON object per shard")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("process", help="the record processor the MultiLangDaemon spawns (executableName)")
+    p.add_argument("--properties", required=True, metavar="FILE")
+    p.set_defaults(func=cmd_process)
+
+    p = sub.add_parser("init", help="create the state table if absent (idempotent)")
+    p.add_argument("--properties", required=True, metavar="FILE")
+    p.set_defaults(func=cmd_init)
+
+    p = sub.add_parser("verify", help="audit the target (and dead-letter) stream against what was produced")
+    verify.add_arguments(p)
+    p.set_defaults(func=verify.main)
+
+    p = sub.add_parser("export", help="a stream (or a time range of it) to JSON-lines files for copier audit")
+    export.add_arguments(p)
+    p.set_defaults(func=export.main)
+
+    p = sub.add_parser("audit", help="the exactly-once audit as a Spark job, over exported or Firehose files")
+    spark_audit.add_arguments(p)
+    p.set_defaults(func=spark_audit.main)
+
+    p = sub.add_parser("produce", help="the PySpark job writing JSON-lines files to the staging stream")
+    produce.add_arguments(p)
+    p.set_defaults(func=produce.main)
+
+    p = sub.add_parser("demo", help="the whole pipeline on the embedded local backend, with a summary")
+    demo.add_arguments(p)
+    p.set_defaults(func=demo.main)
+
+    p = sub.add_parser("local-backend", help="serve local Kinesis and DynamoDB on 127.0.0.1 (for tests and demos)")
+    p.add_argument("--port", type=int, default=4566)
+    p.set_defaults(func=lambda a: _local_backend(["--port", str(a.port)]))
+
+    p = sub.add_parser("scale-in-watch", help="on Auto Scaling scale-in, stop copier.service, then let it go on")
+    scalein.add_arguments(p)
+    p.set_defaults(func=scalein.main)
+
+    p = sub.add_parser(
+        "check-config",
+        help="validate a properties file, then the streams' settings (exit 4 if copier would not forward under them)",
+    )
+    p.add_argument("file", metavar="FILE")
+    p.add_argument(
+        "--offline", action="store_true", help="only the file: do not assume copier.targetRoleArn nor describe streams"
+    )
+    p.set_defaults(func=cmd_check_config)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(f"copier: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except CopierError as exc:
+        print(f"copier: {exc}", file=sys.stderr)
+        return EXIT_FATAL
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""``copier status``: one line per staging shard from the state table and ListShards.
+
+Read-only and cheap, safe to run against production at any time: one
+ListShards, a BatchGetItem of the shards' state items (never a scan: the
+table also holds every shard's digest batches, an hour of them each), and a
+GetItem per shard whose owner is gone, to tell whether it left a batch in
+flight.
+
+The *window* column is the horizon of the dedup guarantee: a producer
+duplicate of an event forwarded at or after the time shown is dropped; one
+of an earlier event is forwarded. ``cut short`` means the count cap
+(``copier.dedupWindowMaxEvents``) keeps the window shorter than
+``copier.dedupWindowSeconds``.
+
+The *clock* column is the owner's clock measured against AWS time at its
+last write (``copier.core.clockcheck``): ``±N ms`` bounds how far its clock can
+be off; beyond half of ``copier.clockSkewMillis`` the copier widens its
+lease margins and logs ``clock_margin_widened``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from copier.core.state import ShardState
+
+__all__ = ["ShardRow", "owner_gone", "rows", "render"]
+
+
+@dataclass(frozen=True)
+class ShardRow:
+    shard: str
+    shard_state: str
+    owner: str
+    epoch: int
+    lease: str
+    position: str
+    behind: str
+    forwarded: int
+    duplicates: int
+    replays: int
+    dead_lettered: int
+    unkeyed: int
+    in_flight: str
+    window: str
+    window_ids: int = 0
+    window_oldest_ms: int = 0
+    window_newest_ms: int = 0
+    window_cut: bool = False
+    clock: str = "-"
+    clock_bound_ms: int | None = None
+
+
+def _seconds(ms: int) -> str:
+    return f"{ms / 1000:.1f}s"
+
+
+def _span(ms: int) -> str:
+    minutes, seconds = divmod(max(0, ms) // 1000, 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s"
+
+
+def _window(state: ShardState) -> str:
+    """How far back the dedup guarantee reaches: '<ids> IDs since <time> (<span>)'."""
+    if not state.window_newest_ms:
+        return "-"
+    since = datetime.fromtimestamp(state.window_oldest_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    cut = ", cut short" if state.window_cut else ""
+    return f"{state.window_ids} IDs since {since} ({_span(state.window_newest_ms - state.window_oldest_ms)}{cut})"
+
+
+def owner_gone(state: ShardState, now_ms: int) -> bool:
+    """No live owner: its lease ran out or was released (a batch it left in flight waits for the next)."""
+    return state.lease_until_ms <= now_ms
+
+
+def _row(shard_id: str, open_: bool, state: ShardState | None, now_ms: int, unverified: bool) -> ShardRow:
+    kinesis = "open" if open_ else "closed"
+    if state is None:
+        return ShardRow(shard_id, kinesis, "-", 0, "-", "-", "-", 0, 0, 0, 0, 0, "-", "-")
+    c = state.counters
+    if state.lease_until_ms > now_ms:
+        lease = f"valid {_seconds(state.lease_until_ms - now_ms)}"
+    else:
+        lease = "released" if state.lease_until_ms == 0 else f"expired {_seconds(now_ms - state.lease_until_ms)} ago"
+    behind = "-"
+    if state.behind_ms is not None:
+        behind = f"{_seconds(state.behind_ms)} ({_seconds(max(0, now_ms - state.updated_ms))} ago)"
+    in_flight = "-"
+    if unverified:
+        in_flight = "unverified batch"
+    elif state.redo_last is not None:
+        in_flight = f"redo {len(state.redo_digests)}" + (" (possible duplicates)" if state.redo_suspect else "")
+    return ShardRow(
+        shard=shard_id,
+        shard_state="ended" if state.closed else kinesis,
+        owner=state.owner or "-",
+        epoch=state.epoch,
+        lease=lease,
+        position=str(state.position) if state.position else "-",
+        behind=behind,
+        forwarded=c.get("forwarded", 0),
+        duplicates=c.get("duplicates", 0),
+        replays=c.get("replays", 0),
+        dead_lettered=c.get("dead_lettered", 0),
+        unkeyed=c.get("unkeyed", 0),
+        in_flight=in_flight,
+        window=_window(state),
+        window_ids=state.window_ids,
+        window_oldest_ms=state.window_oldest_ms,
+        window_newest_ms=state.window_newest_ms,
+        window_cut=state.window_cut,
+        clock="-" if state.clock_bound_ms is None else f"±{state.clock_bound_ms} ms",
+        clock_bound_ms=state.clock_bound_ms,
+    )
+
+
+def rows(
+    shards: list[dict[str, Any]],
+    states: dict[str, ShardState],
+    now_ms: int,
+    unverified: Collection[str] = (),
+) -> list[ShardRow]:
+    """Every shard ListShards knows (open, and closed within the stream's retention).
+
+    ``unverified``: shards whose gone owner left a batch in flight.
+    """
+    out = []
+    for shard in shards:
+        shard_id = shard["ShardId"]
+        open_ = "EndingSequenceNumber" not in shard.get("SequenceNumberRange", {})
+        out.append(_row(shard_id, open_, states.get(shard_id), now_ms, shard_id in unverified))
+    return out
+
+
+HEADERS = (
+    ("shard", "shard"),
+    ("state", "shard_state"),
+    ("owner", "owner"),
+    ("epoch", "epoch"),
+    ("lease", "lease"),
+    ("committed position", "position"),
+    ("behind", "behind"),
+    ("forwarded", "forwarded"),
+    ("duplicates", "duplicates"),
+    ("replays", "replays"),
+    ("dead-lettered", "dead_lettered"),
+    ("unkeyed", "unkeyed"),
+    ("in flight", "in_flight"),
+    ("window", "window"),
+    ("clock", "clock"),
+)
+
+
+def render(table: list[ShardRow], as_json: bool = False) -> str:
+    """An aligned text table (or JSON lines), with a totals line."""
+    if as_json:
+        return "\n".join(json.dumps(r.__dict__) for r in table)
+    cells = [[title for title, _ in HEADERS]]
+    cells += [[str(getattr(r, attr)) for _, attr in HEADERS] for r in table]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(HEADERS))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    total = {attr: sum(getattr(r, attr) for r in table) for attr in ("forwarded", "duplicates", "replays")}
+    lines.append(
+        f"{len(table)} shards; forwarded {total['forwarded']}, duplicates dropped {total['duplicates']}, "
+        f"replays dropped {total['replays']}"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""copier's core layer (docs/architecture.md, "Layers")."""

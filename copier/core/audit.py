@@ -1,0 +1,249 @@
+"""The exactly-once audit: what was produced against every copy the target and the dead-letter stream hold.
+
+Pure logic, no I/O, so the verdict can be tested exhaustively; ``copier.commands.verify``
+and the chaos suite's check (``copier.chaos.check``) do the reading. The
+audit's value types are in ``copier.core.audittypes``, its dead-letter checks in
+``copier.core.deadlettercheck`` and its order judgement in ``copier.core.ordercheck``;
+their names are still importable from here. Every claim is per copy and per
+byte:
+
+* **Produced** records (:class:`Produced`): each event the producer wrote
+  (an event ID may occur more than once: a producer retry), with, when the
+  source knows them, its partition key, the SHA-256 of its bytes and its
+  staging position; and the records written without an event ID. An event
+  ID is a JSON value: the string ``"1"`` and the integer ``1`` are two IDs.
+* **Copies** of an event: its records in the target and the dead-letter
+  envelopes that carry it, counted together. None: lost. More than one: a
+  duplicate, *explained* only copy by copy: each ``possible_duplicates``
+  report (:class:`DuplicateReport`) that names the ID excuses one extra
+  copy that arrived within the report's window, and no more.
+* A target copy must be byte for byte what was produced under its ID
+  (partition key and SHA-256), where the source says: else it is *changed*.
+* A dead-letter record must be an envelope of a produced record, with its
+  key and bytes, for a reason the record bears out (``copier.core.deadlettercheck``
+  says what is checked). Anything else is *invalid* and fails the audit.
+* Records without an event ID are at least once: each produced one must be
+  in the target (same key and bytes) or in a valid envelope; extra copies
+  are counted, not failed.
+* Order: per partition key *as produced* (not as the target holds it), in
+  target order, the first copy of an event produced before the latest-produced
+  event ahead of it is out of order (``copier.core.ordercheck``; reported, and the
+  chaos check fails on it).
+  Events the caller names ``unordered`` (a copy Kinesis placed on a shard that
+  does not hold its key, under ``RecordDistributionStrategy = AUTO``: Kinesis
+  kept no order for them) are left out of the judgement and counted.
+
+``ok`` means nothing lost, no unexplained copy, nothing changed, no invalid
+dead-letter record.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from copier.core.audittypes import (
+    DEFAULT_EXAMPLES,
+    AuditReport,
+    DeadLetter,
+    DuplicateReport,
+    OutOfOrder,
+    Produced,
+    TargetRecord,
+    Unkeyed,
+    event_key,
+    show,
+)
+from copier.core.audittypes import Position as Position
+from copier.core.deadlettercheck import check_dead_letter
+from copier.core.deadlettercheck import key_problem as key_problem
+from copier.core.identity import EventValue
+from copier.core.ordercheck import first_copies, order_violations, production_index
+
+__all__ = [
+    "DEFAULT_EXAMPLES",
+    "AuditReport",
+    "DeadLetter",
+    "DuplicateReport",
+    "OutOfOrder",
+    "Produced",
+    "TargetRecord",
+    "Unkeyed",
+    "audit",
+    "check_dead_letter",
+    "event_key",
+    "explain",
+    "first_copies",
+    "order_violations",
+    "production_index",
+    "show",
+]
+
+
+def _where(letter: DeadLetter) -> str:
+    return f"{letter.shard_id}@{letter.sequence_number}"
+
+
+@dataclass
+class _Copies:
+    """Every copy of one event ID: target records and dead-letter envelopes, with their arrival times."""
+
+    arrivals: list[int] = field(default_factory=list)
+    in_target: int = 0
+
+
+def explain(arrivals: dict[EventValue, list[int]], reports: Sequence[DuplicateReport]) -> tuple[int, list[EventValue]]:
+    """Match each extra copy (all but the earliest) to a report naming its ID whose window holds its arrival;
+    a report excuses one copy per ID it names. ``arrivals``: every copy's arrival, per duplicated ID.
+    Returns (explained, IDs with an unexplained copy)."""
+    allowances: dict[EventValue, list[DuplicateReport]] = defaultdict(list)
+    for report in reports:
+        for event_id in dict.fromkeys(report.event_ids):
+            allowances[event_id].append(report)
+    explained = 0
+    unexplained: list[EventValue] = []
+    for event_id, times in arrivals.items():
+        extra = sorted(times)[1:]
+        left = list(allowances.get(event_id, ()))
+        for arrival in extra:
+            match = next(
+                (r for r in left if r.from_ms <= arrival and (r.until_ms is None or arrival <= r.until_ms)), None
+            )
+            if match is None:
+                unexplained.append(event_id)
+                break
+            left.remove(match)
+            explained += 1
+    return explained, unexplained
+
+
+def audit(
+    produced: Iterable[Produced | EventValue],
+    target: Iterable[TargetRecord],
+    dead_letter: Iterable[DeadLetter] = (),
+    reports: Sequence[DuplicateReport] = (),
+    examples: int = DEFAULT_EXAMPLES,
+    keyed_dead_letters: bool = True,
+    unordered: Collection[EventValue] = frozenset(),
+) -> AuditReport:
+    """Compare what was produced with every copy the target and dead-letter stream hold; see the module
+    docstring. A bare event ID in ``produced`` is a :class:`Produced` with nothing else known."""
+    records_produced = [p if isinstance(p, Produced) else Produced(p) for p in produced]
+    keyed = [p for p in records_produced if p.event_id is not None]
+    index, occurrences = production_index(p.event_id for p in keyed)  # type: ignore[misc]
+    versions: dict[EventValue, set[tuple[str | None, str | None]]] = defaultdict(set)
+    produced_keys: dict[EventValue, str] = {}
+    for p in keyed:
+        assert p.event_id is not None
+        versions[p.event_id].add((p.partition_key, p.sha256))
+        if p.partition_key is not None:
+            produced_keys.setdefault(p.event_id, p.partition_key)
+    at = {p.position: p for p in records_produced if p.position is not None}
+    positions_known = bool(at)
+
+    records = list(target)
+    copies: dict[EventValue, _Copies] = defaultdict(_Copies)
+    unkeyed_found: Counter[tuple[str, str | None]] = Counter()
+    unkeyed: list[Unkeyed] = []
+    unkeyed_count = 0
+    changed: list[str] = []
+    changed_count = 0
+    for record in records:
+        if record.event_id is None:
+            unkeyed_count += 1
+            unkeyed_found[(record.partition_key, record.sha256)] += 1
+            if len(unkeyed) < examples:
+                unkeyed.append(Unkeyed(record.shard_id, record.sequence_number, record.partition_key))
+            continue
+        found = copies[record.event_id]
+        found.arrivals.append(record.arrival_ms)
+        found.in_target += 1
+        if record.event_id in versions and not _matches(versions[record.event_id], record):
+            changed_count += 1
+            if len(changed) < examples:
+                changed.append(f"{show(record.event_id)} at {record.shard_id}@{record.sequence_number}")
+
+    letters = list(dead_letter)
+    invalid: list[str] = []
+    invalid_count = 0
+    dead_ids: set[EventValue] = set()
+    unkeyed_dead: Counter[Position] = Counter()
+    for letter in letters:
+        problem = check_dead_letter(letter, at, keyed_dead_letters, positions_known)
+        if problem is not None:
+            invalid_count += 1
+            if len(invalid) < examples:
+                invalid.append(f"{_where(letter)}: {problem}")
+            continue
+        original = at.get(letter.position) if letter.position is not None else None
+        event_id = original.event_id if original is not None else letter.event_id
+        if event_id is not None:
+            copies[event_id].arrivals.append(letter.arrival_ms)
+            dead_ids.add(event_id)
+        elif letter.position is not None:
+            unkeyed_dead[letter.position] += 1
+
+    lost = [i for i in index if i not in copies]
+    duplicated = [(i, len(c.arrivals)) for i, c in copies.items() if len(c.arrivals) > 1]
+    explained, unexplained = explain({i: copies[i].arrivals for i, _ in duplicated}, reports)
+    unexpected = [i for i, c in copies.items() if i not in index and c.in_target]
+    judged = [r for r in first_copies(records) if r.event_id not in unordered]
+    disorder, disorder_examples = order_violations(judged, index, examples, produced_keys or None)
+
+    without_id = [p for p in records_produced if p.event_id is None]
+    unkeyed_lost: list[str] = []
+    unkeyed_extra = 0
+    left = Counter(unkeyed_found)
+    for p in without_id:
+        if p.position is not None and unkeyed_dead[p.position] > 0:
+            unkeyed_extra += unkeyed_dead[p.position] - 1
+            unkeyed_dead[p.position] = 0
+            continue
+        if left[(p.partition_key or "", p.sha256)] > 0:
+            left[(p.partition_key or "", p.sha256)] -= 1
+            continue
+        unkeyed_lost.append(f"{p.position[0]}@{p.position[1]}/{p.position[2]}" if p.position else "?")
+    unkeyed_extra += sum(left.values()) if without_id else 0
+    extra = sum(n - 1 for _, n in duplicated)
+    return AuditReport(
+        expected=len(index),
+        produced=occurrences,
+        found=len(records),
+        dead_letter_records=len(letters),
+        lost=len(lost),
+        duplicated=len(duplicated),
+        extra_copies=extra,
+        unexpected=len(unexpected),
+        unkeyed=unkeyed_count,
+        dead_lettered=len([i for i in index if i in dead_ids]),
+        out_of_order=disorder,
+        unordered=len(set(unordered) & set(index)),
+        explained_copies=explained,
+        unexplained_copies=extra - explained,
+        reports=len(reports),
+        reported_ids=sum(len(set(r.event_ids)) for r in reports),
+        changed=changed_count,
+        invalid_dead_letters=invalid_count,
+        unkeyed_expected=len(without_id),
+        unkeyed_lost=len(unkeyed_lost),
+        unkeyed_extra_copies=unkeyed_extra,
+        lost_examples=tuple(lost[:examples]),
+        duplicated_examples=tuple(duplicated[:examples]),
+        unexplained_examples=tuple(unexplained[:examples]),
+        unexpected_examples=tuple(unexpected[:examples]),
+        unkeyed_examples=tuple(unkeyed),
+        dead_lettered_examples=tuple([i for i in index if i in dead_ids][:examples]),
+        out_of_order_examples=disorder_examples,
+        changed_examples=tuple(changed),
+        invalid_dead_letter_examples=tuple(invalid),
+        unkeyed_lost_examples=tuple(unkeyed_lost[:examples]),
+    )
+
+
+def _matches(versions: set[tuple[str | None, str | None]], record: TargetRecord) -> bool:
+    """Is the target record one of the produced versions of its event (key and bytes, where known)?"""
+    for key, digest in versions:
+        if (key is None or key == record.partition_key) and (digest is None or digest == record.sha256):
+            return True
+    return False

@@ -1,0 +1,212 @@
+"""The audit's value types: what was produced, what was read back, what the copier reported, and the verdict.
+
+Frozen dataclasses and nothing else: no I/O and no judgement, so that every
+side shares them: the readers that build them (``copier.core.auditinputs``, the
+chaos suite's check, the Spark audit job), the audit that judges them
+(``copier.core.audit``) and the reports that print them (``copier.core.verifyreport``).
+
+An event ID is a JSON value: the string ``"1"`` and the integer ``1`` are two
+IDs, and reports print them apart (:func:`show`, :func:`event_key`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from copier.core.identity import EventValue
+
+__all__ = [
+    "DEFAULT_EXAMPLES",
+    "AuditReport",
+    "DeadLetter",
+    "DuplicateReport",
+    "OutOfOrder",
+    "Position",
+    "Produced",
+    "TargetRecord",
+    "Unkeyed",
+    "event_key",
+    "show",
+]
+
+DEFAULT_EXAMPLES = 5
+Position = tuple[str, int, int]  # (staging shard, sequence number, sub-sequence number)
+
+
+def show(event_id: EventValue) -> str:
+    """An event ID as reports print it: a string as is, an integer as a number (``#1``) so 1 and "1" differ."""
+    return event_id if isinstance(event_id, str) else f"#{event_id}"
+
+
+def event_key(value: EventValue) -> str:
+    """An event ID as one string that keeps its type (JSON): for stores that hold strings only (Spark)."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class Produced:
+    """One record as the producer wrote it. Unknown details are None (a manifest of IDs only)."""
+
+    event_id: EventValue | None
+    partition_key: str | None = None
+    sha256: str | None = None  # of the record's bytes
+    position: Position | None = None
+    dead_letter: str | None = None  # the reason kind it must be dead-lettered for ("no_id", "oversize", "key")
+    size: int | None = None  # bytes it counts against the limits (data and UTF-8 partition key)
+
+
+@dataclass(frozen=True)
+class TargetRecord:
+    """One record of the target stream, reduced to what the audit needs."""
+
+    event_id: EventValue | None
+    partition_key: str
+    shard_id: str
+    sequence_number: str = ""
+    sha256: str | None = None
+    arrival_ms: int = 0
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One dead-letter record as read: the envelope's fields, or why it is not one (``problem``)."""
+
+    shard_id: str
+    sequence_number: str
+    arrival_ms: int = 0
+    problem: str | None = None
+    reason: str = ""
+    position: Position | None = None
+    partition_key: str | None = None
+    sha256: str | None = None  # of the original bytes (from the data, or the envelope's dataSha256)
+    event_id: EventValue | None = None  # read from the original bytes, when the envelope keeps them
+
+
+@dataclass(frozen=True)
+class DuplicateReport:
+    """A ``possible_duplicates`` log line: these IDs may have one extra copy arriving in [from_ms, until_ms]."""
+
+    event_ids: tuple[EventValue, ...]
+    from_ms: int = 0
+    until_ms: int | None = None  # None: open
+    shard_id: str = ""
+    batch: int = 0
+
+
+@dataclass(frozen=True)
+class Unkeyed:
+    """Where a target record without an event ID is, so an operator can look at it."""
+
+    shard_id: str
+    sequence_number: str
+    partition_key: str
+
+
+@dataclass(frozen=True)
+class OutOfOrder:
+    """A target record produced before a record that precedes it under the same (produced) partition key."""
+
+    event_id: EventValue
+    partition_key: str
+    after: EventValue  # the event ID, produced later, that the target holds before it
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    """The audit's counts, with up to ``examples`` examples of each problem."""
+
+    expected: int  # distinct produced IDs
+    produced: int  # produced ID occurrences, duplicates included
+    found: int  # target records
+    dead_letter_records: int
+    lost: int
+    duplicated: int  # distinct IDs with more than one copy (target and dead-letter stream together)
+    extra_copies: int  # copies beyond the first of each duplicated ID
+    unexpected: int  # distinct IDs in the target that were never produced
+    unkeyed: int  # target records without an event ID
+    dead_lettered: int  # distinct produced IDs delivered as dead-letter envelopes
+    out_of_order: int
+    unordered: int = 0  # events left out of the order judgement (see copier.core.audit's docstring)
+    explained_copies: int = 0  # extra copies a report excuses
+    unexplained_copies: int = 0
+    reports: int = 0  # possible_duplicates reports considered
+    reported_ids: int = 0  # IDs they name, each report counted
+    changed: int = 0  # target copies whose key or bytes differ from what was produced under their ID
+    invalid_dead_letters: int = 0
+    unkeyed_expected: int = 0  # produced records without an event ID
+    unkeyed_lost: int = 0
+    unkeyed_extra_copies: int = 0
+    lost_examples: tuple[EventValue, ...] = ()
+    duplicated_examples: tuple[tuple[EventValue, int], ...] = ()  # (event ID, copies)
+    unexplained_examples: tuple[EventValue, ...] = ()
+    unexpected_examples: tuple[EventValue, ...] = ()
+    unkeyed_examples: tuple[Unkeyed, ...] = ()
+    dead_lettered_examples: tuple[EventValue, ...] = ()
+    out_of_order_examples: tuple[OutOfOrder, ...] = ()
+    changed_examples: tuple[str, ...] = ()
+    invalid_dead_letter_examples: tuple[str, ...] = ()
+    unkeyed_lost_examples: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """Exactly once for keyed events, at least once for the rest, each copy as produced."""
+        return (
+            self.lost == 0
+            and self.unexplained_copies == 0
+            and self.changed == 0
+            and self.invalid_dead_letters == 0
+            and self.unkeyed_lost == 0
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict of every count and example (for ``copier verify --json``)."""
+        counts = {
+            name: getattr(self, name)
+            for name in (
+                "expected",
+                "produced",
+                "found",
+                "dead_letter_records",
+                "lost",
+                "duplicated",
+                "extra_copies",
+                "explained_copies",
+                "unexplained_copies",
+                "reports",
+                "reported_ids",
+                "changed",
+                "unexpected",
+                "unkeyed",
+                "unkeyed_expected",
+                "unkeyed_lost",
+                "unkeyed_extra_copies",
+                "dead_lettered",
+                "invalid_dead_letters",
+                "out_of_order",
+                "unordered",
+            )
+        }
+        return {
+            "ok": self.ok,
+            **counts,
+            "examples": {
+                "lost": list(self.lost_examples),
+                "duplicated": [{"event_id": i, "copies": n} for i, n in self.duplicated_examples],
+                "unexplained": list(self.unexplained_examples),
+                "unexpected": list(self.unexpected_examples),
+                "changed": list(self.changed_examples),
+                "unkeyed": [
+                    {"shard_id": u.shard_id, "sequence_number": u.sequence_number, "partition_key": u.partition_key}
+                    for u in self.unkeyed_examples
+                ],
+                "unkeyed_lost": list(self.unkeyed_lost_examples),
+                "dead_lettered": list(self.dead_lettered_examples),
+                "invalid_dead_letters": list(self.invalid_dead_letter_examples),
+                "out_of_order": [
+                    {"event_id": o.event_id, "partition_key": o.partition_key, "after": o.after}
+                    for o in self.out_of_order_examples
+                ],
+            },
+        }

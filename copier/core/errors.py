@@ -1,0 +1,117 @@
+"""The one exception tree of copier.
+
+Every error copier raises on purpose derives from :class:`CopierError`.
+Errors of boto3, botocore, PynamoDB and amazon-kclpy are converted to these
+only in the adapter modules (``copier.adapters.dynamo``, ``copier.adapters.kinesis``), keeping
+the AWS error code, so the protocol code decides on copier's own terms::
+
+    CopierError
+    ├── ConfigError              a properties file is missing a key or has a bad value
+    ├── FencedError              another processor took the shard over (epoch moved on,
+    │                            or a successor announced itself)
+    ├── AwsError                 an AWS call failed; carries ``code`` and ``retryable``
+    │   ├── TransientAwsError    throttling, 5xx, timeouts: retry with backoff
+    │   │   └── AmbiguousPutError   a PutRecords whose outcome is unknown: it may
+    │   │                           have landed, so it is verified, never resent blindly
+    │   └── FatalAwsError        retrying cannot help. ``host_wide`` ones (a missing
+    │                            table or stream, denied access, bad credentials, a KMS
+    │                            key) fail every shard alike: the process exits and
+    │                            its supervisor restarts the daemon. The others (AWS
+    │                            rejects one shard's request) stall that shard only:
+    │                            it retries slowly and logs, the host's other shards
+    │                            go on (one child's exit would restart them all)
+    ├── IncompatibleStateError   the state table was written by another copier format
+    └── ProtocolError            the MultiLang peer sent something copier cannot act on
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AmbiguousPutError",
+    "AwsError",
+    "ConfigError",
+    "CopierError",
+    "FatalAwsError",
+    "FencedError",
+    "HOST_WIDE_CODES",
+    "IncompatibleStateError",
+    "ProtocolError",
+    "TransientAwsError",
+]
+
+
+class CopierError(Exception):
+    """Root of every error copier raises on purpose."""
+
+
+class ConfigError(CopierError):
+    """A properties file is unusable: names the file, the key and the problem."""
+
+    def __init__(self, path: str, key: str, problem: str) -> None:
+        self.path = path
+        self.key = key
+        self.problem = problem
+        super().__init__(f"{path}: {key}: {problem}")
+
+
+class FencedError(CopierError):
+    """This processor no longer owns the shard: forward nothing more."""
+
+
+class AwsError(CopierError):
+    """An AWS call failed; ``code`` is the AWS error code (or the exception name)."""
+
+    retryable = False
+
+    def __init__(self, operation: str, code: str, message: str) -> None:
+        self.operation = operation
+        self.code = code
+        super().__init__(f"{operation} failed: {code}: {message}")
+
+
+class TransientAwsError(AwsError):
+    """Throttling, a 5xx, a timeout: the same call may succeed later."""
+
+    retryable = True
+
+
+class AmbiguousPutError(TransientAwsError):
+    """A put whose outcome is unknown: some or all of its records may have landed."""
+
+
+#: Error codes that no shard on the host can get past: the process exits on them.
+HOST_WIDE_CODES = frozenset(
+    {
+        "ResourceNotFoundException",
+        "AccessDeniedException",
+        "AccessDenied",
+        "UnrecognizedClientException",
+        "InvalidClientTokenId",
+        "InvalidSignatureException",
+        "IncompleteSignature",
+        "MissingAuthenticationTokenException",
+        "ExpiredTokenException",
+        "KMSAccessDeniedException",
+        "KMSDisabledException",
+        "KMSInvalidStateException",
+        "KMSNotFoundException",
+        "KMSOptInRequired",
+    }
+)
+
+
+class FatalAwsError(AwsError):
+    """Retrying cannot help (missing table or stream, access denied, validation)."""
+
+    @property
+    def host_wide(self) -> bool:
+        """True when every shard on the host fails alike (see the module docstring)."""
+        return self.code in HOST_WIDE_CODES
+
+
+class IncompatibleStateError(CopierError):
+    """The state table holds items of another copier format: this version cannot read them."""
+
+
+class ProtocolError(CopierError):
+    """The MultiLang peer sent something copier cannot act on."""

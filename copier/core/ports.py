@@ -1,0 +1,97 @@
+"""The interfaces the protocol code needs from the outside world: a clock and the streams.
+
+``copier.shard`` and ``copier.shard.forward`` are written against these, so they
+run the same on the real clock and Kinesis (``copier.shard.SystemClock``,
+``copier.adapters.kinesis.KinesisStreams``) and on the fakes of ``copier.testing``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from copier.core.positions import Position
+from copier.core.shardmap import ShardMap
+from copier.core.streamsettings import StreamSettings
+
+if TYPE_CHECKING:
+    from copier.core.plan import SourceRecord
+
+__all__ = ["Clock", "Found", "Identity", "Streams"]
+
+#: How a record read back from a stream is recognised: (partition key, data) -> digest.
+Identity = Callable[[str, bytes], int]
+
+
+class Clock(Protocol):
+    """Wall-clock milliseconds (leases are compared across hosts) and sleeping."""
+
+    def now_ms(self) -> int: ...
+    def sleep_ms(self, ms: int) -> None: ...
+
+
+@dataclass
+class Found:
+    """What a verification read found: identities counted, and how much it read to find them."""
+
+    identities: Counter[int] = field(default_factory=Counter)
+    records_read: int = 0
+    shards_read: int = 0
+
+
+class Streams(Protocol):
+    """The Kinesis calls of a record processor."""
+
+    def put_records(self, stream: str, entries: Sequence[tuple[str, bytes, str | None]]) -> list[str | None]:
+        """One PutRecords attempt: each (partition key, data, data in base64 if at hand) entry's error code,
+        None where it landed.
+
+        Raises ``AmbiguousPutError`` when the outcome is unknown.
+        """
+        ...
+
+    def shards(self, stream: str) -> list[dict[str, Any]]:
+        """ListShards: every shard of the stream, open and closed within its retention."""
+        ...
+
+    def shard_map(self, stream: str) -> ShardMap:
+        """The stream's open shards by hash key range (may be a few minutes old)."""
+        ...
+
+    def read_identities(
+        self,
+        stream: str,
+        shards: Collection[int] | None,
+        since_ms: int,
+        until_ms: int | None,
+        identity: Identity,
+        keep_alive: Callable[[], None] | None = None,
+    ) -> Found:
+        """Count the identities of records that arrived from ``since_ms`` to ``until_ms`` (None: to the end).
+
+        Only in the shards numbered ``shards`` and the shards descending from
+        them (None: every shard). ``keep_alive`` is called before every page
+        read (a long read keeps the caller's lease).
+        """
+        ...
+
+    def retention(self, stream: str) -> int | None:
+        """The stream's retention period in milliseconds (None when it cannot be read)."""
+        ...
+
+    def settings(self, stream: str, refresh: bool = False) -> StreamSettings | None:
+        """The stream's settings (DescribeStreamSummary, cached; None when they cannot be read);
+        ``refresh``: ask again now unless asked within the last few seconds."""
+        ...
+
+    def read_source(self, stream: str, shard_id: str, first: Position, last: Position) -> Iterator[list[SourceRecord]]:
+        """A staging shard's records from ``first`` to ``last`` (both included), as the daemon delivers them
+        (KPL aggregates de-aggregated), page by page; what the stream's retention removed is not there."""
+        ...
+
+    def parents(self, stream: str, shard_id: str, ancestor: bool = False) -> list[str]:
+        """The parent shard IDs of a shard (one after a split, two after a merge). ``ancestor``: a shard of
+        the lineage, not the processor's own: one no longer listed has expired, and has none."""
+        ...

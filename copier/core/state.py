@@ -1,0 +1,201 @@
+"""Per-shard state: the value objects and the store interface.
+
+Two kinds of item per staging shard (``docs/protocol.md`` has the whole protocol):
+
+* the *state item*: the fencing epoch, the owner and its lease, the
+  committed position, the index of the last committed digest batch, what is
+  left to redo of a verified batch, an announced successor, the window's
+  reach, and counters. Small (well under 1 KB) and rewritten by every commit.
+* one *digest batch* per forwarded chunk (at most ``MAX_CHUNK_EVENTS`` events):
+  the digests of what it puts, its last position, when its put started, its
+  staging arrival range and the target shards its entries hash to. It is
+  written *before* the put and is the chunk's intent: its index is one above
+  the state item's ``batches`` until the commit makes it committed.
+
+Which digest batches count: those with an index at or below the state
+item's ``batches``. A batch one above is in flight (or a dead writer's
+leftover) and is verified by the next owner; anything a fenced writer leaves
+behind is either verified that way or overwritten, never read as forwarded.
+:meth:`StateStore.put_batch` refuses to overwrite a batch written under a
+higher epoch, so a zombie cannot replace what a newer owner recorded.
+
+The store is behind :class:`StateStore` so the protocol runs the same against
+DynamoDB (``copier.adapters.dynamo``) and the in-memory fake (``copier.testing``).
+Every state write as owner is conditioned on the writer still being the
+owner: ``epoch`` and ``owner`` unchanged and no successor announced. A failed
+condition raises :class:`~copier.core.errors.FencedError`.
+
+Writes are idempotent (absolute values, no increments): a write retried
+after an ambiguous failure leaves the same item as one that went through once.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+
+from copier.core.packing import digest_count, unpack_digests
+from copier.core.positions import Position
+
+__all__ = [
+    "COUNTERS",
+    "STATE_FORMAT",
+    "DigestBatch",
+    "ShardState",
+    "StateConflict",
+    "StateStore",
+    "batch_key",
+    "shard_key",
+]
+
+#: Version of the item layout; copier refuses items of another (see copier.adapters.dynamo).
+STATE_FORMAT = 2
+
+COUNTERS = ("forwarded", "duplicates", "replays", "unkeyed", "dead_lettered", "already_landed")
+
+
+def shard_key(stream_name: str, shard_id: str) -> str:
+    """The items' partition key: one table can serve several staging streams."""
+    return f"{stream_name}/{shard_id}"
+
+
+def batch_key(index: int) -> str:
+    """A digest batch's sort key: zero-padded so that sort order is index order."""
+    return f"batch#{index:012d}"
+
+
+@dataclass(frozen=True)
+class ShardState:
+    """What the state item says about one shard."""
+
+    epoch: int = 0
+    version: int = 0
+    owner: str | None = None
+    lease_until_ms: int = 0
+    position: Position | None = None
+    batches: int = 0  # index of the last committed digest batch
+    redo_last: Position | None = None
+    redo_digests: tuple[int, ...] = ()
+    redo_settings: str = ""  # the plan settings the redo digests were computed under ("": the current ones)
+    redo_suspect: bool = False  # the verification could not see all it should (see copier.core.plan.Redo)
+    successor: str | None = None
+    closed: bool = False
+    counters: dict[str, int] = field(default_factory=dict)
+    updated_ms: int = 0
+    behind_ms: int | None = None
+    window_ids: int = 0
+    window_oldest_ms: int = 0
+    window_newest_ms: int = 0
+    window_cut: bool = False
+    clock_bound_ms: int | None = None  # the owner's measured clock bound (copier.core.clockcheck) at its last write
+
+    def with_counts(self, **delta: int) -> ShardState:
+        counters = dict(self.counters)
+        for name, value in delta.items():
+            counters[name] = counters.get(name, 0) + value
+        return replace(self, counters=counters)
+
+    @property
+    def redo_counter(self) -> Counter[int]:
+        return Counter(self.redo_digests)
+
+
+@dataclass(frozen=True)
+class DigestBatch:
+    """What one chunk puts, recorded before its put; see the module docstring.
+
+    Digest lists are kept packed (``copier.core.packing``): a reader loads them
+    into the window without a Python object per digest.
+    """
+
+    index: int
+    epoch: int
+    last: Position
+    started_ms: int
+    keyed: bytes = b""  # target entries with an event ID: their ID digests (the window)
+    unkeyed: bytes = b""  # target entries without one: content digests
+    deadletter: bytes = b""  # dead-letter envelopes: content digests
+    arrival_min_ms: int = 0
+    arrival_max_ms: int = 0
+    target_shards: tuple[int, ...] = ()  # numbers of the target shards its entries hash to
+    settings: str = ""  # copier.core.plan.PlanSettings.encode() of the plan ("": a batch of an earlier copier)
+    dead_ids: bytes = b""  # ID digests of the keyed events it dead-lettered (the window learns them)
+    redo_ids: bytes = b""  # each entry's identity under redo_settings, in entry order (see copier.core.recovery)
+    redo_settings: str = ""  # the settings of the redo set it consumed, when they differ from ``settings``
+    expires_ms: int = 0  # when DynamoDB's TTL may delete it (0: the store decides)
+    clock_bound_ms: int | None = None  # its writer's measured clock bound when it was written
+
+    @property
+    def key(self) -> str:
+        return batch_key(self.index)
+
+    @property
+    def keyed_count(self) -> int:
+        return digest_count(self.keyed) + digest_count(self.dead_ids)
+
+    def target_digests(self) -> list[int]:
+        """Every target entry's identity, keyed then unkeyed."""
+        return unpack_digests(self.keyed) + unpack_digests(self.unkeyed)
+
+    def deadletter_digests(self) -> list[int]:
+        return unpack_digests(self.deadletter)
+
+    def entry_digests(self) -> list[int]:
+        """Every entry's identity in entry order: keyed, unkeyed, dead-lettered."""
+        return self.target_digests() + self.deadletter_digests()
+
+
+class StateConflict(Exception):
+    """A takeover or announcement raced with another writer; re-read and decide again."""
+
+
+class StateStore(abc.ABC):
+    """Conditional reads and writes of shard state; implementations convert their own errors."""
+
+    @abc.abstractmethod
+    def get(self, key: str) -> ShardState | None:
+        """Strongly consistent read of the state item, or None if the shard was never seen."""
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, ShardState]:
+        """The state items of several shards (absent ones left out); for ``copier status``."""
+        found = {key: self.get(key) for key in keys}
+        return {key: state for key, state in found.items() if state is not None}
+
+    @abc.abstractmethod
+    def replace_if_unchanged(self, key: str, seen: ShardState | None, new: ShardState) -> None:
+        """Write ``new`` if the item is still at ``seen.version`` (absent if ``seen`` is None).
+
+        Used by a successor to announce itself and to take over; a
+        :class:`StateConflict` means someone wrote in between: re-read.
+        """
+
+    @abc.abstractmethod
+    def write(self, key: str, owner: ShardState, new: ShardState) -> None:
+        """Replace the state as its owner.
+
+        Conditioned on the item still having ``owner.epoch`` and ``owner.owner``
+        and no announced successor; otherwise :class:`~copier.core.errors.FencedError`.
+        """
+
+    @abc.abstractmethod
+    def put_batch(self, key: str, batch: DigestBatch) -> None:
+        """Store a digest batch unless one of a higher epoch holds its index (then FencedError).
+
+        Not conditioned on the state item (that would take a transaction,
+        billed twice): a batch above the committed index counts for nothing
+        until a commit or a verification makes it count.
+        """
+
+    @abc.abstractmethod
+    def get_batch(self, key: str, index: int) -> DigestBatch | None:
+        """One digest batch, strongly consistent."""
+
+    @abc.abstractmethod
+    def batches(self, key: str, upto: int, page_size: int | None = None) -> Iterator[DigestBatch]:
+        """The committed digest batches, index ``upto`` down to 1, read lazily (stop early to read less).
+
+        ``page_size``: batches a read fetches (default: as many as fit a 1 MB
+        page); small when the caller wants only the newest few.
+        """

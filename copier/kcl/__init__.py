@@ -1,0 +1,1 @@
+"""copier's kcl layer (docs/architecture.md, "Layers")."""

@@ -1,0 +1,80 @@
+"""``copier run``: the KCL MultiLangDaemon command line, built from the properties file.
+
+The daemon is Java; its jars come with amazon-kclpy (``copier.kcl.jars``). The
+JVM gets the system properties of ``copier.jvmArgs`` and of the environment
+variable ``COPIER_JAVA_OPTS``, and a logback configuration that sends the
+daemon's own log to stderr at INFO. ``copier run`` then replaces itself with
+the JVM (exec), so a supervisor's SIGTERM reaches the daemon directly and
+the exit status is the daemon's: with ``shutdownGraceMillis`` set, processors
+get ``shutdown_requested`` and checkpoint before the JVM exits.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from copier.core.config import Config
+from copier.core.errors import ConfigError
+from copier.kcl.jars import MULTILANG_JAR_PREFIX, jar_dir, jars
+
+__all__ = ["MAIN_CLASS", "daemon_command", "daemon_warnings", "run_daemon"]
+
+MAIN_CLASS = "software.amazon.kinesis.multilang.MultiLangDaemon"
+LOGBACK = Path(__file__).resolve().parent / "logback.xml"
+
+
+def daemon_command(config: Config, properties: str, env: Mapping[str, str], java: str = "java") -> list[str]:
+    """The java command line that runs the daemon on ``properties``; checks what would fail later."""
+    if not config.executable_name:
+        raise ConfigError(config.path, "executableName", "required key is missing (the processor the daemon spawns)")
+    classpath = jars()
+    if not any(p.name.startswith(MULTILANG_JAR_PREFIX) for p in classpath):
+        raise ConfigError(config.path, "-", f"the KCL jars are missing from {jar_dir()}: run `make install`")
+    options = [*config.jvm_args, *shlex.split(env.get("COPIER_JAVA_OPTS", ""))]
+    return [
+        java,
+        *options,
+        "-cp",
+        os.pathsep.join(str(p) for p in classpath),
+        MAIN_CLASS,
+        "--properties-file",
+        str(Path(properties).resolve()),
+        "--log-configuration",
+        str(LOGBACK),
+    ]
+
+
+def daemon_warnings(config: Config) -> list[str]:
+    """Daemon settings that work but that production should not run with, each with what to set instead."""
+    warnings = []
+    if config.shutdown_grace_millis <= 0:
+        warnings.append(
+            f"{config.path}: shutdownGraceMillis is 0, so SIGTERM gives processors no shutdown_requested "
+            "and no final checkpoint; set it (and keep systemd's TimeoutStopSec above it)"
+        )
+    if config.graceful_handoff:
+        warnings.append(
+            f"{config.path}: isGracefulLeaseHandoffEnabled is true (the KCL 3.x default): KCL 3.1.3 can leave "
+            "a lease stuck in a handoff that never completes, and its shard is then never processed "
+            "(docs/protocol.md, 'Lease moves'); set isGracefulLeaseHandoffEnabled = false"
+        )
+    return warnings
+
+
+def run_daemon(config: Config, properties: str) -> int:
+    """Exec the daemon (never returns on success)."""
+    java = shutil.which("java")
+    if java is None:
+        sys.stderr.write("copier: java is not on PATH: the KCL MultiLangDaemon needs Java 17 or later\n")
+        return 3
+    for warning in daemon_warnings(config):
+        sys.stderr.write(f"copier: warning: {warning}\n")
+    command = daemon_command(config, properties, os.environ, java)
+    sys.stderr.flush()
+    os.execv(java, command)
+    return 0  # pragma: no cover - exec does not return

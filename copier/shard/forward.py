@@ -1,0 +1,253 @@
+"""Putting a planned chunk until every record has landed, exactly once.
+
+The loop, per round: split what is left into PutRecords requests; before
+each request make sure the lease outlives the put; keep the entries that
+landed; retry only the entries that failed, after a jittered backoff. A
+request whose outcome is unknown (timeout, lost connection, 5xx) is not
+resent: after the put timeout has passed, the destination is read, only
+in the shards those entries hash to and only from the chunk's start, and
+only the entries not found there are retried. The shards read are those
+the entries hash to in a shard map taken before the request was sent (a
+map refreshed after it may name only the children of a shard split in the
+meantime); entries without an event ID are never counted as landed (an
+identical record from another shard cannot be told from theirs, see
+``copier.core.recovery``): they are sent again.
+
+With ``copier.ordering = partitionKey`` (the default) a round sends only the
+earliest unlanded entry of each partition key, so a key's entries land in
+staging order through partial failures, throttling and ambiguous puts; a
+key with many entries in a chunk takes as many rounds (measured cost:
+docs/benchmarks.md). ``none`` sends everything at once.
+
+It returns only when everything landed. It raises
+:class:`~copier.core.errors.FencedError` when the lease cannot be renewed (the
+shard was taken over) and a host-wide :class:`~copier.core.errors.FatalAwsError`
+(a missing stream, denied access). A fatal error that concerns this shard's
+request alone (AWS rejects it) stalls the shard: it is retried at the
+longest backoff and reported through ``on_stall`` each time, so an operator
+sees it while the host's other shards go on. Everything else is retried.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from copier.core.batching import first_per_key, split_requests
+from copier.core.errors import AmbiguousPutError, FatalAwsError, TransientAwsError
+from copier.core.plan import Outgoing
+from copier.core.ports import Clock, Found, Identity, Streams
+from copier.core.positions import Position
+from copier.core.retry import backoff_ms
+from copier.core.shardmap import ShardMap, shards_covering
+
+__all__ = ["ForwardStats", "Forwarder", "PutSession"]
+
+T = TypeVar("T")
+
+
+class PutSession(Protocol):
+    """What a :class:`Forwarder` needs from the shard it puts for (``copier.shard.session.ShardSession``):
+    the lease kept, records recognised when read back, calls retried as the shard retries them, and what
+    happened said (metrics and logs)."""
+
+    def ensure_lease(self) -> None:
+        """Before a request: make sure the lease outlives it; FencedError when it cannot be renewed."""
+
+    def identity_for(self, destination: str) -> Identity:
+        """How a record put to ``destination`` ("target" or "deadletter") is recognised when read back."""
+
+    def retrying(self, what: str, fn: Callable[[], T]) -> T:
+        """Run an AWS call until it succeeds (transient faults retried, a fault of this shard's stalls it)."""
+
+    def on_put_request(self, stream: str, entries: int, failed: int, millis: float | None) -> None:
+        """One PutRecords answered (``failed`` -1: its outcome unknown)."""
+
+    def on_put_retry(self, code: str, entries: int, attempt: int) -> None:
+        """Entries that failed with ``code`` are retried."""
+
+    def on_stall(self, call: str, error: FatalAwsError, attempt: int) -> None:
+        """AWS rejects this shard's request as final: retried at the longest backoff, said each time."""
+
+
+@dataclass
+class ForwardStats:
+    requests: int = 0
+    retried_entries: int = 0
+    ambiguous_requests: int = 0
+    verified_landed: int = 0
+    records_read: int = 0
+    widened_reads: int = 0  # verifications that had to read every target shard (see _verify)
+
+
+def _partition_key(entry: Outgoing) -> str:
+    return entry.partition_key
+
+
+def _position(entry: Outgoing) -> Position:
+    return entry.position
+
+
+def _size_bound(entry: Outgoing) -> int:
+    """At least what an entry counts against the request limits (a key's UTF-8 takes at most 4 bytes a
+    character), without encoding the key: requests may split a little early, never too late."""
+    return len(entry.data) + 4 * len(entry.partition_key)
+
+
+class Forwarder:
+    """Puts one chunk's outgoing records to their streams; see the module docstring."""
+
+    def __init__(
+        self,
+        streams: Streams,
+        clock: Clock,
+        session: PutSession,
+        stream_names: dict[str, str],
+        put_timeout_ms: int,
+        max_backoff_ms: int,
+        ordered: bool = True,
+    ) -> None:
+        self.streams = streams
+        self.clock = clock
+        self.session = session
+        self.stream_names = stream_names
+        self.put_timeout_ms = put_timeout_ms
+        self.max_backoff_ms = max_backoff_ms
+        self.ordered = ordered
+        self.attempted: list[Outgoing] = []
+
+    def forward(self, outgoing: Sequence[Outgoing], read_from_ms: int) -> ForwardStats:
+        """Put every entry until it landed; see the module docstring. :attr:`attempted` lists the entries a
+        request was sent for, so far (a caller fenced midway knows what may have landed).
+
+        ``read_from_ms``: the earliest Kinesis arrival time any of these puts can have, in AWS time (the
+        caller's clock reading before the first put, less the bound on its offset taken at that same
+        moment): where verifying an ambiguous put starts reading. Taken by the caller, not here, because a
+        clock step between the reading and a later bound would pair a time of one clock with the bound of
+        another."""
+        self.attempted = []
+        stats = ForwardStats()
+        for destination in ("target", "deadletter"):
+            entries = [o for o in outgoing if o.destination == destination]
+            if entries:
+                self._forward_to(destination, entries, read_from_ms, stats)
+        return stats
+
+    def _forward_to(self, destination: str, entries: list[Outgoing], read_from_ms: int, stats: ForwardStats) -> None:
+        stream = self.stream_names[destination]
+        landed: Counter[int] = Counter()
+        left = list(entries)
+        ordered = self.ordered and destination == "target"
+        attempt = 0
+        while left:
+            # copier.ordering = partitionKey: one entry per key in flight (see first_per_key).
+            sending, waiting = first_per_key(left, _partition_key) if ordered else (left, [])
+            failed: list[Outgoing] = []
+            unknown: list[Outgoing] = []
+            codes: Counter[str] = Counter()
+            stalled: FatalAwsError | None = None
+            routes = self._routes(destination, stream)
+            for request in split_requests(sending, _size_bound):
+                self.session.ensure_lease()
+                stats.requests += 1
+                self.attempted.extend(request)
+                sent = time.monotonic()
+                try:
+                    results = self.streams.put_records(stream, [(o.partition_key, o.data, o.b64) for o in request])
+                except AmbiguousPutError as exc:
+                    stats.ambiguous_requests += 1
+                    unknown.extend(request)
+                    codes[exc.code] += len(request)
+                    self.session.on_put_request(stream, len(request), -1, None)
+                    continue
+                except FatalAwsError as exc:
+                    if exc.host_wide:
+                        raise
+                    stalled = exc  # rejected as a whole: nothing of it landed
+                    failed.extend(request)
+                    codes[exc.code] += len(request)
+                    continue
+                except TransientAwsError as exc:
+                    failed.extend(request)
+                    codes[exc.code] += len(request)
+                    self.session.on_put_request(stream, len(request), len(request), None)
+                    continue
+                before = len(failed)
+                for entry, code in zip(request, results, strict=True):
+                    if code is None:
+                        landed[entry.identity] += 1
+                    else:
+                        failed.append(entry)
+                        codes[code] += 1
+                self.session.on_put_request(
+                    stream, len(request), len(failed) - before, (time.monotonic() - sent) * 1000
+                )
+            if unknown:
+                failed.extend(self._verify(destination, stream, unknown, read_from_ms, landed, stats, routes))
+            if failed:
+                failed.sort(key=lambda o: o.position)
+                stats.retried_entries += len(failed)
+                for code, count in codes.items():
+                    self.session.on_put_retry(code, count, attempt)
+                if stalled is not None:
+                    self.session.on_stall("PutRecords", stalled, attempt)
+                    self.clock.sleep_ms(self.max_backoff_ms)
+                else:
+                    self.clock.sleep_ms(backoff_ms(attempt, self.max_backoff_ms))
+                attempt += 1
+            left = sorted(failed + waiting, key=_position) if waiting else failed
+
+    def _routes(self, destination: str, stream: str) -> ShardMap | None:
+        """The target's shard map before a round is sent (what verifying its ambiguous requests reads)."""
+        if destination != "target":
+            return None
+        shard_map: ShardMap = self.session.retrying("list_target_shards", lambda: self.streams.shard_map(stream))
+        return shard_map
+
+    def _verify(
+        self,
+        destination: str,
+        stream: str,
+        unknown: list[Outgoing],
+        read_from_ms: int,
+        landed: Counter[int],
+        stats: ForwardStats,
+        routes: ShardMap | None,
+    ) -> list[Outgoing]:
+        """After any put still in flight has finished, read what is there; return the entries to retry."""
+        self.clock.sleep_ms(self.put_timeout_ms)
+        retry = [e for e in unknown if destination == "target" and e.event_id is None]  # cannot be told apart
+        checkable = [e for e in unknown if not (destination == "target" and e.event_id is None)]
+        if not checkable:
+            return retry
+        shards: Collection[int] | None = None
+        if routes is not None:
+            shards = shards_covering(routes, (e.partition_key for e in checkable))
+        identity = self.session.identity_for(destination)
+
+        def read(wanted: Collection[int] | None) -> Counter[int]:
+            found: Found = self.session.retrying(
+                "verify_put",
+                lambda: self.streams.read_identities(
+                    stream, wanted, read_from_ms, None, identity, keep_alive=self.session.ensure_lease
+                ),
+            )
+            stats.records_read += found.records_read
+            return found.identities
+
+        identities = read(shards)
+        if shards is not None and any(identities[e.identity] <= landed[e.identity] for e in checkable):
+            # Not where its key hashes to: the target may ignore keys (RecordDistributionStrategy = AUTO, even
+            # switched since the last look): every shard of the map before the put, and their children, first.
+            identities = read(None)
+            stats.widened_reads += 1
+        for entry in checkable:
+            if identities[entry.identity] > landed[entry.identity]:
+                landed[entry.identity] += 1
+                stats.verified_landed += 1
+            else:
+                retry.append(entry)
+        return sorted(retry, key=_position)
