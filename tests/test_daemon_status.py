@@ -109,3 +109,14 @@ def test_status_shows_the_owners_measured_clock_bound_and_a_suspect_redo_set() -
     assert (first.clock, second.clock) == ("±12 ms", "-")
     assert first.in_flight == "redo 1 (possible duplicates)"
     assert render([first]).splitlines()[0].split()[-1] == "clock"
+
+
+def test_a_shard_whose_owner_is_gone_shows_its_lag_as_unknown_not_as_zero() -> None:
+    """Seen: `behind 0.0s (28.8s ago)` for a shard whose worker was gone while events waited."""
+    now = 1_700_000_000_000
+    gone = ShardState(epoch=2, owner="host:9:dead", lease_until_ms=now - 20_000, behind_ms=0, updated_ms=now - 28_800)
+    (row,) = rows([{"ShardId": "s-0", "SequenceNumberRange": {"StartingSequenceNumber": "1"}}], {"s-0": gone}, now)
+    assert row.behind == "unknown: no owner; was 0.0s (28.8s ago)" and row.lease == "expired 20.0s ago"
+    live = ShardState(epoch=2, owner="host:9:live", lease_until_ms=now + 2_000, behind_ms=0, updated_ms=now - 500)
+    (row,) = rows([{"ShardId": "s-0", "SequenceNumberRange": {"StartingSequenceNumber": "1"}}], {"s-0": live}, now)
+    assert row.behind == "0.0s (0.5s ago)"

@@ -174,16 +174,21 @@ class StreamReader:
         self._max_attempts = max_attempts
         self._max_backoff_ms = max_backoff_ms
         self._stop = threading.Event()
+        self._reached = False  # a call has been answered: later connection errors are retried as transient
 
     def _call(self, operation: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
         """One API call, retried while its error is transient (an expired iterator is the caller's)."""
         attempt = 0
         while True:
             try:
-                return fn(**kwargs)
+                answer = fn(**kwargs)
+                self._reached = True
+                return answer
             except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
                 error = convert_aws_error(operation, exc)
                 attempt += 1
+                if not self._reached and isinstance(exc, botocore.exceptions.EndpointConnectionError):
+                    raise error from exc  # nothing answers there at all (botocore tried already): say so now
                 if not error.retryable or error.code == _EXPIRED or attempt >= self._max_attempts:
                     raise error from exc
                 self._sleep(backoff_ms(attempt, self._max_backoff_ms) / 1000)

@@ -8,12 +8,15 @@ fault in the record processor.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from urllib.parse import urlparse
 
 from copier.commands import demo, export, produce, scalein, verify
 from copier.core.config import Config, load_config
-from copier.core.errors import AwsError, ConfigError, CopierError
+from copier.core.errors import AwsError, ConfigError, CopierError, FatalAwsError
 from copier.core.streamsettings import Verdict
 from copier.spark import audit as spark_audit
 
@@ -23,13 +26,46 @@ EXIT_CONFIG = 2
 EXIT_FATAL = 3
 
 
+# What a local run signs its requests with when no credentials are set: the local backend accepts any.
+LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+
+
 def _config(path: str) -> Config:
-    return load_config(path)
+    config = load_config(path)
+    _local_credentials(config)
+    return config
+
+
+def _local_credentials(config: Config) -> None:
+    """Dummy credentials for a run whose every endpoint is on this machine (the local backend) when none are
+    set, so that ``copier init`` and friends work there without exporting keys; never for AWS itself."""
+    endpoints = [config.kinesis_endpoint, config.dynamodb_endpoint, config.target_endpoint, config.state_endpoint]
+    local = all(e is not None and urlparse(e).hostname in ("127.0.0.1", "localhost", "::1") for e in endpoints)
+    if local and not os.environ.get("AWS_ACCESS_KEY_ID") and not os.environ.get("AWS_PROFILE"):
+        os.environ.update(LOCAL_CREDENTIALS)
+
+
+def _lint(config: Config, host: bool = True) -> bool:
+    """The file's keys and (``host``) its executableName on this host checked (``copier.core.propertylint``),
+    each finding a line on stderr; False if one is an error (the daemon would not run as the file says)."""
+    from copier.core.config import COPIER_KEYS
+    from copier.core.propertylint import lint_properties
+
+    text = Path(config.path).read_text(encoding="utf-8")
+    findings = lint_properties(text, config.path, list(COPIER_KEYS), host=host)
+    for f in findings:
+        sys.stderr.write(f"copier: {f.level}: {config.path}:{f.line}: {f.key}: {f.text}\n")
+    return not any(f.level == "error" for f in findings)
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     """Validate the file (exit 2); with a target role, also assume it and describe the target (exit 3)."""
-    config = _config(args.file)
+    path = args.properties or args.file
+    if path is None:
+        raise SystemExit("copier check-config: give the properties file (FILE or --properties FILE)")
+    config = _config(path)
+    if not _lint(config, host=not args.offline):  # offline: the file alone (it may be meant for another host)
+        return EXIT_CONFIG
     print(
         f"{config.path}: ok: {config.stream_name} -> {config.target_stream_name}, "
         f"state table {config.state_table_name}, dedupKey {config.dedup_key}, "
@@ -46,12 +82,37 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         from copier.adapters.target import check_target
 
         print(f"{config.path}: {check_target(config)}")
+    _check_state_table(config)
     verdicts = stream_verdicts(config)
     for verdict in verdicts:
         out = sys.stdout if verdict.level == "ok" else sys.stderr
         prefix = "" if verdict.level == "ok" else f"{verdict.level}: "
         out.write(f"{config.path}: {prefix}{verdict.text}\n")
     return 4 if any(v.level == "error" for v in verdicts) else 0
+
+
+def _check_state_table(config: Config) -> None:
+    """The state table exists (DescribeTable); a FatalAwsError that names it and ``copier init`` if not."""
+    import boto3
+    import botocore.exceptions
+
+    from copier.adapters.aws import convert_aws_error
+
+    client = boto3.session.Session().client("dynamodb", region_name=config.region, endpoint_url=config.state_endpoint)
+    where = f"region {config.region}" + (f", endpoint {config.state_endpoint}" if config.state_endpoint else "")
+    try:
+        client.describe_table(TableName=config.state_table_name)
+    except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
+        error = convert_aws_error("DescribeTable", exc)
+        if error.code == "ResourceNotFoundException":
+            raise FatalAwsError(
+                "DescribeTable",
+                error.code,
+                f"the state table {config.state_table_name} does not exist ({where}): create it with "
+                f"`copier init --properties {config.path}`",
+            ) from exc
+        raise error from exc
+    print(f"{config.path}: state table {config.state_table_name}: exists ({where})")
 
 
 def stream_verdicts(config: Config) -> list[Verdict]:
@@ -89,6 +150,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from copier.kcl.daemon import run_daemon
 
     config = _config(args.properties)
+    if not _lint(config):  # the daemon would start, then fail a minute in, or run with what was not meant
+        return EXIT_CONFIG
     if config.target_role_arn is not None:
         from copier.adapters.target import check_target
 
@@ -186,25 +249,38 @@ def _local_backend(argv: list[str]) -> int:
     return backend_main(argv)
 
 
+PROPERTIES_HELP = "the properties file the daemon and copier share (properties/copier.properties documents it)"
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("copier")
+    except PackageNotFoundError:  # run from a source tree that was not installed
+        return "(not installed)"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="copier", description="Exactly-once Kinesis-to-Kinesis copier.")
+    parser.add_argument("--version", action="version", version=f"copier {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("run", help="run the KCL MultiLangDaemon with FILE (the service's ExecStart)")
-    p.add_argument("--properties", required=True, metavar="FILE")
+    p.add_argument("--properties", required=True, metavar="FILE", help=PROPERTIES_HELP)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("status", help="per-shard owner, epoch, position, lag and counters")
-    p.add_argument("--properties", required=True, metavar="FILE")
+    p.add_argument("--properties", required=True, metavar="FILE", help=PROPERTIES_HELP)
     p.add_argument("--json", action="store_true", help="one JSON object per shard")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("process", help="the record processor the MultiLangDaemon spawns (executableName)")
-    p.add_argument("--properties", required=True, metavar="FILE")
+    p.add_argument("--properties", required=True, metavar="FILE", help=PROPERTIES_HELP)
     p.set_defaults(func=cmd_process)
 
     p = sub.add_parser("init", help="create the state table if absent (idempotent)")
-    p.add_argument("--properties", required=True, metavar="FILE")
+    p.add_argument("--properties", required=True, metavar="FILE", help=PROPERTIES_HELP)
     p.set_defaults(func=cmd_init)
 
     p = sub.add_parser("verify", help="audit the target (and dead-letter) stream against what was produced")
@@ -239,9 +315,13 @@ def _parser() -> argparse.ArgumentParser:
         "check-config",
         help="validate a properties file, then the streams' settings (exit 4 if copier would not forward under them)",
     )
-    p.add_argument("file", metavar="FILE")
+    p.add_argument("file", metavar="FILE", nargs="?", help="the properties file (or --properties FILE)")
+    p.add_argument("--properties", metavar="FILE", help="the properties file (as every other command takes it)")
     p.add_argument(
-        "--offline", action="store_true", help="only the file: do not assume copier.targetRoleArn nor describe streams"
+        "--offline",
+        action="store_true",
+        help="only the file: not this host's executableName, nor AWS (copier.targetRoleArn, the state table, "
+        "the streams)",
     )
     p.set_defaults(func=cmd_check_config)
     return parser

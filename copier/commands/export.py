@@ -32,12 +32,24 @@ from copier.core.config import load_config
 __all__ = ["add_arguments", "export_stream", "main"]
 
 
-def _instant_ms(text: str) -> int:
-    """An ISO 8601 time (UTC when no zone is given) in epoch milliseconds."""
+_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def _instant_ms(text: str, now_ms: int | None = None) -> int:
+    """A time in epoch milliseconds, given as export writes them (``1700000000123``), as ISO 8601 (UTC when
+    no zone is given), or relative to now (``-2h``, ``-30m``, ``-45s``, ``-1d``)."""
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    if text.startswith("-") and text[-1:] in _UNITS_MS and text[1:-1].isdigit():
+        now = dt.datetime.now(dt.UTC).timestamp() * 1000 if now_ms is None else now_ms
+        return int(now) - int(text[1:-1]) * _UNITS_MS[text[-1]]
     try:
         moment = dt.datetime.fromisoformat(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"not a time: {text!r} (epoch milliseconds, ISO 8601 such as 2026-11-23T10:00:00Z, or -2h/-30m/-1d)"
+        ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=dt.UTC)
     return int(moment.timestamp() * 1000)
@@ -50,8 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", required=True, metavar="DIR", help="directory for the files (created)")
     parser.add_argument("--gzip", action="store_true", help="write .jsonl.gz files")
-    parser.add_argument("--since", type=_instant_ms, metavar="TIME", help="only records that arrived at or after")
-    parser.add_argument("--until", type=_instant_ms, metavar="TIME", help="only records that arrived before")
+    when = "epoch ms, ISO 8601 or relative (-2h, -30m, -1d)"
+    parser.add_argument(
+        "--since", type=_instant_ms, metavar="TIME", help=f"only records that arrived at or after ({when})"
+    )
+    parser.add_argument("--until", type=_instant_ms, metavar="TIME", help=f"only records that arrived before ({when})")
 
 
 def _arrival_ms(record: dict[str, Any]) -> int:
@@ -69,10 +84,10 @@ def export_stream(
     progress: Progress | None = None,
 ) -> tuple[int, int]:
     """Write the stream's records; returns (records written, files). Progress lines go to stderr."""
+    shards = reader.shards(stream)  # before the directory: a stream that cannot be listed leaves nothing behind
     out.mkdir(parents=True, exist_ok=True)
     order = 0
     files = 0
-    shards = reader.shards(stream)
     if progress is not None:
         progress.start(stream, len(shards))
     for shard in shards:

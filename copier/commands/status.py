@@ -91,6 +91,8 @@ def _row(shard_id: str, open_: bool, state: ShardState | None, now_ms: int, unve
     behind = "-"
     if state.behind_ms is not None:
         behind = f"{_seconds(state.behind_ms)} ({_seconds(max(0, now_ms - state.updated_ms))} ago)"
+        if owner_gone(state, now_ms) and not state.closed:  # nobody is copying: the last figure is stale
+            behind = f"unknown: no owner; was {behind}"
     in_flight = "-"
     if unverified:
         in_flight = "unverified batch"

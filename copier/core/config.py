@@ -18,6 +18,7 @@ from typing import Literal, TypeVar
 
 from copier.core.errors import ConfigError
 from copier.core.properties import parse_properties
+from copier.core.propertylint import close_key
 
 __all__ = [
     "COPIER_KEYS",
@@ -258,7 +259,9 @@ def parse_config(text: str, path: str = "<string>") -> Config:
         if key in RENAMED:
             raise r.fail(key, f"no longer read: {RENAMED[key]}")
         if key.startswith("copier.") and key not in DEFAULTS:
-            raise r.fail(key, f"unknown copier key (known keys: {', '.join(sorted(DEFAULTS))})")
+            guess = close_key(key, list(DEFAULTS))
+            hint = f"did you mean {guess}?" if guess else f"known keys: {', '.join(sorted(DEFAULTS))}"
+            raise r.fail(key, f"unknown copier key ({hint})")
 
     application_name = r.need("applicationName", str)
     stream_name = r.need("streamName", _matching(_STREAM_NAME, "stream name"))

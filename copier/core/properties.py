@@ -8,7 +8,7 @@ and backslash escapes. The last occurrence of a key wins, as in Java.
 
 from __future__ import annotations
 
-__all__ = ["parse_properties"]
+__all__ = ["parse_properties", "parse_properties_all"]
 
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 
@@ -79,8 +79,9 @@ def _split(line: str) -> tuple[str, str]:
 
 def parse_properties(text: str) -> dict[str, tuple[int, str]]:
     """Parse properties text into ``{key: (line number, value)}``; last key wins."""
-    result: dict[str, tuple[int, str]] = {}
-    for number, line in _logical_lines(text):
-        key, value = _split(line)
-        result[key] = (number, value)
-    return result
+    return {key: (number, value) for number, key, value in parse_properties_all(text)}
+
+
+def parse_properties_all(text: str) -> list[tuple[int, str, str]]:
+    """Every (line number, key, value) in file order, a key given twice twice (``copier.core.propertylint``)."""
+    return [(number, *_split(line)) for number, line in _logical_lines(text)]

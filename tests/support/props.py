@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+COPIER = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "copier"  # what `make install` installs
+
 
 def write_properties(
     path: Path, endpoint: str, staging: str, target: str, table: str, failover_ms: int = 3000, **copier: object
@@ -21,7 +23,7 @@ def write_properties(
     }
     keys.update(copier)
     lines = [
-        "executableName = copier process --properties " + str(path),
+        f"executableName = {COPIER} process --properties {path}",
         "applicationName = copier-test",
         f"streamName = {staging}",
         "regionName = us-east-1",

@@ -1,0 +1,137 @@
+"""What ``copier check-config`` and ``copier run`` find wrong in a properties file beyond its values.
+
+``copier.core.config`` validates what copier reads. The daemon reads the same
+file its own way, and ignores what it does not know: a misspelt KCL key
+(``maxRecrods``) is silently dropped, a key given twice silently takes the
+later value, and ``executableName`` is only tried when the daemon starts a
+processor, a minute in. So, before the JVM starts:
+
+* a key given twice is an error (which of the two was meant?);
+* a key neither copier nor the KCL MultiLangDaemon 3.1.3 knows is an error
+  when it is close to one that they know ("did you mean ..."), a warning
+  otherwise (it is ignored);
+* ``executableName`` must name a program that exists and runs, and, when it
+  passes ``--properties``, this same file (else the daemon and its
+  processors run with different settings).
+
+Pure but for ``which`` and ``is_executable``, which the caller may replace.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import shlex
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from copier.core.properties import parse_properties_all
+
+__all__ = ["KCL_KEYS", "Finding", "close_key", "lint_properties"]
+
+# The keys the KCL 3.1.3 MultiLangDaemon reads (MultiLangDaemonConfiguration's properties, and executableName);
+# it compares them case-insensitively and ignores any other.
+KCL_KEYS = (
+    "executableName workerId initialPositionInStream metricsEnabledDimensions AwsCredentialsProvider "
+    "AwsCredentialsProviderDynamoDB AwsCredentialsProviderCloudWatch regionName kinesisEndpoint dynamoDBEndpoint "
+    "applicationName streamName streamArn tableName workerIdentifier failoverTimeMillis "
+    "leaseAssignmentIntervalMillis enablePriorityLeaseAssignment leaseTableDeletionProtectionEnabled "
+    "leaseTablePitrEnabled shardSyncIntervalMillis cleanupLeasesUponShardCompletion ignoreUnexpectedChildShards "
+    "maxLeasesForWorker maxLeasesToStealAtOneTime initialLeaseTableReadCapacity initialLeaseTableWriteCapacity "
+    "initialPositionInStreamExtended maxLeaseRenewalThreads listShardsBackoffTimeInMillis maxListShardsRetryAttempts "
+    "callProcessRecordsEvenForEmptyRecordList parentShardPollIntervalMillis shardPrioritization "
+    "skipShardSyncAtWorkerInitializationIfLeasesExist schedulerInitializationBackoffTimeMillis clientVersionConfig "
+    "taskBackoffTimeMillis metricsBufferTimeMillis metricsMaxQueueSize metricsLevel logWarningForTaskAfterMillis "
+    "retrievalMode validateSequenceNumberBeforeCheckpointing shutdownGraceMillis timeoutInSeconds "
+    "retryGetRecordsInSeconds maxGetRecordsThreadPool idleTimeBetweenReadsInMillis "
+    "millisBehindLatestThresholdForReducedTps maxRecords gracefulLeaseHandoffTimeoutMillis "
+    "isGracefulLeaseHandoffEnabled inMemoryWorkerMetricsCaptureFrequencyMillis workerMetricsReporterFreqInMillis "
+    "noOfPersistedMetricsPerWorkerMetrics disableWorkerMetrics maxThroughputPerHostKBps dampeningPercentage "
+    "reBalanceThresholdPercentage allowThroughputOvershoot varianceBalancingFrequency workerMetricsEMAAlpha "
+    "staleWorkerMetricsEntryCleanupDuration workerMetricsTableName workerMetricsBillingMode "
+    "workerMetricsReadCapacity workerMetricsWriteCapacity workerMetricsPointInTimeRecoveryEnabled "
+    "workerMetricsDeletionProtectionEnabled workerMetricsTags coordinatorStateTableName coordinatorStateBillingMode "
+    "coordinatorStateReadCapacity coordinatorStateWriteCapacity coordinatorStatePointInTimeRecoveryEnabled "
+    "coordinatorStateDeletionProtectionEnabled coordinatorStateTags"
+).split()
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing found: ``level`` error (copier run refuses to start) or warning."""
+
+    level: str
+    key: str
+    line: int
+    text: str
+
+
+def close_key(key: str, known: list[str]) -> str | None:
+    """The known key ``key`` is most likely a misspelling of (case aside), or None."""
+    lowered = {k.lower(): k for k in known}
+    match = difflib.get_close_matches(key.lower(), list(lowered), n=1, cutoff=0.8)
+    return lowered[match[0]] if match else None
+
+
+def lint_properties(
+    text: str,
+    path: str,
+    copier_keys: list[str],
+    host: bool = True,
+    which: Callable[[str], str | None] = shutil.which,
+    is_executable: Callable[[str], bool] = lambda p: os.path.isfile(p) and os.access(p, os.X_OK),
+) -> list[Finding]:
+    """Everything wrong with the file's keys and (``host``: on this host) its ``executableName``; see the module
+    docstring."""
+    out: list[Finding] = []
+    seen: dict[str, int] = {}
+    kcl = {k.lower() for k in KCL_KEYS}
+    for number, key, _ in parse_properties_all(text):
+        if key in seen:
+            out.append(
+                Finding("error", key, number, f"given twice (lines {seen[key]} and {number}): the later wins; keep one")
+            )
+        seen.setdefault(key, number)
+        if key.startswith("copier.") or key.lower() in kcl:
+            continue
+        guess = close_key(key, KCL_KEYS + copier_keys)
+        if guess is not None:
+            out.append(Finding("error", key, number, f"unknown key: did you mean {guess}?"))
+        else:
+            out.append(Finding("warning", key, number, "unknown to copier and to the KCL MultiLangDaemon: ignored"))
+    values = {key: (number, value) for number, key, value in parse_properties_all(text)}
+    if host and "executableName" in values:
+        number, command = values["executableName"]
+        out.extend(_executable(command, number, path, which, is_executable))
+    return out
+
+
+def _executable(
+    command: str, number: int, path: str, which: Callable[[str], str | None], is_executable: Callable[[str], bool]
+) -> list[Finding]:
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        return [Finding("error", "executableName", number, f"cannot be split into a command line: {exc}")]
+    if not argv:
+        return [Finding("error", "executableName", number, "is empty")]
+    program = argv[0]
+    found = program if "/" in program else which(program)
+    if found is None or not is_executable(found):
+        where = "does not exist or is not executable" if "/" in program else "is not on PATH"
+        return [Finding("error", "executableName", number, f"{program} {where}: the daemon could start no processor")]
+    if "--properties" in argv[:-1]:
+        named = argv[argv.index("--properties") + 1]
+        if Path(named).resolve() != Path(path).resolve():
+            return [
+                Finding(
+                    "error",
+                    "executableName",
+                    number,
+                    f"runs processors with --properties {named}, not this file ({path}): the daemon and its "
+                    "processors would run with different settings",
+                )
+            ]
+    return []
