@@ -20,7 +20,7 @@ def test_the_daemon_command_has_the_kcl_classpath_jvm_options_and_the_file(tmp_p
     """java, copier.jvmArgs then COPIER_JAVA_OPTS, every KCL jar, the main class and the properties file."""
     cfg = replace(config(), executable_name="copier process", jvm_args=("-Daws.cborEnabled=false",))
     command = daemon_command(cfg, str(tmp_path / "p.properties"), {"COPIER_JAVA_OPTS": "-Xmx512m -Dx=y"}, "java")
-    assert command[:4] == ["java", "-Daws.cborEnabled=false", "-Xmx512m", "-Dx=y"]
+    assert command[:5] == ["java", "-Dcopier.daemonLogLevel=WARN", "-Daws.cborEnabled=false", "-Xmx512m", "-Dx=y"]
     classpath = command[command.index("-cp") + 1].split(":")
     assert classpath == [str(p) for p in jars()] and len(classpath) > 50
     assert command[command.index(MAIN_CLASS) + 1 :][:2] == ["--properties-file", str(tmp_path / "p.properties")]

@@ -94,6 +94,8 @@ class Config:
     metrics_agent_endpoint: str = "tcp://127.0.0.1:25888"
     metrics_namespace: str = "copier"
     metrics_interval_seconds: int = 60
+    progress_interval_seconds: int = 60  # a progress line per shard this often at INFO (0: none)
+    daemon_log_level: str = "WARN"  # the MultiLangDaemon's own log (its chatter) below copier's lines
     ordering: Literal["partitionKey", "none"] = "partitionKey"
     target_region: str = ""  # region of the target and dead-letter streams (default regionName)
     target_role_arn: str | None = None  # assumed to reach the target (another account)
@@ -194,6 +196,8 @@ DEFAULTS: dict[str, str | None] = {
     "copier.coalesceEvents": "500",
     "copier.coalesceMillis": "200",
     "copier.logLevel": "INFO",
+    "copier.progressIntervalSeconds": "60",
+    "copier.daemonLogLevel": "WARN",
     "copier.jvmArgs": "",
     "copier.metrics": "none",
     "copier.metricsAgentEndpoint": "tcp://127.0.0.1:25888",
@@ -329,6 +333,8 @@ def parse_config(text: str, path: str = "<string>") -> Config:
         clock_skew_millis=skew,
         max_backoff_millis=r.copier_need("copier.maxBackoffMillis", _int_between(10, 10 * _MINUTE_MS)),
         log_level=r.copier_need("copier.logLevel", _one_of(*_LOG_LEVELS)),
+        progress_interval_seconds=r.copier_need("copier.progressIntervalSeconds", _int_between(0, 86_400)),
+        daemon_log_level=r.copier_need("copier.daemonLogLevel", _one_of("ERROR", "WARN", "INFO", "DEBUG")),
         jvm_args=tuple((r.copier("copier.jvmArgs", str) or "").split()),
         executable_name=r.get("executableName", str, ""),
         shutdown_grace_millis=r.need("shutdownGraceMillis", _int_between(0, _DAY_MS), "0"),

@@ -3,7 +3,7 @@
 The daemon is Java; its jars come with amazon-kclpy (``copier.kcl.jars``). The
 JVM gets the system properties of ``copier.jvmArgs`` and of the environment
 variable ``COPIER_JAVA_OPTS``, and a logback configuration that sends the
-daemon's own log to stderr at INFO. ``copier run`` then replaces itself with
+daemon's own log to stderr at ``copier.daemonLogLevel`` (WARN by default). ``copier run`` then replaces itself with
 the JVM (exec), so a supervisor's SIGTERM reaches the daemon directly and
 the exit status is the daemon's: with ``shutdownGraceMillis`` set, processors
 get ``shutdown_requested`` and checkpoint before the JVM exits.
@@ -35,7 +35,11 @@ def daemon_command(config: Config, properties: str, env: Mapping[str, str], java
     classpath = jars()
     if not any(p.name.startswith(MULTILANG_JAR_PREFIX) for p in classpath):
         raise ConfigError(config.path, "-", f"the KCL jars are missing from {jar_dir()}: run `make install`")
-    options = [*config.jvm_args, *shlex.split(env.get("COPIER_JAVA_OPTS", ""))]
+    options = [
+        f"-Dcopier.daemonLogLevel={config.daemon_log_level}",  # logback.xml's root level
+        *config.jvm_args,
+        *shlex.split(env.get("COPIER_JAVA_OPTS", "")),
+    ]
     return [
         java,
         *options,

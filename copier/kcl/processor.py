@@ -184,8 +184,10 @@ class CopierRecordProcessor(processor.RecordProcessorBase):  # type: ignore[misc
 
     def lease_lost(self, lease_lost_input: Any) -> None:
         if self.worker is not None:
+            released = self.worker.state is not None and self.worker.state.lease_until_ms == 0
             self.worker.lose_lease()
-            self.worker.log.info("lease_lost")
+            # After a graceful release the daemon says so too: expected, not news.
+            (self.worker.log.debug if released else self.worker.log.info)("lease_lost")
         else:
             self.log.info("lease_lost")
 

@@ -76,6 +76,8 @@ class ShardSession:
         self.fenced = False
         self.window = DedupWindow(config.dedup_window_ms, config.dedup_window_max_events)
         self._retention_unknown: set[str] = set()  # streams whose retention could not be read (said once)
+        self._progress_at = clock.now_ms()  # the last progress line (see progress)
+        self._progress_counts: dict[str, int] | None = None  # the totals at the last progress line
 
     # -- what records become --------------------------------------------------------
 
@@ -221,6 +223,40 @@ class ShardSession:
         span_s = (window.newest_ms - window.oldest_ms) / 1000 if window.ids else 0.0
         values = self.metrics.take(self.state.counters, window.ids, span_s, at, self.margins.own_bound())
         self.emitter.emit(self.shard_id, values, self.metrics.take_retries())
+
+    def progress(self) -> None:
+        """A ``progress`` line at INFO every ``copier.progressIntervalSeconds`` (0: never): what this shard
+        did since the last one, its totals, and how far behind it is, so that INFO says what was forwarded."""
+        interval = self.config.progress_interval_seconds * 1000
+        state = self.state
+        if not interval or state is None:
+            return
+        totals = self._totals()
+        if self._progress_counts is None:  # no takeover counted from: from here
+            self._progress_counts = totals
+        now = self.clock.now_ms()
+        if now - self._progress_at < interval:
+            return
+        since = {f"{name}_since": totals[name] - self._progress_counts[name] for name in totals}
+        self.log.info(
+            "progress",
+            **since,
+            **totals,
+            behind_ms=state.behind_ms,
+            position=str(state.position) if state.position else None,
+            seconds=round((now - self._progress_at) / 1000, 1),
+        )
+        self._progress_at = now
+        self._progress_counts = totals
+
+    def progress_from_here(self) -> None:
+        """The next progress line counts from the state as it is now (after a takeover)."""
+        self._progress_counts = self._totals()
+        self._progress_at = self.clock.now_ms()
+
+    def _totals(self) -> dict[str, int]:
+        counters = self.state.counters if self.state is not None else {}
+        return {name: counters.get(name, 0) for name in ("forwarded", "duplicates", "replays", "dead_lettered")}
 
     def on_put_request(self, stream: str, entries: int, failed: int, millis: float | None) -> None:
         self.metrics.saw_put(millis)

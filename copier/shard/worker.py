@@ -128,6 +128,7 @@ class ShardWorker:
         s.log = s.log.bind(shard=shard_id)
         seen = self.ownership.take_over()
         assert s.state is not None
+        s.progress_from_here()
         s.log = s.log.bind(epoch=s.state.epoch)
         s.log.info(
             "took_over",
@@ -163,6 +164,7 @@ class ShardWorker:
             return None if due is None else self._forward_or_hold(due, behind_ms)
         finally:
             s.emit()
+            s.progress()
 
     def flush(self, behind_ms: int | None = None) -> Position | None:
         """Forward whatever small deliveries are waiting (before a shutdown or a shard's end)."""
