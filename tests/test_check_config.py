@@ -147,3 +147,21 @@ def test_export_of_a_stream_that_cannot_be_listed_leaves_no_directory(tmp_path: 
     assert result.returncode == 3, result.stderr
     assert time.monotonic() - started < 15, "a backend nobody answers for fails at once, not after 30 s of retries"
     assert not out.exists(), "nothing written, nothing left behind"
+
+
+def test_status_names_a_missing_state_table_and_the_command_that_creates_it(pipeline: Pipeline) -> None:
+    """Seen: `BatchGetItem failed: ResourceNotFoundException: Requested resource not found`, naming nothing."""
+    table = f"{pipeline.table}-absent"
+    props = pipeline.write_properties(stateTableName=table)
+    result = copier("status", "--properties", str(props))
+    assert result.returncode == 3
+    assert f"the state table {table} does not exist (region us-east-1, endpoint {pipeline.endpoint})" in result.stderr
+    assert f"`copier init --properties {props}`" in result.stderr
+
+
+def test_check_config_names_a_missing_target_stream_and_the_key(pipeline: Pipeline) -> None:
+    props = pipeline.write_properties(targetStreamName="no-such-target")
+    result = copier("check-config", str(props))
+    assert result.returncode == 3
+    assert "the stream no-such-target does not exist (region us-east-1" in result.stderr
+    assert f"correct copier.targetStreamName in {props}" in result.stderr

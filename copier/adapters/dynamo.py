@@ -29,13 +29,13 @@ import boto3
 import botocore.exceptions
 from pynamodb.exceptions import PynamoDBException, TableError
 
-from copier.adapters.aws import convert_aws_error, pynamodb_code
+from copier.adapters.aws import convert_aws_error, naming_the_resource, place, pynamodb_code
 from copier.adapters.awsjson import ConditionFailed, JsonClient, usable
 from copier.adapters.clockhooks import watch_botocore
 from copier.adapters.dynamoitems import STATE_SK, batch_from, batch_item, make_model, state_from, state_item
 from copier.core.clockcheck import ClockBounds
 from copier.core.config import Config
-from copier.core.errors import FencedError
+from copier.core.errors import AwsError, FencedError
 from copier.core.state import DigestBatch, ShardState, StateConflict, StateStore, batch_key
 
 __all__ = ["DynamoStateStore", "make_model"]
@@ -109,6 +109,8 @@ class DynamoStateStore(StateStore):
             fast.call("PutItem", json.dumps(body).encode())
         except ConditionFailed:
             raise conflict from None
+        except AwsError as exc:
+            raise self._named(exc) from exc
 
     # -- calls ---------------------------------------------------------------
 
@@ -117,7 +119,15 @@ class DynamoStateStore(StateStore):
             self._watch_pynamodb()
             return fn()
         except _AWS_ERRORS as exc:
-            raise convert_aws_error(operation, exc) from exc
+            raise self._named(convert_aws_error(operation, exc)) from exc
+
+    def _named(self, error: AwsError) -> AwsError:
+        """A missing table named, with where it was looked for and the command that creates it."""
+        c = self.config
+        what = f"the state table {c.state_table_name}"
+        return naming_the_resource(
+            error, what, place(c.region, c.state_endpoint), f"`copier init --properties {c.path}`"
+        )
 
     def _conditional_put(self, item: Any, condition: Any, conflict: Exception) -> None:
         """One conditional PutItem; ``conflict`` is raised when the condition fails, copier's errors otherwise."""
@@ -127,7 +137,7 @@ class DynamoStateStore(StateStore):
         except _AWS_ERRORS as exc:
             if isinstance(exc, PynamoDBException) and pynamodb_code(exc)[0] == "ConditionalCheckFailedException":
                 raise conflict from None
-            raise convert_aws_error("PutItem", exc) from exc
+            raise self._named(convert_aws_error("PutItem", exc)) from exc
 
     def create_table(self) -> bool:
         """Create the table (on-demand, TTL on) if absent; True if it was created."""

@@ -23,7 +23,7 @@ import boto3
 import botocore.config
 import botocore.exceptions
 
-from copier.adapters.aws import convert_aws_error
+from copier.adapters.aws import convert_aws_error, naming_the_resource, place
 from copier.adapters.awsjson import JsonClient, Unanswered, usable
 from copier.adapters.clockhooks import watch_botocore
 from copier.adapters.kinesisread import GET_RECORDS_LIMIT, KinesisReads
@@ -184,7 +184,19 @@ class KinesisStreams:
         try:
             return fn(**kwargs)
         except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
-            raise convert_aws_error(operation, exc) from exc
+            error = convert_aws_error(operation, exc)
+            stream = kwargs.get("StreamName")
+            raise (self._named(error, stream) if stream else error) from exc
+
+    def _named(self, error: AwsError, stream: str) -> AwsError:
+        """A missing stream named, with the region and endpoint it was looked for in and the key that names it."""
+        c = self.config
+        if stream == c.stream_name:
+            where, key = place(c.region, c.kinesis_endpoint), "streamName"
+        else:
+            key = "copier.targetStreamName" if stream == c.target_stream_name else "copier.deadLetterStreamName"
+            where = place(c.target_region or c.region, c.target_endpoint)
+        return naming_the_resource(error, f"the stream {stream}", where, f"create it, or correct {key} in {c.path}")
 
     def shards(self, stream: str) -> list[dict[str, Any]]:
         """All shards of a stream (open and closed within retention)."""

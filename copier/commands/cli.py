@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 
 from copier.commands import demo, export, produce, scalein, verify
 from copier.core.config import Config, load_config
-from copier.core.errors import AwsError, ConfigError, CopierError, FatalAwsError
+from copier.core.errors import AwsError, ConfigError, CopierError
 from copier.core.streamsettings import Verdict
 from copier.spark import audit as spark_audit
 
@@ -96,22 +96,18 @@ def _check_state_table(config: Config) -> None:
     import boto3
     import botocore.exceptions
 
-    from copier.adapters.aws import convert_aws_error
+    from copier.adapters.aws import convert_aws_error, naming_the_resource, place
 
     client = boto3.session.Session().client("dynamodb", region_name=config.region, endpoint_url=config.state_endpoint)
-    where = f"region {config.region}" + (f", endpoint {config.state_endpoint}" if config.state_endpoint else "")
+    where = place(config.region, config.state_endpoint)
     try:
         client.describe_table(TableName=config.state_table_name)
     except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
         error = convert_aws_error("DescribeTable", exc)
-        if error.code == "ResourceNotFoundException":
-            raise FatalAwsError(
-                "DescribeTable",
-                error.code,
-                f"the state table {config.state_table_name} does not exist ({where}): create it with "
-                f"`copier init --properties {config.path}`",
-            ) from exc
-        raise error from exc
+        what = f"the state table {config.state_table_name}"
+        raise naming_the_resource(
+            error, what, where, f"create it with `copier init --properties {config.path}`"
+        ) from exc
     print(f"{config.path}: state table {config.state_table_name}: exists ({where})")
 
 

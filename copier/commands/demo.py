@@ -6,11 +6,15 @@ events (a few of them delivered twice upstream). The PySpark job
 (``copier produce``, local mode) writes them to the staging stream; it is
 SIGKILLed in the middle of a micro-batch and restarted from its checkpoint,
 so the interrupted micro-batch is written again (Spark's at-least-once).
-Two ``copier run`` workers copy the staging stream; one is SIGKILLed
-(daemon and processors, as when a host dies) halfway and a replacement
-started. Once every staging shard is committed, ``copier verify`` audits
+Two ``copier run`` workers copy the staging stream; while the producer
+has written only 30%, the worker owning the most shards is SIGKILLed
+(daemon and processors, as when a host dies) and a replacement started;
+the demo says which worker took over each of its shards and how long after
+the kill. Once every staging shard is committed, ``copier verify`` audits
 the target against the IDs in the input, and a summary is printed.
-Everything it started is stopped on success, failure and Ctrl-C. Exit
+Everything it started is stopped on success, failure and Ctrl-C; its
+temporary directory is removed after a success (kept after a failure, for
+its logs; never with ``--workdir``). Exit
 status: 0 when verification passes, 1 when it finds a loss or a duplicate,
 3 when the pipeline does not finish in time.
 """
@@ -21,10 +25,13 @@ import argparse
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 __all__ = ["add_arguments", "main"]
 
@@ -42,6 +49,32 @@ class _Clock:
     def say(self, text: str) -> None:
         sys.stdout.write(f"[{time.monotonic() - self.start:6.1f}s] {text}\n")
         sys.stdout.flush()
+
+
+def _show_takeovers(
+    pipeline: Any,
+    shards: list[str],
+    victim: str,
+    since: float,
+    timeout: float,
+    clock: _Clock,
+    progress: Callable[[], None],
+) -> bool:
+    """Wait until every shard the killed worker owned has an owner among the live workers, saying for each
+    which worker took it over and how long after the kill."""
+    waiting = set(shards)
+    deadline = since + timeout
+    while waiting and time.monotonic() < deadline:
+        owners = pipeline.owners()
+        for shard in sorted(waiting):
+            owner = owners.get(shard)
+            if owner is not None and owner != victim:
+                clock.say(f"{shard}: taken over by worker {owner}, {time.monotonic() - since:.1f}s after the kill")
+                waiting.discard(shard)
+        if waiting:
+            time.sleep(1.0)
+    progress()
+    return not waiting
 
 
 def write_input(directory: Path, events: int, per_file: int = 1000, redelivered: float = 0.03) -> list[str]:
@@ -84,20 +117,19 @@ def main(args: argparse.Namespace) -> int:
     pipeline = LocalPipeline(backend.endpoint, workdir)
 
     def progress() -> None:
+        """One line: the producer, each worker with the shards it owns, and what the copy has committed (the
+        state table's counters: events forwarded and committed, duplicates and replays dropped)."""
         c = pipeline.counters()
-        alive = " ".join(f"{w.name}:{'up' if w.alive else 'down'}" for w in pipeline.workers)
+        owned = pipeline.shards_owned()
+        workers = " ".join(f"{w.name}:{owned.get(w.name, 0) if w.alive else 'down'}" for w in pipeline.workers)
         producers = pipeline.producers
-        spark = "running" if producers and producers[-1].poll() is None else "done"
+        spark = "writing" if producers and producers[-1].poll() is None else "stopped"
         clock.say(
-            f"producer {spark} | workers {alive} | in target {in_target()}/{args.events} | "
-            f"duplicates dropped {c.get('duplicates', 0)} | replays dropped {c.get('replays', 0)}"
+            f"producer {spark} | shards per worker {workers} | committed {c.get('forwarded', 0)} forwarded, "
+            f"{c.get('duplicates', 0)} duplicates and {c.get('replays', 0)} replays dropped"
         )
 
-    def in_target() -> int:
-        """Forwarded, plus what a dead worker put before its commit (found there by its successor)."""
-        c = pipeline.counters()
-        return c.get("forwarded", 0) + c.get("already_landed", 0)
-
+    ok = False
     try:
         pipeline.create(staging_shards=4, target_shards=2)
         clock.say("created staging (4 shards), target (2 shards) and the state table")
@@ -116,13 +148,19 @@ def main(args: argparse.Namespace) -> int:
         pipeline.kill_producer(producer)
         producer = pipeline.start_producer(workdir / "input", checkpoint, *options)
         clock.say("SIGKILLed the PySpark job mid-micro-batch; restarted it from its checkpoint")
-        if not pipeline.wait(lambda: in_target() >= args.events // 2, args.timeout, progress):
-            clock.say("the copy stalled; see the worker logs in " + str(workdir))
+        # Kill a worker while it owns shards and most events are still to come (the producer has written 30%).
+        if not pipeline.wait(lambda: any(pipeline.shards_owned().values()), args.timeout, progress):
+            clock.say("no worker took a shard; see the worker logs in " + str(workdir))
             return 3
         victim = pipeline.busiest_worker()
+        moved = sorted(s for s, owner in pipeline.owners().items() if owner == victim.name)
         victim.kill_host()
-        clock.say(f"SIGKILLed worker {victim.name} (daemon and processors) halfway; starting worker c")
+        killed = time.monotonic()
+        clock.say(f"SIGKILLed worker {victim.name} (daemon and processors), owner of {', '.join(moved)}; starting c")
         pipeline.start_worker("c")
+        if not _show_takeovers(pipeline, moved, victim.name, killed, args.timeout, clock, progress):
+            clock.say("the killed worker's shards were not taken over in time; see the worker logs in " + str(workdir))
+            return 3
         if not pipeline.wait(lambda: producer.poll() is not None, args.timeout, progress):
             clock.say(f"the producer did not finish in time; see {workdir / 'producer.log'}")
             return 3
@@ -157,7 +195,8 @@ def main(args: argparse.Namespace) -> int:
         sys.stdout.write("\n".join(lines) + "\n")
         if verify.returncode != 0:
             sys.stderr.write(verify.stderr)
-        return 0 if verify.returncode == 0 else 1
+        ok = verify.returncode == 0
+        return 0 if ok else 1
     except KeyboardInterrupt:
         clock.say("interrupted: stopping everything")
         return 130
@@ -165,3 +204,6 @@ def main(args: argparse.Namespace) -> int:
         pipeline.stop_all()
         backend.stop()
         clock.say("stopped workers and the local backend")
+        if args.workdir is None and ok:
+            shutil.rmtree(workdir, ignore_errors=True)  # kept after a failure: its logs say why
+            clock.say(f"removed {workdir}")

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -292,19 +291,28 @@ class LocalPipeline:
             worker.terminate()
         return [worker.stop() for worker in workers]
 
-    def shards_owned(self) -> dict[str, int]:
-        """How many open shards each live worker's processors own, by worker name.
+    def owners(self) -> dict[str, str | None]:
+        """Each open staging shard's owner, as the name of the live worker whose processor holds it (None:
+        nobody's, or a processor whose worker is gone).
 
         A state item's owner is ``host:pid:nonce`` of a ``copier process``
         child; its parent is the worker's JVM (``copier run`` execs java).
         """
-        owners = Counter(int(s.owner.split(":")[1]) for s in self.shard_states().values() if s.owner and not s.closed)
         by_jvm = {w.proc.pid: w.name for w in self.workers if w.alive}
-        owned = dict.fromkeys(by_jvm.values(), 0)
-        for pid, shards in owners.items():
-            parent = _parent_pid(pid)
-            if parent is not None and parent in by_jvm:
-                owned[by_jvm[parent]] += shards
+        out: dict[str, str | None] = {}
+        for shard_id, state in self.shard_states().items():
+            if state.closed:
+                continue
+            parent = _parent_pid(int(state.owner.split(":")[1])) if state.owner else None
+            out[shard_id] = by_jvm.get(parent) if parent is not None else None
+        return out
+
+    def shards_owned(self) -> dict[str, int]:
+        """How many open shards each live worker's processors own, by worker name."""
+        owned = dict.fromkeys((w.name for w in self.workers if w.alive), 0)
+        for name in self.owners().values():
+            if name is not None:
+                owned[name] += 1
         return owned
 
     def busiest_worker(self) -> Worker:
