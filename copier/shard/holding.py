@@ -86,6 +86,7 @@ class Holding:
         if not self.ownership.take_back(seen):
             return None
         assert seen is not None
+        s.progress_from_here()  # what the other owner forwarded meanwhile is not this processor's progress
         s.log.info(
             "took_back", previous_owner=seen.owner, previous_epoch=seen.epoch, held=len(self.held), gap=bool(self.gap)
         )
