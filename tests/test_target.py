@@ -148,9 +148,9 @@ def test_a_target_in_another_account_through_a_role_whose_credentials_refresh(
             targetRoleSessionSeconds=900,
         )
         env = {**os.environ, **DUMMY_ENV}
+        subprocess.run([COPIER, "init", "--properties", str(props)], check=True, capture_output=True, env=env)
         check = subprocess.run([COPIER, "check-config", str(props)], capture_output=True, text=True, env=env)
         assert check.returncode == 0 and f"reachable as {ROLE}" in check.stdout, check.stdout + check.stderr
-        subprocess.run([COPIER, "init", "--properties", str(props)], check=True, capture_output=True, env=env)
         proc = Processor(props)
         try:
             proc.initialize("shardId-000000000000")
