@@ -126,7 +126,7 @@ class KinesisStreams:
         self._summaries: dict[str, tuple[float, StreamSettings]] = {}
         self._summary_failed: dict[str, float] = {}
         self._lineage: dict[str, tuple[float, list[dict[str, Any]]]] = {}
-        self._reads = KinesisReads(lambda op, fn, **kw: self._call(op, fn, **kw), self._staging, self._read, sleep)
+        self._reads = KinesisReads(self._call, self._staging, self._read, sleep)
 
     def put_records(self, stream: str, entries: Sequence[PutEntry]) -> list[str | None]:
         """One PutRecords attempt; returns each entry's error code, None where it landed."""

@@ -26,10 +26,6 @@ EXIT_CONFIG = 2
 EXIT_FATAL = 3
 
 
-# What a local run signs its requests with when no credentials are set: the local backend accepts any.
-LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
-
-
 def _config(path: str) -> Config:
     config = load_config(path)
     _local_credentials(config)
@@ -42,7 +38,9 @@ def _local_credentials(config: Config) -> None:
     endpoints = [config.kinesis_endpoint, config.dynamodb_endpoint, config.target_endpoint, config.state_endpoint]
     local = all(e is not None and urlparse(e).hostname in ("127.0.0.1", "localhost", "::1") for e in endpoints)
     if local and not os.environ.get("AWS_ACCESS_KEY_ID") and not os.environ.get("AWS_PROFILE"):
-        os.environ.update(LOCAL_CREDENTIALS)
+        from copier.local.backend import DUMMY_ENV  # what the local backend's own runs sign with
+
+        os.environ.update({k: DUMMY_ENV[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")})
 
 
 def _lint(config: Config, host: bool = True) -> bool:

@@ -88,7 +88,8 @@ def lint_properties(
     out: list[Finding] = []
     seen: dict[str, int] = {}
     kcl = {k.lower() for k in KCL_KEYS}
-    for number, key, _ in parse_properties_all(text):
+    entries = parse_properties_all(text)
+    for number, key, _ in entries:
         if key in seen:
             out.append(
                 Finding("error", key, number, f"given twice (lines {seen[key]} and {number}): the later wins; keep one")
@@ -101,7 +102,7 @@ def lint_properties(
             out.append(Finding("error", key, number, f"unknown key: did you mean {guess}?"))
         else:
             out.append(Finding("warning", key, number, "unknown to copier and to the KCL MultiLangDaemon: ignored"))
-    values = {key: (number, value) for number, key, value in parse_properties_all(text)}
+    values = {key: (number, value) for number, key, value in entries}  # the last wins, as the daemon reads it
     if host and "executableName" in values:
         number, command = values["executableName"]
         out.extend(_executable(command, number, path, which, is_executable))
