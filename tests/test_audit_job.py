@@ -34,17 +34,17 @@ SETTINGS = PlanSettings(
 )
 
 REPORT_KEYS = (
-    "expected",
-    "produced",
-    "found",
-    "dead_letter_records",
+    "expected_events",
+    "produced_events",
+    "target_records",
+    "dead_letter_stream_records",
     "lost",
     "duplicated",
     "extra_copies",
     "unexpected",
-    "unkeyed",
-    "dead_lettered",
-    "invalid_dead_letters",
+    "target_records_without_id",
+    "dead_lettered_events",
+    "invalid_dead_letter_records",
     "changed",
     "explained_copies",
     "unexplained_copies",
@@ -113,8 +113,10 @@ def test_audit_and_verify_report_the_same_on_the_same_data(tmp_path: Path) -> No
                 "export", "--properties", str(props), "--stream", stream, "--out", str(tmp_path / where), "--gzip"
             )
             assert status == 0, err
-    assert (verified["lost"], verified["duplicated"], verified["unexpected"], verified["unkeyed"]) == (1, 1, 1, 1)
-    assert (verified["out_of_order"], verified["dead_lettered"], verified["invalid_dead_letters"]) == (1, 1, 1)
+    counts = ("lost", "duplicated", "unexpected", "target_records_without_id")
+    assert tuple(verified[k] for k in counts) == (1, 1, 1, 1)
+    counts = ("out_of_order", "dead_lettered_events", "invalid_dead_letter_records")
+    assert tuple(verified[k] for k in counts) == (1, 1, 1)
 
     audit = ["audit", "--properties", str(props), "--manifest", str(manifest), "--json"]
     status, out, err = _run(*audit, "--target", str(tmp_path / "target"), "--dead-letter", str(tmp_path / "dlq"))
@@ -139,8 +141,14 @@ def test_audit_and_verify_report_the_same_on_the_same_data(tmp_path: Path) -> No
     )
     assert status == 1, err[-3000:]
     bare = _report(out)
-    keys = ("expected", "produced", "found", "lost", "duplicated", "extra_copies", "unexpected", "unkeyed")
-    for key in (*keys, "invalid_dead_letters", "dead_lettered"):
+    keys = ("expected_events", "produced_events", "target_records", "lost", "duplicated", "extra_copies")
+    for key in (
+        *keys,
+        "unexpected",
+        "target_records_without_id",
+        "invalid_dead_letter_records",
+        "dead_lettered_events",
+    ):
         assert bare[key] == verified[key], key
     assert bare["out_of_order"] == 0, "Firehose files carry no partition key: order is not measured"
     assert bare["examples"]["lost"] == verified["examples"]["lost"]

@@ -87,3 +87,13 @@ def test_a_missing_state_table_ends_the_processor_with_a_logged_reason(pipeline:
     assert result.returncode == 3
     assert result.stdout.strip() == "", "no status: the action was not acknowledged"
     assert "ResourceNotFoundException" in result.stderr
+
+
+def test_a_file_that_cannot_be_read_is_named_with_the_reason_alone(tmp_path: Path) -> None:
+    """No stray key field (it once printed ``FILE: -: cannot read the file``)."""
+    missing = tmp_path / "missing.properties"
+    result = subprocess.run(
+        [str(ROOT / ".venv/bin/copier"), "check-config", str(missing)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    assert result.stderr == f"copier: {missing}: cannot read the file: No such file or directory\n"

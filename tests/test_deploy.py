@@ -164,7 +164,7 @@ def test_the_role_allows_every_call_of_a_real_run_and_sigterm_to_the_group_is_gr
             owned = pipeline.shards_owned().get("a", 0)
             assert owned >= 2
             os.killpg(worker.proc.pid, signal.SIGTERM)  # systemd's KillMode=control-group
-            assert worker.proc.wait(timeout=60) == 143
+            assert worker.proc.wait(timeout=60) == 0, "a requested stop is a clean exit"
             log = worker.log_path.read_text()
             assert log.count('"event": "released"') >= owned, "every processor running released its shard"
             assert "Child process failed to complete shutdown notification" not in log

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from copier.local.backend import LocalBackend
-from copier.local.pipeline import LocalPipeline, child_pids
+from copier.local.pipeline import LocalPipeline
 
 pytestmark = [pytest.mark.protocol, pytest.mark.timeout(600)]
 
@@ -70,9 +70,9 @@ def test_records_of_8_mib_go_through_the_real_daemon_once_each(tmp_path: Path) -
             deadline = time.monotonic() + 300
             while not pipeline.caught_up(tips):
                 assert time.monotonic() < deadline, (tmp_path / "worker-a.log").read_text()[-3000:]
-                peak = max([peak, *(_peak_rss_mb(c) for c in child_pids(worker.proc.pid) if _is_processor(c))])
+                peak = max([peak, *(_peak_rss_mb(c) for c in worker.processor_pids() if _is_processor(c))])
                 time.sleep(0.5)
-            peak = max([peak, *(_peak_rss_mb(c) for c in child_pids(worker.proc.pid) if _is_processor(c))])
+            peak = max([peak, *(_peak_rss_mb(c) for c in worker.processor_pids() if _is_processor(c))])
             staged = {json.loads(r["Data"])["eventId"]: r for r in _all_records(kinesis, pipeline.staging)}
             landed = _all_records(kinesis, pipeline.target)
             assert sorted(json.loads(r["Data"])["eventId"] for r in landed) == sorted(digests)

@@ -14,6 +14,7 @@ from typing import Any
 import botocore.exceptions
 import pytest
 
+from copier.adapters.dynamo import DynamoStateStore
 from copier.commands.verify import (
     GET_RECORDS_INTERVAL_S,
     Progress,
@@ -26,10 +27,11 @@ from copier.commands.verify import (
 )
 from copier.core import kpl
 from copier.core.audit import DeadLetter, TargetRecord, audit
-from copier.core.config import DedupKey
+from copier.core.config import DedupKey, load_config
 from copier.core.errors import FatalAwsError, TransientAwsError
 from copier.core.plan import PlanSettings, SourceRecord, dead_letter_envelope
 from copier.core.positions import Position
+from copier.core.state import ShardState, shard_key
 from tests.conftest import Pipeline
 from tests.support.backend import DUMMY_ENV, ROOT, create_stream
 
@@ -257,9 +259,9 @@ def test_text_report_format() -> None:
     assert render_text(result) == (
         "verify: produced 4 distinct events (4 manifest lines)\n"
         "target: 1 records; dead-letter: 1 records\n"
-        "lost: 2, duplicated: 0 (0 unexplained copies), changed: 0, unexpected: 0, "
-        "out of order (per partition key): 0\n"
-        "without an event ID: 0 produced, 0 lost, 0 extra copies; in the target without an ID: 0\n"
+        "lost: 2, pending: 0 (in staging after the copier's committed position), duplicated: 0 "
+        "(0 unexplained copies), changed: 0, unexpected: 0, out of order (per partition key): 0\n"
+        "without an event ID: 0 produced, 0 lost, 0 pending, 0 extra copies; in the target without an ID: 0\n"
         "dead-letter stream: 1 events delivered there, 0 invalid records; possible_duplicates reports: 0 naming 0 IDs\n"
         "  lost: a, b\n"
         "  dead-lettered (1, delivered there): c\n"
@@ -293,6 +295,33 @@ def put(pipeline: Pipeline, stream: str, event_ids: Iterable[str], key: str | No
         assert answer["FailedRecordCount"] == 0
 
 
+def copier_passed_everything(pipeline: Pipeline, staging: str | None = None) -> None:
+    """The copier's state as after a run that passed every staging record: each staging shard committed at
+    its last record, the last event of an aggregate included (a missing event is then lost, not pending)."""
+    stream = staging or pipeline.staging
+    store = DynamoStateStore(load_config(pipeline.properties))
+    for shard in pipeline.kinesis.list_shards(StreamName=stream)["Shards"]:
+        last = last_sequence(pipeline, stream, shard["ShardId"])
+        if last is not None:
+            key = shard_key(stream, shard["ShardId"])
+            done = ShardState(position=Position(int(last), 2**31), version=1)
+            store.replace_if_unchanged(key, store.get(key), done)
+
+
+def last_sequence(pipeline: Pipeline, stream: str, shard_id: str) -> str | None:
+    iterator = pipeline.kinesis.get_shard_iterator(
+        StreamName=stream, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+    )["ShardIterator"]
+    last = None
+    while iterator:
+        page = pipeline.kinesis.get_records(ShardIterator=iterator, Limit=10000)
+        if not page["Records"]:
+            break
+        last = page["Records"][-1]["SequenceNumber"]
+        iterator = page.get("NextShardIterator")
+    return last
+
+
 def events(n: int, start: int = 0) -> list[str]:
     return [f"e-{i}" for i in range(start, start + n)]
 
@@ -306,9 +335,9 @@ def test_a_clean_copy_verifies_ok(pipeline: Pipeline) -> None:
     assert result.stdout == (
         "verify: produced 20 distinct events (22 records in staging)\n"
         "target: 20 records; dead-letter: none configured\n"
-        "lost: 0, duplicated: 0 (0 unexplained copies), changed: 0, unexpected: 0, "
-        "out of order (per partition key): 0\n"
-        "without an event ID: 0 produced, 0 lost, 0 extra copies; in the target without an ID: 0\n"
+        "lost: 0, pending: 0 (in staging after the copier's committed position), duplicated: 0 "
+        "(0 unexplained copies), changed: 0, unexpected: 0, out of order (per partition key): 0\n"
+        "without an event ID: 0 produced, 0 lost, 0 pending, 0 extra copies; in the target without an ID: 0\n"
         "dead-letter stream: 0 events delivered there, 0 invalid records; possible_duplicates reports: 0 naming 0 IDs\n"
         "verify: OK\n"
     )
@@ -318,11 +347,12 @@ def test_a_lost_and_a_duplicated_event_fail_with_examples(pipeline: Pipeline) ->
     """One event missing and one twice in the target: status 1, both named as examples."""
     put(pipeline, pipeline.staging, events(10))
     put(pipeline, pipeline.target, [i for i in events(10) if i != "e-4"] + ["e-6"])
+    copier_passed_everything(pipeline)
     result = verify(pipeline)
     assert result.returncode == 1, result.stderr
     lines = result.stdout.splitlines()
     assert lines[1] == "target: 10 records; dead-letter: none configured"
-    assert lines[2].startswith("lost: 1, duplicated: 1 (1 unexplained copies), changed: 0, unexpected: 0, ")
+    assert lines[2].startswith("lost: 1, pending: 0 (in staging after the copier's committed position), duplicated: 1 ")
     assert "  lost: e-4" in lines
     assert "  duplicated (1 extra copies, 0 reported): e-6 x2" in lines
     assert lines[-1] == "verify: FAILED (lost 1, unexplained copies 1)"
@@ -334,6 +364,7 @@ def test_a_manifest_replaces_the_staging_stream(pipeline: Pipeline) -> None:
     put(pipeline, pipeline.target, events(5))
     manifest = pipeline.tmp / "manifest.txt"
     manifest.write_text("\n".join(events(5)) + "\n\ne-2\n")
+    copier_passed_everything(pipeline)
     result = verify(pipeline, "--manifest", str(manifest))
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0] == "verify: produced 5 distinct events (6 manifest lines)"
@@ -359,11 +390,13 @@ def test_an_event_in_the_dead_letter_stream_counts_as_delivered(pipeline: Pipeli
     original = SourceRecord(Position(int(answer["SequenceNumber"]), 1), "", odd)
     envelope = dead_letter_envelope(settings(), original, "partition key is empty")
     pipeline.kinesis.put_record(StreamName=dlq, PartitionKey="copier-x", Data=envelope)
+    copier_passed_everything(pipeline)
     result = verify(pipeline, "--json")
     assert result.returncode == 0, result.stdout + result.stderr
     doc = json.loads(result.stdout)
-    assert (doc["lost"], doc["dead_lettered"], doc["dead_letter_records"], doc["invalid_dead_letters"]) == (0, 1, 1, 0)
-    assert doc["examples"]["dead_lettered"] == ["e-5"] and doc["dead_letter_stream"] == dlq
+    counts = ("lost", "dead_lettered_events", "dead_letter_stream_records", "invalid_dead_letter_records")
+    assert tuple(doc[name] for name in counts) == (0, 1, 1, 0)
+    assert doc["examples"]["dead_lettered_events"] == ["e-5"] and doc["dead_letter_stream"] == dlq
 
 
 def test_a_record_in_the_dead_letter_stream_that_is_no_valid_envelope_fails(pipeline: Pipeline) -> None:
@@ -379,10 +412,11 @@ def test_a_record_in_the_dead_letter_stream_that_is_no_valid_envelope_fails(pipe
         settings(), SourceRecord(Position(12345, 0), "k2", json.dumps({"eventId": "e-2"}).encode()), "no event ID: x"
     )
     pipeline.kinesis.put_record(StreamName=dlq, PartitionKey="k2", Data=invented)
+    copier_passed_everything(pipeline)
     result = verify(pipeline, "--json")
     assert result.returncode == 1, result.stdout + result.stderr
     doc = json.loads(result.stdout)
-    assert (doc["lost"], doc["invalid_dead_letters"]) == (2, 2)
+    assert (doc["lost"], doc["invalid_dead_letter_records"]) == (2, 2)
 
 
 def test_every_shard_of_a_resharded_target_is_read(pipeline: Pipeline) -> None:
@@ -400,10 +434,11 @@ def test_every_shard_of_a_resharded_target_is_read(pipeline: Pipeline) -> None:
     put(pipeline, target, events(150, start=150))
     shards = pipeline.kinesis.list_shards(StreamName=target)["Shards"]
     assert len(shards) == 5 and "EndingSequenceNumber" in shards[0]["SequenceNumberRange"]
+    copier_passed_everything(pipeline)
     result = verify(pipeline, "--json")
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
-    assert (doc["found"], doc["expected"], doc["lost"], doc["out_of_order"]) == (300, 300, 0, 0)
+    assert (doc["target_records"], doc["expected_events"], doc["lost"], doc["out_of_order"]) == (300, 300, 0, 0)
 
 
 def test_a_bad_properties_file_is_status_2_and_a_missing_stream_status_3(pipeline: Pipeline) -> None:
@@ -445,13 +480,14 @@ def test_events_inside_an_aggregate_that_never_reached_the_target_are_lost(pipel
     )
     put(pipeline, pipeline.staging, ["e-1"])
     put(pipeline, pipeline.target, ["e-1"])
+    copier_passed_everything(pipeline)
     result = verify(pipeline)
     assert result.returncode == 1, result.stdout + result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == (
         "verify: produced 4 distinct events (2 records in staging, 1 of them KPL aggregates, 4 events in all)"
     )
-    assert lines[2].startswith("lost: 3, duplicated: 0 ")
+    assert lines[2].startswith("lost: 3, pending: 0 (in staging after the copier's committed position), duplicated: 0 ")
     assert "  lost: agg-1, agg-2, agg-3" in lines
     assert lines[-1] == "verify: FAILED (lost 3)"
 
@@ -481,6 +517,7 @@ def test_an_aggregate_the_daemon_drops_is_reported_and_its_events_are_lost(pipel
     # Routed to the first shard by its own explicit hash key, but its user records claim the second shard's range.
     message = aggregate_of(["d-1", "d-2"], explicit_hash_key=in_second)
     pipeline.kinesis.put_record(StreamName=two, PartitionKey="d", Data=message.data, ExplicitHashKey="0")
+    copier_passed_everything(pipeline, two)
     result = verify(pipeline, "--json")
     doc = json.loads(result.stdout)
     assert (doc["dropped_aggregates"], doc["lost"], doc["examples"]["lost"]) == (1, 2, ["d-1", "d-2"])
@@ -497,3 +534,83 @@ def test_the_daemons_rules_for_aggregates() -> None:
     assert kpl.as_daemon_delivers(bad_md5, "k").problem == "undecodable"
     outside = kpl.as_daemon_delivers(record.data, record.partition_key, (0, 0))
     assert (outside.records, outside.problem) == ([], "out_of_range")
+
+
+# -- run while the copier is behind: pending, not lost ------------------------------------------------
+
+
+def commit_at(pipeline: Pipeline, event_id: str) -> None:
+    """The copier's state as when it has committed up to ``event_id`` (a staging record of the one shard)."""
+    shard = pipeline.kinesis.list_shards(StreamName=pipeline.staging)["Shards"][0]["ShardId"]
+    iterator = pipeline.kinesis.get_shard_iterator(
+        StreamName=pipeline.staging, ShardId=shard, ShardIteratorType="TRIM_HORIZON"
+    )["ShardIterator"]
+    records = pipeline.kinesis.get_records(ShardIterator=iterator, Limit=10000)["Records"]
+    (seq,) = [r["SequenceNumber"] for r in records if json.loads(r["Data"])["eventId"] == event_id]
+    store = DynamoStateStore(load_config(pipeline.properties))
+    key = shard_key(pipeline.staging, shard)
+    store.replace_if_unchanged(key, store.get(key), ShardState(position=Position.parse(seq), version=1))
+
+
+def test_events_the_copier_has_not_reached_are_pending_and_a_passed_one_is_lost(pipeline: Pipeline) -> None:
+    """Committed at e-5: e-6..e-9 missing from the target are pending; e-2, before it and missing, is lost."""
+    put(pipeline, pipeline.staging, events(10))
+    put(pipeline, pipeline.target, [i for i in events(6) if i != "e-2"])
+    commit_at(pipeline, "e-5")
+    for args in ((), ("--manifest", "-")):
+        result = verify(pipeline, *args, stdin="\n".join(events(10)))
+        assert result.returncode == 1, result.stdout + result.stderr
+        lines = result.stdout.splitlines()
+        assert lines[2].startswith("lost: 1, pending: 4 (in staging after the copier's committed position)"), lines
+        assert "  lost: e-2" in lines and "  pending: e-6, e-7, e-8, e-9" in lines
+        assert lines[-1] == "verify: FAILED (lost 1)"
+
+
+def test_nothing_lost_and_some_pending_is_not_a_failure_and_says_so(pipeline: Pipeline) -> None:
+    put(pipeline, pipeline.staging, events(10) + ["e-1"])
+    put(pipeline, pipeline.target, events(6))
+    commit_at(pipeline, "e-5")
+    result = verify(pipeline)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines()[-1] == (
+        "verify: PENDING (4 events not copied yet: in staging after the copier's committed position; nothing "
+        "lost or duplicated so far; run it again once the copier has caught up)"
+    )
+    doc = json.loads(verify(pipeline, "--json").stdout)
+    assert (doc["ok"], doc["complete"], doc["lost"], doc["pending"]) == (True, False, 0, 4)
+    assert doc["examples"]["pending"] == ["e-6", "e-7", "e-8", "e-9"]
+
+
+def test_a_shard_the_copier_never_started_is_all_pending(pipeline: Pipeline) -> None:
+    put(pipeline, pipeline.staging, events(3))
+    doc = json.loads(verify(pipeline, "--json").stdout)
+    assert (doc["lost"], doc["pending"], doc["ok"], doc["complete"]) == (0, 3, True, False)
+
+
+def test_without_the_copiers_positions_every_missing_event_is_lost_and_the_report_says_why(
+    pipeline: Pipeline,
+) -> None:
+    put(pipeline, pipeline.staging, events(3))
+    pipeline.dynamodb.delete_table(TableName=pipeline.table)
+    result = verify(pipeline)
+    assert result.returncode == 1
+    assert "the copier's committed positions could not be read (" in result.stdout
+    assert pipeline.table in result.stdout, "the report names the table it could not read"
+    assert result.stdout.splitlines()[-1] == "verify: FAILED (lost 3)"
+
+
+def test_the_audit_draws_pending_from_every_occurrence() -> None:
+    """An ID with one occurrence the copier passed is lost even if another occurrence is still ahead; a
+    closed shard has nothing ahead; a record without an ID ahead of the copier is pending too."""
+    from copier.core.audit import PAST_THE_END, Produced
+
+    def at(event_id: str | None, shard: str, seq: int) -> Produced:
+        return Produced(event_id, "k", None, (shard, seq, 0))
+
+    produced = [at("a", "s1", 5), at("a", "s2", 9), at("b", "s2", 9), at("c", "s3", 1), at(None, "s2", 10)]
+    committed = {"s1": Position(7), "s2": Position(8), "s3": PAST_THE_END}
+    r = audit(produced, [], committed=committed)
+    assert (r.lost, r.pending, r.unkeyed_lost, r.unkeyed_pending) == (2, 1, 0, 1)
+    assert r.lost_examples == ("a", "c") and r.pending_examples == ("b",)
+    assert (r.ok, r.complete) == (False, False)
+    assert (audit(produced, []).lost, audit(produced, []).pending) == (3, 0), "no positions: every missing one lost"

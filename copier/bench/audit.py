@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     audit_cmd = [copier, "audit", "--properties", str(props), "--manifest", str(manifest)]
     a_s, a_mb, a_out = _measure([*audit_cmd, "--target", str(target), "--json"])
     verified, audited = json.loads(v_out), json.loads(a_out)
-    keys = ("expected", "found", "lost", "duplicated", "extra_copies", "unexpected", "out_of_order")
+    keys = ("expected_events", "target_records", "lost", "duplicated", "extra_copies", "unexpected", "out_of_order")
     agree = all(verified[k] == audited[k] for k in keys)
     result = {
         "events": args.events,

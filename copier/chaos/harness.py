@@ -40,7 +40,7 @@ from copier.chaos.producer import STAGING_MAX_RECORD_KIB, ChaosProducer
 from copier.chaos.proxy import FaultProxy, FaultWindow, Injection
 from copier.chaos.schedule import AUTO_SWITCHES, TARGET_RESHARDS, Action, Plan
 from copier.core.config import load_config
-from copier.local.pipeline import LocalPipeline, Worker, child_pids, local_properties
+from copier.local.pipeline import LocalPipeline, Worker, local_properties
 
 __all__ = ["PUT_TIMEOUT_MS", "Harness", "reshard_stream", "worker_lease_ms"]
 
@@ -153,7 +153,7 @@ class Harness:
         candidates = [
             w
             for w in self.live
-            if w.alive and w.proc.pid not in self.stopped and (not processors or child_pids(w.proc.pid))
+            if w.alive and w.jvm_pid not in self.stopped and (not processors or w.processor_pids())
         ]
         return candidates[rng_index % len(candidates)] if candidates else None
 
@@ -191,11 +191,11 @@ class Harness:
         worker = self._pick(index) or (self._pick(index, processors=False) if last_try else None)
         if worker is None:
             return None
-        running = len(child_pids(worker.proc.pid))
+        running = len(worker.processor_pids())
         return self.hosts.step(worker.name, int(action.params["step_ms"]), time.monotonic() - self.t0, running)
 
     def _act_on(self, worker: Worker, action: Action, index: int) -> bool:
-        kind, pid = action.kind, worker.proc.pid
+        kind, pid = action.kind, worker.proc.pid  # copier run: its exit is the worker's
         until = time.monotonic() + float(action.params.get("seconds", 0))
         if kind == "worker_leave":
             if len([w for w in self.live if w.alive]) < 2:
@@ -206,12 +206,15 @@ class Harness:
             return True
         if kind in ("kill_daemon", "kill_host", "pause_daemon"):
             if kind == "pause_daemon":
-                self.stopped[pid] = until
-                return _signal(pid, signal.SIGSTOP)
+                jvm = worker.jvm_pid
+                if jvm is None:
+                    return False
+                self.stopped[jvm] = until
+                return _signal(jvm, signal.SIGSTOP)
             self.expected_exit.add(pid)
             worker.kill_daemon() if kind == "kill_daemon" else worker.kill_host()
             return True
-        children = child_pids(pid)
+        children = worker.processor_pids()
         if not children:
             return False
         child = children[index % len(children)]

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
+from copier.adapters.journal import say
 from copier.commands import demo, export, produce, scalein, verify
 from copier.core.config import Config, load_config
 from copier.core.errors import AwsError, ConfigError, CopierError
@@ -24,6 +25,7 @@ __all__ = ["main"]
 
 EXIT_CONFIG = 2
 EXIT_FATAL = 3
+_VERDICT_LEVELS = {"ok": "info", "warning": "warning", "error": "error"}
 
 
 def _config(path: str) -> Config:
@@ -52,7 +54,7 @@ def _lint(config: Config, host: bool = True) -> bool:
     text = Path(config.path).read_text(encoding="utf-8")
     findings = lint_properties(text, config.path, list(COPIER_KEYS), host=host)
     for f in findings:
-        sys.stderr.write(f"copier: {f.level}: {config.path}:{f.line}: {f.key}: {f.text}\n")
+        say(f"{f.level}: {config.path}:{f.line}: {f.key}: {f.text}", f.level)
     return not any(f.level == "error" for f in findings)
 
 
@@ -73,7 +75,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     from copier.kcl.daemon import daemon_warnings
 
     for warning in daemon_warnings(config):
-        sys.stderr.write(f"copier: warning: {warning}\n")
+        say(f"warning: {warning}", "warning")
     if args.offline:
         return 0
     if config.target_role_arn is not None:
@@ -149,12 +151,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if config.target_role_arn is not None:
         from copier.adapters.target import check_target
 
-        sys.stderr.write(f"copier: {check_target(config)}\n")
+        say(check_target(config))
     try:
         for verdict in stream_verdicts(config):  # what the processors will act on, said once at the start
-            sys.stderr.write(f"copier: {'' if verdict.level == 'ok' else verdict.level + ': '}{verdict.text}\n")
+            head = "" if verdict.level == "ok" else f"{verdict.level}: "
+            say(f"{head}{verdict.text}", _VERDICT_LEVELS[verdict.level])
     except AwsError as exc:
-        sys.stderr.write(f"copier: warning: the streams' settings could not be read: {exc}\n")
+        say(f"warning: the streams' settings could not be read: {exc}", "warning")
     return run_daemon(config, args.properties)
 
 
@@ -318,18 +321,57 @@ def _parser() -> argparse.ArgumentParser:
         "the streams)",
     )
     p.set_defaults(func=cmd_check_config)
+
+    p = sub.add_parser("help", help="a command's options, or a topic: exit-codes, logs, properties")
+    p.add_argument("name", metavar="COMMAND|TOPIC", nargs="?", help="a command, or exit-codes, logs, properties")
+    p.set_defaults(func=lambda a: _help(parser, a.name))
+
+    p = sub.add_parser("completion", help="print a shell completion script (bash)")
+    p.add_argument("shell", choices=["bash"], help="the shell (bash; zsh loads it with bashcompinit)")
+    p.set_defaults(func=lambda a: _completion(parser))
     return parser
 
 
+def _help(parser: argparse.ArgumentParser, name: str | None) -> int:
+    from copier.commands.helptopics import help_text
+
+    text, known = help_text(parser, name)
+    (sys.stdout if known else sys.stderr).write(text)
+    return 0 if known else EXIT_CONFIG
+
+
+def _completion(parser: argparse.ArgumentParser) -> int:
+    from copier.commands.helptopics import bash_completion
+
+    sys.stdout.write(bash_completion(parser))
+    return 0
+
+
+# Options whose value may start with "-" (a relative time, "-2h"), which argparse would take for an option.
+DASH_VALUES = ("--since", "--until")
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line parsed, ``--since -2h`` read as ``--since=-2h``."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    glued: list[str] = []
+    for word in words:
+        if glued and glued[-1] in DASH_VALUES and word.startswith("-") and not word.startswith("--"):
+            glued[-1] = f"{glued[-1]}={word}"
+        else:
+            glued.append(word)
+    return _parser().parse_args(glued)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parse(argv)
     try:
         return int(args.func(args))
     except ConfigError as exc:
-        print(f"copier: {exc}", file=sys.stderr)
+        say(str(exc), "error")
         return EXIT_CONFIG
     except CopierError as exc:
-        print(f"copier: {exc}", file=sys.stderr)
+        say(str(exc), "error")
         return EXIT_FATAL
     except KeyboardInterrupt:
         return 130

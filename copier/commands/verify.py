@@ -16,9 +16,15 @@ MultiLangDaemon delivers them to the copier: KPL-aggregated records are
 de-aggregated by the daemon's rules (``copier.core.kpl.as_daemon_delivers``), so
 every event inside an aggregate is expected in the target. An aggregate
 that cannot be decoded is a problem of its own and fails the audit: the
-events it holds cannot be counted, so nothing can be said about them. Run
-it once the copier has caught up: the target is read up to its tip, and
-anything still in flight is "lost".
+events it holds cannot be counted, so nothing can be said about them.
+
+It may run while the copier is behind: it reads each staging shard's
+committed position from the state table *before* it reads the target (an
+event committed by then is in the target by then), and a missing event
+whose every staging occurrence lies after its shard's committed position
+is *pending*, not lost (under a manifest, staging is read for where the
+missing IDs are, only when some are missing). Pending events do not fail
+the audit; the verdict says ``PENDING`` until they are copied.
 
 Memory grows with the number of records read (every event ID is held), which
 is fine for an audit of millions of events; audit billions by manifest slices.
@@ -30,7 +36,7 @@ of their own are still importable from here.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +48,7 @@ from copier.adapters.streamreader import PROGRESS_INTERVAL_S as PROGRESS_INTERVA
 from copier.adapters.streamreader import READ_WORKERS as READ_WORKERS
 from copier.adapters.streamreader import KinesisRecord, Progress, StreamReader, lineage_order
 from copier.adapters.streamreader import make_client as make_client
-from copier.core.audit import audit
+from copier.core.audit import PAST_THE_END, audit
 from copier.core.auditinputs import arrival_ms as arrival_ms
 from copier.core.auditinputs import dead_letter_event_id, manifest_entry, read_envelope, read_manifest, read_reports
 from copier.core.auditinputs import duplicate_report as duplicate_report
@@ -53,8 +59,11 @@ from copier.core.auditinputs import report_of as report_of
 from copier.core.auditinputs import sha256_hex as sha256_hex
 from copier.core.audittypes import DEFAULT_EXAMPLES, DeadLetter, DuplicateReport, Produced, TargetRecord
 from copier.core.config import Config, load_config
+from copier.core.errors import CopierError
 from copier.core.identity import EventValue
 from copier.core.kpl import as_daemon_delivers
+from copier.core.positions import Position
+from copier.core.state import shard_key
 from copier.core.verifyreport import VerifyResult, render_json, render_text
 
 __all__ = [
@@ -152,6 +161,39 @@ def read_staging(config: Config, reader: StreamReader) -> list[StagedRecord]:
     return reader.read(config.stream_name, "staging", staged)
 
 
+Committed = Callable[[Sequence[str]], Mapping[str, Position]]
+
+
+def committed_positions(config: Config) -> Committed:
+    """Reads each staging shard's committed position from the state table (a closed shard: past its end)."""
+
+    def read(shard_ids: Sequence[str]) -> Mapping[str, Position]:
+        from copier.adapters.dynamo import DynamoStateStore
+
+        keys = {shard_key(config.stream_name, s): s for s in shard_ids}
+        out: dict[str, Position] = {}
+        for key, state in DynamoStateStore(config).get_many(keys).items():
+            if state.closed:
+                out[keys[key]] = PAST_THE_END
+            elif state.position is not None:
+                out[keys[key]] = state.position
+        return out
+
+    return read
+
+
+def _positions(
+    committed: Committed | None, reader: StreamReader, stream: str
+) -> tuple[Mapping[str, Position] | None, str | None]:
+    """The committed positions, or None and why they could not be read."""
+    if committed is None:
+        return None, "not asked for"
+    try:
+        return committed([s["ShardId"] for s in reader.shards(stream)]), None
+    except CopierError as exc:
+        return None, str(exc)
+
+
 def run_verify(
     config: Config,
     manifest: list[Produced] | None,
@@ -159,15 +201,19 @@ def run_verify(
     reader: StreamReader,
     target_reader: StreamReader | None = None,
     reports: Sequence[DuplicateReport] = (),
+    committed: Committed | None = None,
 ) -> VerifyResult:
     """Audit the target (and dead-letter stream) against the manifest, or the staging stream without one.
 
     ``reader`` reads staging; ``target_reader`` (default: the same) the target and dead-letter streams;
-    ``reports``: the copier's ``possible_duplicates`` lines, which may excuse one extra copy each.
+    ``reports``: the copier's ``possible_duplicates`` lines, which may excuse one extra copy each;
+    ``committed``: reads the copier's committed positions (None: every missing event is lost).
     """
     key = config.dedup_key
     target_side = target_reader or reader
     counts: dict[str, Any] = {}
+    # Before the target is read: what was committed then is in the target then.
+    positions, unknown = _positions(committed, reader, config.stream_name)
     if manifest is not None:
         produced = manifest
         source, source_records, source_unkeyed = "manifest", len(produced), 0
@@ -204,8 +250,19 @@ def run_verify(
         dead_letter = target_side.read(
             config.dead_letter_stream_name, "dead-letter", lambda shard, r: read_envelope(key, shard, r)
         )
+    report = audit(produced, target, dead_letter, reports, examples, committed=positions)
+    if manifest is not None and positions is not None and report.lost:
+        # Where the missing IDs are in staging, to tell the ones the copier has not reached yet.
+        missing = {p.event_id for p in manifest} - {t.event_id for t in target} - {d.event_id for d in dead_letter}
+        staged: dict[EventValue, list[tuple[str, int, int]]] = {}
+        for record in read_staging(config, reader):
+            for event in record.events:
+                if event.event_id is not None and event.event_id in missing and event.position is not None:
+                    staged.setdefault(event.event_id, []).append(event.position)
+        report = audit(produced, target, dead_letter, reports, examples, committed=positions, staged=staged)
     return VerifyResult(
-        report=audit(produced, target, dead_letter, reports, examples),
+        report=report,
+        positions_unknown=unknown,
         source=source,
         source_records=source_records,
         source_unkeyed=source_unkeyed,
@@ -216,7 +273,8 @@ def run_verify(
 
 
 def main(args: argparse.Namespace) -> int:
-    """``copier verify``: 0 exactly once, 1 lost or duplicated events (or staging aggregates it cannot decode).
+    """``copier verify``: 0 exactly once so far (events still to be copied are reported as pending), 1 lost or
+    duplicated events (or staging aggregates it cannot decode).
 
     A bad properties file raises ConfigError (status 2 from the CLI), an AWS
     error that retrying cannot fix raises an AwsError (status 3).
@@ -227,6 +285,6 @@ def main(args: argparse.Namespace) -> int:
     progress = Progress()
     reader = StreamReader(make_client(config), progress)
     target_reader = StreamReader(make_client(config, True), progress)
-    result = run_verify(config, manifest, args.examples, reader, target_reader, reports)
+    result = run_verify(config, manifest, args.examples, reader, target_reader, reports, committed_positions(config))
     print(render_json(result) if args.json else render_text(result), flush=True)
     return 0 if result.ok else 1

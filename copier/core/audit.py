@@ -33,14 +33,21 @@ byte:
   does not hold its key, under ``RecordDistributionStrategy = AUTO``: Kinesis
   kept no order for them) are left out of the judgement and counted.
 
+* **Pending**: given where the copier has got to (``committed``: each
+  staging shard's committed position, from the state table), a missing
+  event whose every staging occurrence lies after its shard's committed
+  position is not lost but not yet copied (an audit run while the copier is
+  behind); one occurrence at or before it, and the copier has passed it:
+  lost. Without ``committed``, every missing event is lost.
+
 ``ok`` means nothing lost, no unexplained copy, nothing changed, no invalid
-dead-letter record.
+dead-letter record; ``complete`` also that nothing is pending.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from copier.core.audittypes import (
@@ -60,9 +67,11 @@ from copier.core.deadlettercheck import check_dead_letter
 from copier.core.deadlettercheck import key_problem as key_problem
 from copier.core.identity import EventValue
 from copier.core.ordercheck import first_copies, order_violations, production_index
+from copier.core.positions import Position as ShardPosition
 
 __all__ = [
     "DEFAULT_EXAMPLES",
+    "PAST_THE_END",
     "AuditReport",
     "DeadLetter",
     "DuplicateReport",
@@ -117,6 +126,9 @@ def explain(arrivals: dict[EventValue, list[int]], reports: Sequence[DuplicateRe
             explained += 1
     return explained, unexplained
 
+# A closed shard's committed position: past every sequence number (Kinesis': at most 129 digits).
+PAST_THE_END = ShardPosition(10**130)
+
 
 def audit(
     produced: Iterable[Produced | EventValue],
@@ -126,9 +138,15 @@ def audit(
     examples: int = DEFAULT_EXAMPLES,
     keyed_dead_letters: bool = True,
     unordered: Collection[EventValue] = frozenset(),
+    committed: Mapping[str, ShardPosition] | None = None,
+    staged: Mapping[EventValue, Sequence[Position]] | None = None,
 ) -> AuditReport:
     """Compare what was produced with every copy the target and dead-letter stream hold; see the module
-    docstring. A bare event ID in ``produced`` is a :class:`Produced` with nothing else known."""
+    docstring. A bare event ID in ``produced`` is a :class:`Produced` with nothing else known.
+
+    ``committed``: each staging shard's committed position (a shard not in it has none: everything in it is
+    still to come; a closed one maps to :data:`PAST_THE_END`); ``staged``: where each event ID occurs in
+    staging, when ``produced`` does not say (a manifest of IDs)."""
     records_produced = [p if isinstance(p, Produced) else Produced(p) for p in produced]
     keyed = [p for p in records_produced if p.event_id is not None]
     index, occurrences = production_index(p.event_id for p in keyed)  # type: ignore[misc]
@@ -185,6 +203,17 @@ def audit(
             unkeyed_dead[letter.position] += 1
 
     lost = [i for i in index if i not in copies]
+    pending: list[EventValue] = []
+    if committed is not None:
+        where: dict[EventValue, list[Position]] = defaultdict(list)
+        for p in keyed:
+            if p.position is not None:
+                where[p.event_id].append(p.position)  # type: ignore[index]
+        for event_id, places in (staged or {}).items():
+            where[event_id].extend(places)
+        pending = [i for i in lost if where.get(i) and all(_to_come(place, committed) for place in where[i])]
+        waiting = set(pending)
+        lost = [i for i in lost if i not in waiting]
     duplicated = [(i, len(c.arrivals)) for i, c in copies.items() if len(c.arrivals) > 1]
     explained, unexplained = explain({i: copies[i].arrivals for i, _ in duplicated}, reports)
     unexpected = [i for i, c in copies.items() if i not in index and c.in_target]
@@ -193,6 +222,7 @@ def audit(
 
     without_id = [p for p in records_produced if p.event_id is None]
     unkeyed_lost: list[str] = []
+    unkeyed_pending = 0
     unkeyed_extra = 0
     left = Counter(unkeyed_found)
     for p in without_id:
@@ -203,6 +233,9 @@ def audit(
         if left[(p.partition_key or "", p.sha256)] > 0:
             left[(p.partition_key or "", p.sha256)] -= 1
             continue
+        if committed is not None and p.position is not None and _to_come(p.position, committed):
+            unkeyed_pending += 1
+            continue
         unkeyed_lost.append(f"{p.position[0]}@{p.position[1]}/{p.position[2]}" if p.position else "?")
     unkeyed_extra += sum(left.values()) if without_id else 0
     extra = sum(n - 1 for _, n in duplicated)
@@ -212,6 +245,8 @@ def audit(
         found=len(records),
         dead_letter_records=len(letters),
         lost=len(lost),
+        pending=len(pending),
+        unkeyed_pending=unkeyed_pending,
         duplicated=len(duplicated),
         extra_copies=extra,
         unexpected=len(unexpected),
@@ -229,6 +264,7 @@ def audit(
         unkeyed_lost=len(unkeyed_lost),
         unkeyed_extra_copies=unkeyed_extra,
         lost_examples=tuple(lost[:examples]),
+        pending_examples=tuple(pending[:examples]),
         duplicated_examples=tuple(duplicated[:examples]),
         unexplained_examples=tuple(unexplained[:examples]),
         unexpected_examples=tuple(unexpected[:examples]),
@@ -239,6 +275,13 @@ def audit(
         invalid_dead_letter_examples=tuple(invalid),
         unkeyed_lost_examples=tuple(unkeyed_lost[:examples]),
     )
+
+
+def _to_come(place: Position, committed: Mapping[str, ShardPosition]) -> bool:
+    """Does the copier still have this staging place ahead of it (after its shard's committed position)?"""
+    shard_id, seq, subseq = place
+    done = committed.get(shard_id)
+    return done is None or (seq, subseq) > (done.seq, done.subseq)
 
 
 def _matches(versions: set[tuple[str | None, str | None]], record: TargetRecord) -> bool:

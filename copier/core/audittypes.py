@@ -113,6 +113,35 @@ class OutOfOrder:
     after: EventValue  # the event ID, produced later, that the target holds before it
 
 
+# ``copier verify --json``'s count names (each says what it counts: events or records, and where) and the
+# report fields they come from.
+JSON_COUNTS = {
+    "expected_events": "expected",
+    "produced_events": "produced",
+    "target_records": "found",
+    "dead_letter_stream_records": "dead_letter_records",
+    "lost": "lost",
+    "pending": "pending",
+    "duplicated": "duplicated",
+    "extra_copies": "extra_copies",
+    "explained_copies": "explained_copies",
+    "unexplained_copies": "unexplained_copies",
+    "possible_duplicates_reports": "reports",
+    "reported_ids": "reported_ids",
+    "changed": "changed",
+    "unexpected": "unexpected",
+    "target_records_without_id": "unkeyed",
+    "produced_without_id": "unkeyed_expected",
+    "lost_without_id": "unkeyed_lost",
+    "pending_without_id": "unkeyed_pending",
+    "extra_copies_without_id": "unkeyed_extra_copies",
+    "dead_lettered_events": "dead_lettered",
+    "invalid_dead_letter_records": "invalid_dead_letters",
+    "out_of_order": "out_of_order",
+    "unordered": "unordered",
+}
+
+
 @dataclass(frozen=True)
 class AuditReport:
     """The audit's counts, with up to ``examples`` examples of each problem."""
@@ -138,6 +167,8 @@ class AuditReport:
     unkeyed_expected: int = 0  # produced records without an event ID
     unkeyed_lost: int = 0
     unkeyed_extra_copies: int = 0
+    pending: int = 0  # missing IDs whose every staging occurrence the copier has still ahead of it
+    unkeyed_pending: int = 0  # missing records without an ID that the copier has still ahead of it
     lost_examples: tuple[EventValue, ...] = ()
     duplicated_examples: tuple[tuple[EventValue, int], ...] = ()  # (event ID, copies)
     unexplained_examples: tuple[EventValue, ...] = ()
@@ -148,6 +179,7 @@ class AuditReport:
     changed_examples: tuple[str, ...] = ()
     invalid_dead_letter_examples: tuple[str, ...] = ()
     unkeyed_lost_examples: tuple[str, ...] = ()
+    pending_examples: tuple[EventValue, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -160,50 +192,32 @@ class AuditReport:
             and self.unkeyed_lost == 0
         )
 
+    @property
+    def complete(self) -> bool:
+        """``ok``, and nothing still to be copied."""
+        return self.ok and self.pending == 0 and self.unkeyed_pending == 0
+
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict of every count and example (for ``copier verify --json``)."""
-        counts = {
-            name: getattr(self, name)
-            for name in (
-                "expected",
-                "produced",
-                "found",
-                "dead_letter_records",
-                "lost",
-                "duplicated",
-                "extra_copies",
-                "explained_copies",
-                "unexplained_copies",
-                "reports",
-                "reported_ids",
-                "changed",
-                "unexpected",
-                "unkeyed",
-                "unkeyed_expected",
-                "unkeyed_lost",
-                "unkeyed_extra_copies",
-                "dead_lettered",
-                "invalid_dead_letters",
-                "out_of_order",
-                "unordered",
-            )
-        }
+        counts = {json_name: getattr(self, name) for json_name, name in JSON_COUNTS.items()}
         return {
             "ok": self.ok,
+            "complete": self.complete,
             **counts,
             "examples": {
                 "lost": list(self.lost_examples),
+                "pending": list(self.pending_examples),
                 "duplicated": [{"event_id": i, "copies": n} for i, n in self.duplicated_examples],
                 "unexplained": list(self.unexplained_examples),
                 "unexpected": list(self.unexpected_examples),
                 "changed": list(self.changed_examples),
-                "unkeyed": [
+                "target_records_without_id": [
                     {"shard_id": u.shard_id, "sequence_number": u.sequence_number, "partition_key": u.partition_key}
                     for u in self.unkeyed_examples
                 ],
-                "unkeyed_lost": list(self.unkeyed_lost_examples),
-                "dead_lettered": list(self.dead_lettered_examples),
-                "invalid_dead_letters": list(self.invalid_dead_letter_examples),
+                "lost_without_id": list(self.unkeyed_lost_examples),
+                "dead_lettered_events": list(self.dead_lettered_examples),
+                "invalid_dead_letter_records": list(self.invalid_dead_letter_examples),
                 "out_of_order": [
                     {"event_id": o.event_id, "partition_key": o.partition_key, "after": o.after}
                     for o in self.out_of_order_examples

@@ -45,13 +45,14 @@ class CopierError(Exception):
 
 
 class ConfigError(CopierError):
-    """A properties file is unusable: names the file, the key and the problem."""
+    """A properties file is unusable: names the file, the key and the problem (``key`` "" or "-": the file as a
+    whole, named alone)."""
 
     def __init__(self, path: str, key: str, problem: str) -> None:
         self.path = path
         self.key = key
         self.problem = problem
-        super().__init__(f"{path}: {key}: {problem}")
+        super().__init__(f"{path}: {key}: {problem}" if key not in ("", "-") else f"{path}: {problem}")
 
 
 class FencedError(CopierError):

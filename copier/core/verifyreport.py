@@ -35,11 +35,19 @@ class VerifyResult:
     undecodable_examples: tuple[str, ...] = ()  # shard@sequence number
     dropped: int = 0  # aggregates the daemon drops or truncates (hash key out of range, bad index)
     dropped_examples: tuple[str, ...] = ()
+    # Why the copier's committed positions were not read (then every missing event counts as lost); None: read.
+    positions_unknown: str | None = None
 
     @property
     def ok(self) -> bool:
-        """Nothing lost, nothing duplicated, and nothing in staging that could not be counted."""
+        """Nothing lost, nothing duplicated, and nothing in staging that could not be counted (events still to
+        be copied are not a failure: see ``complete``)."""
         return self.report.ok and self.undecodable == 0
+
+    @property
+    def complete(self) -> bool:
+        """``ok``, and every event copied."""
+        return self.ok and self.report.complete
 
 
 def _ids(ids: Iterable[EventValue]) -> str:
@@ -50,6 +58,8 @@ def _example_lines(r: AuditReport) -> list[str]:
     lines: list[str] = []
     if r.lost_examples:
         lines.append("  lost: " + _ids(r.lost_examples))
+    if r.pending_examples:
+        lines.append("  pending: " + _ids(r.pending_examples))
     if r.duplicated_examples:
         copies = ", ".join(f"{show(i)} x{n}" for i, n in r.duplicated_examples)
         lines.append(f"  duplicated ({r.extra_copies} extra copies, {r.explained_copies} reported): {copies}")
@@ -98,9 +108,10 @@ def render_text(result: VerifyResult) -> str:
     lines = [
         _source_line(result),
         f"target: {r.found} records; dead-letter: {dead_letter}",
-        f"lost: {r.lost}, duplicated: {r.duplicated} ({r.unexplained_copies} unexplained copies), "
+        f"lost: {r.lost}, pending: {r.pending} (in staging after the copier's committed position), "
+        f"duplicated: {r.duplicated} ({r.unexplained_copies} unexplained copies), "
         f"changed: {r.changed}, unexpected: {r.unexpected}, out of order (per partition key): {r.out_of_order}",
-        f"without an event ID: {r.unkeyed_expected} produced, {r.unkeyed_lost} lost, "
+        f"without an event ID: {r.unkeyed_expected} produced, {r.unkeyed_lost} lost, {r.unkeyed_pending} pending, "
         f"{r.unkeyed_extra_copies} extra copies; in the target without an ID: {r.unkeyed}",
         f"dead-letter stream: {r.dead_lettered} events delivered there, {r.invalid_dead_letters} invalid records; "
         f"possible_duplicates reports: {r.reports} naming {r.reported_ids} IDs",
@@ -116,8 +127,19 @@ def render_text(result: VerifyResult) -> str:
             f"KPL aggregates the daemon drops whole or in part (a user record's hash key outside its shard, "
             f"or a bad key index): {result.dropped}: " + ", ".join(result.dropped_examples)
         )
-    if result.ok:
+    if result.positions_unknown is not None and (r.lost or r.unkeyed_lost):
+        lines.append(
+            f"the copier's committed positions could not be read ({result.positions_unknown}): "
+            "every missing event counts as lost, even one the copier has not reached yet"
+        )
+    if result.complete:
         lines.append("verify: OK")
+    elif result.ok:
+        waiting = r.pending + r.unkeyed_pending
+        lines.append(
+            f"verify: PENDING ({waiting} events not copied yet: in staging after the copier's committed "
+            "position; nothing lost or duplicated so far; run it again once the copier has caught up)"
+        )
     else:
         problems = [
             f"{name} {n}"
@@ -143,14 +165,16 @@ def render_json(result: VerifyResult) -> str:
             "source_records": result.source_records,
             "source_events": result.source_events,
             "source_aggregates": result.source_aggregates,
-            "source_unkeyed": result.source_unkeyed,
+            "source_events_without_id": result.source_unkeyed,
             "undecodable_aggregates": result.undecodable,
             "undecodable_examples": list(result.undecodable_examples),
             "dropped_aggregates": result.dropped,
             "dropped_examples": list(result.dropped_examples),
             "target_stream": result.target_stream,
             "dead_letter_stream": result.dead_letter_stream,
+            "positions_unknown": result.positions_unknown,
             **result.report.to_json(),
             "ok": result.ok,
+            "complete": result.complete,
         }
     )

@@ -4,9 +4,10 @@ The daemon is Java; its jars come with amazon-kclpy (``copier.kcl.jars``). The
 JVM gets the system properties of ``copier.jvmArgs`` and of the environment
 variable ``COPIER_JAVA_OPTS``, and a logback configuration that sends the
 daemon's own log to stderr at ``copier.daemonLogLevel`` (WARN by default). ``copier run`` then replaces itself with
-the JVM (exec), so a supervisor's SIGTERM reaches the daemon directly and
-the exit status is the daemon's: with ``shutdownGraceMillis`` set, processors
-get ``shutdown_requested`` and checkpoint before the JVM exits.
+a small parent of the JVM (``copier.kcl.supervisor``, a fresh interpreter that imports nothing heavy), which
+forwards a supervisor's SIGTERM to the daemon (with ``shutdownGraceMillis`` set, processors get
+``shutdown_requested`` and checkpoint before the JVM exits) and exits non-zero, with one line saying why,
+whenever the daemon ends without being asked to (the daemon itself exits 0 when it gives up).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from copier.adapters.journal import say
 from copier.core.config import Config
 from copier.core.errors import ConfigError
 from copier.kcl.jars import MULTILANG_JAR_PREFIX, jar_dir, jars
@@ -71,14 +73,15 @@ def daemon_warnings(config: Config) -> list[str]:
 
 
 def run_daemon(config: Config, properties: str) -> int:
-    """Exec the daemon (never returns on success)."""
+    """Exec the supervisor of the daemon (never returns on success)."""
     java = shutil.which("java")
     if java is None:
-        sys.stderr.write("copier: java is not on PATH: the KCL MultiLangDaemon needs Java 17 or later\n")
+        say("java is not on PATH: the KCL MultiLangDaemon needs Java 17 or later", "error")
         return 3
     for warning in daemon_warnings(config):
-        sys.stderr.write(f"copier: warning: {warning}\n")
+        say(f"warning: {warning}", "warning")
     command = daemon_command(config, properties, os.environ, java)
     sys.stderr.flush()
-    os.execv(java, command)
+    python = sys.executable
+    os.execv(python, [python, "-m", "copier.kcl.supervisor", *command])
     return 0  # pragma: no cover - exec does not return

@@ -127,9 +127,27 @@ class Worker:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    @property
+    def jvm_pid(self) -> int | None:
+        """The daemon's JVM, the one child of ``copier run`` (None before it started and after it ended)."""
+        children = child_pids(self.proc.pid)
+        return children[0] if children else None
+
+    def processor_pids(self) -> list[int]:
+        """The ``copier process`` children of the daemon's JVM."""
+        jvm = self.jvm_pid
+        return child_pids(jvm) if jvm is not None else []
+
     def kill_daemon(self) -> None:
-        """SIGKILL the JVM only: its processors lose their daemon mid-batch and become zombies."""
-        if self.alive:
+        """SIGKILL the JVM only: its processors lose their daemon mid-batch and become zombies; ``copier run``
+        reports the kill and exits."""
+        jvm = self.jvm_pid
+        if self.alive and jvm is not None:
+            try:
+                os.kill(jvm, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        elif self.alive:  # the JVM has not started yet: the host's process is all there is to kill
             self.proc.send_signal(signal.SIGKILL)
         self.proc.wait()
 
@@ -202,17 +220,23 @@ class LocalPipeline:
             )
         self.store.create_table()
 
-    def start_worker(self, name: str, properties: Path | None = None) -> Worker:
+    def start_worker(self, name: str, properties: Path | None = None, journal: bool = False) -> Worker:
         """``copier run`` with the pipeline's properties, or with ``properties`` (a worker started with another
-        configuration, as in a rolling deploy)."""
+        configuration, as in a rolling deploy); ``journal``: its log file stands for the systemd journal
+        (``JOURNAL_STREAM`` names it), so its lines carry their syslog priority."""
         log_path = self.workdir / f"worker-{name}.log"
         log = log_path.open("ab")
+        env = {k: v for k, v in os.environ.items() if k != "JOURNAL_STREAM"}
+        if journal:
+            status = os.fstat(log.fileno())
+            env["JOURNAL_STREAM"] = f"{status.st_dev}:{status.st_ino}"
         proc = subprocess.Popen(
             [self.copier_bin, "run", "--properties", str(properties or self.properties)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            env=env,
         )
         worker = Worker(name, proc, log_path, log)
         self.workers.append(worker)
@@ -296,9 +320,9 @@ class LocalPipeline:
         nobody's, or a processor whose worker is gone).
 
         A state item's owner is ``host:pid:nonce`` of a ``copier process``
-        child; its parent is the worker's JVM (``copier run`` execs java).
+        child; its parent is the worker's JVM, the child of ``copier run``.
         """
-        by_jvm = {w.proc.pid: w.name for w in self.workers if w.alive}
+        by_jvm = {w.jvm_pid: w.name for w in self.workers if w.alive}
         out: dict[str, str | None] = {}
         for shard_id, state in self.shard_states().items():
             if state.closed:

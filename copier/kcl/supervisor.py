@@ -1,0 +1,214 @@
+"""``copier run``'s parent of the KCL daemon JVM: an exit status a supervisor can trust, log lines at their level.
+
+Why a parent at all, rather than exec'ing the JVM: the MultiLangDaemon
+exits 0 when it gives up ("Unable to initialize after 20 attempts. Shutting
+down.", a backend it cannot reach), exactly as after a requested stop, so
+systemd, a script or an operator reads a daemon that never started as a
+clean stop. This process starts the JVM, forwards the signals that ask it to
+stop, and decides the status:
+
+* a stop that was asked for (SIGTERM, SIGINT, SIGHUP) and a daemon that then
+  exits 0 or by that signal: 0;
+* the daemon ends on its own: never 0. Status 1 when it exited 0 (it gave
+  up), its own status otherwise, 128 + N when signal N killed it; one line
+  ``copier: the KCL daemon ...`` says which, with the last error it logged.
+
+It also relays the daemon's stderr (the daemon's own log and every
+processor's JSON lines, which the daemon echoes raw) line by line, and when
+stderr is the systemd journal it prefixes each line with its syslog
+priority (``<3>`` error, ``<4>`` warning, ``<6>`` info, ``<7>`` debug), which
+journald strips and files, so ``journalctl -u copier -p warning`` shows what
+needs attention and nothing else. A line that is not a log record (a Java
+stack trace's ``at ...``) keeps the priority of the record it belongs to.
+
+It imports nothing heavy: it lives as long as the daemon, one per host.
+If it is killed, the JVM gets SIGKILL too (``PR_SET_PDEATHSIG``), as on a
+host crash: no daemon runs on without a parent that reports its end.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from typing import BinaryIO
+
+from copier.adapters.journal import DEBUG, ERROR, INFO, WARNING, journal_wanted
+
+__all__ = ["DaemonEnd", "Relay", "end_of", "main", "priority_of", "supervise"]
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# Debugging signals the JVM acts on without stopping (SIGQUIT: a thread dump).
+PASS_SIGNALS = (signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+
+_LOGBACK = re.compile(rb"^\d{4}-\d\d-\d\d[ T][\d:,.]+ +(TRACE|DEBUG|INFO|WARN|ERROR)\b")
+_LOGBACK_RECORD = re.compile(r"^\S+ \S+ +\w+ +\[[^\]]*\] (\S+) - (.*)$")  # date time level [thread] logger - msg
+_LOGBACK_LEVELS = {b"TRACE": DEBUG, b"DEBUG": DEBUG, b"INFO": INFO, b"WARN": WARNING, b"ERROR": ERROR}
+_JSON_LEVELS = {"debug": DEBUG, "info": INFO, "warning": WARNING, "warn": WARNING, "error": ERROR}
+_JSON_LEVELS.update({"critical": 2, "fatal": 2, "exception": ERROR})
+REASON_CHARS = 400  # the reason line quotes at most this much of the error it names
+PR_SET_PDEATHSIG = 1
+RELAY_DRAIN_S = 5.0  # after the JVM's exit, how long its last lines may take to arrive
+
+
+def priority_of(line: bytes) -> int | None:
+    """The syslog priority of one stderr line of the daemon: its own level if it is a log record (logback's
+    pattern or a processor's JSON line), else ``None`` (a continuation: it belongs to the record before it)."""
+    match = _LOGBACK.match(line)
+    if match:
+        return _LOGBACK_LEVELS[match.group(1)]
+    if line.startswith(b"{"):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return None
+        level = record.get("level") if isinstance(record, dict) else None
+        return _JSON_LEVELS.get(str(level).lower(), INFO) if level is not None else None
+    return None
+
+
+class Relay:
+    """Copies the daemon's stderr to ours a line at a time, prefixed with priorities when ``prefix``, and
+    keeps the last error it saw with its root cause (the reason the caller gives when the daemon ends on its
+    own; "Unable to initialize ..." wins over any later error)."""
+
+    def __init__(self, out: BinaryIO, prefix: bool) -> None:
+        self.out = out
+        self.prefix = prefix
+        self.priority = INFO
+        self.last_error: list[str] | None = None  # [the record, its innermost "Caused by"]
+        self.gave_up: list[str] | None = None
+        self._current: list[str] | None = None
+        self._lock = threading.Lock()
+
+    def line(self, line: bytes) -> None:
+        """Relay one line (with its newline, if it had one)."""
+        level = priority_of(line)
+        if level is not None:
+            self.priority = level
+            self._current = [_reason_text(line)] if level <= ERROR else None
+            if self._current is not None:
+                self.last_error = self._current
+                if b"Unable to initialize" in line:
+                    self.gave_up = self._current
+        elif self._current is not None and line.lstrip().startswith(b"Caused by: "):
+            self._current[1:] = [_reason_text(line.lstrip()[len(b"Caused by: ") :])]
+        prefix = b"<%d>" % self.priority if self.prefix else b""
+        self._write(prefix + (line if line.endswith(b"\n") else line + b"\n"))
+
+    @property
+    def reason(self) -> str | None:
+        """Why the daemon ended, as far as its log says: the error and its root cause."""
+        record = self.gave_up or self.last_error
+        return None if record is None else " (caused by: ".join(record) + (")" if len(record) > 1 else "")
+
+    def say(self, level: int, text: str) -> None:
+        """A line of the supervisor's own."""
+        self._write((f"<{level}>" if self.prefix else "").encode() + f"copier: {text}\n".encode())
+
+    def _write(self, data: bytes) -> None:
+        with self._lock:
+            self.out.write(data)
+            self.out.flush()
+
+    def copy(self, stream: BinaryIO) -> None:
+        """Relay ``stream`` until it closes (the daemon and all its children are gone or closed it)."""
+        for line in iter(stream.readline, b""):
+            self.line(line)
+
+
+def _reason_text(line: bytes) -> str:
+    text = line.decode("utf-8", "replace").strip()
+    if text.startswith("{"):
+        try:
+            record = json.loads(text)
+        except ValueError:
+            record = None
+        if isinstance(record, dict):
+            detail = " ".join(f"{k}={v}" for k, v in record.items() if k not in ("event", "level", "timestamp"))
+            text = f"{record.get('event', '')} {detail}".strip()
+    else:
+        match = _LOGBACK_RECORD.match(text)
+        if match:
+            text = f"{match.group(1).rsplit('.', 1)[-1]}: {match.group(2)}"
+    return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 3] + "..."
+
+
+class DaemonEnd:
+    """How ``copier run`` reports the daemon's end: the exit status and, unless it was a requested stop, one
+    line saying why."""
+
+    def __init__(self, status: int, line: str | None) -> None:
+        self.status = status
+        self.line = line
+
+
+def end_of(returncode: int, requested: int | None, why: str | None) -> DaemonEnd:
+    """Decide ``copier run``'s status from the JVM's ``returncode`` (negative: killed by that signal), the
+    stop signal that was forwarded to it (``requested``, None if nobody asked it to stop) and the reason its
+    log gave (``why``)."""
+    tail = f"; its last error: {why}" if why else " (it logged no error)"
+    if requested is not None and returncode in (0, -requested, 128 + requested):
+        return DaemonEnd(0, None)
+    if returncode < 0:
+        name = signal.Signals(-returncode).name
+        return DaemonEnd(128 - returncode, f"the KCL daemon was killed by {name}{tail}")
+    asked = "" if requested is None else f" after {signal.Signals(requested).name}"
+    if returncode == 0:
+        return DaemonEnd(1, f"the KCL daemon stopped on its own without being asked to (exit 0){tail}")
+    return DaemonEnd(returncode, f"the KCL daemon exited with status {returncode}{asked}{tail}")
+
+
+def _die_with_parent() -> None:
+    """In the JVM's child, before exec: SIGKILL when this supervisor dies (Linux; elsewhere a no-op)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+def supervise(command: Sequence[str], out: BinaryIO, prefix: bool) -> int:
+    """Run ``command`` (the daemon's java command line) to its end; ``copier run``'s exit status."""
+    relay = Relay(out, prefix)
+    requested: list[int] = []
+    proc = subprocess.Popen(list(command), stderr=subprocess.PIPE, preexec_fn=_die_with_parent)  # noqa: PLW1509
+
+    def forward(signum: int, _frame: object) -> None:
+        if signum in STOP_SIGNALS and not requested:
+            requested.append(signum)
+        try:
+            proc.send_signal(signum)
+        except ProcessLookupError:  # pragma: no cover - it ended between the check and the kill
+            pass
+
+    for signum in (*STOP_SIGNALS, *PASS_SIGNALS):
+        signal.signal(signum, forward)
+    assert proc.stderr is not None
+    # The relay reads in a thread and the main thread waits for the JVM: a child that outlives the daemon
+    # (a processor orphaned by a SIGKILL) and kept a copy of its stderr must not hold ``copier run`` up.
+    reader = threading.Thread(target=relay.copy, args=(proc.stderr,), name="relay", daemon=True)
+    reader.start()
+    returncode = proc.wait()
+    reader.join(RELAY_DRAIN_S)
+    end = end_of(returncode, requested[0] if requested else None, relay.reason)
+    if end.line:
+        relay.say(ERROR, end.line)
+    return end.status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m copier.kcl.supervisor JAVA ARGS...`` (what ``copier run`` execs)."""
+    command = list(sys.argv[1:] if argv is None else argv)
+    if not command:
+        sys.stderr.write("usage: python -m copier.kcl.supervisor JAVA [ARGS...]\n")
+        return 2
+    return supervise(command, sys.stderr.buffer, journal_wanted())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,209 @@
+"""``copier run``'s parent of the daemon JVM (issue 23): an exit status a supervisor can trust, log lines at their
+level in the journal.
+
+The daemon here is a stand-in (a Python script logging as logback does and ending as told) so that each way a
+daemon ends is drawn in a second; the last test runs the real MultiLangDaemon against a backend that is not
+there, the case the issue measured (it ended with status 0).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from copier.kcl.supervisor import end_of, priority_of
+from copier.local.pipeline import child_pids, local_properties
+from tests.support.backend import free_port
+
+SUPERVISOR = [sys.executable, "-m", "copier.kcl.supervisor"]
+
+# A stand-in daemon: logs a WARN line, an ERROR record with a stack trace, a processor's JSON line, then ends
+# as its first argument says: "gave-up" (logs KCL's give-up line, exits 0), "exit N", or "wait" (until SIGTERM).
+STAND_IN = textwrap.dedent(
+    """
+    import signal, sys, time
+    def log(level, text):
+        sys.stderr.write(f"2026-11-23 10:00:00,000 {level:<5} [main] s.a.kinesis.coordinator.Scheduler - {text}\\n")
+        sys.stderr.flush()
+    log("WARN", "a warning")
+    log("ERROR", "Caught exception when initializing LeaseCoordinator")
+    sys.stderr.write("java.lang.RuntimeException: outer\\n\\tat a.b.C(C.java:1)\\n")
+    sys.stderr.write("Caused by: java.net.ConnectException: Connection refused: /127.0.0.1:9\\n")
+    sys.stderr.write('{"event": "took_over", "level": "info", "shard": "shardId-000000000000"}\\n')
+    sys.stderr.write('{"event": "shard_stalled", "level": "warning", "shard": "shardId-000000000001"}\\n')
+    sys.stderr.flush()
+    how = sys.argv[1]
+    if how == "gave-up":
+        log("ERROR", "Unable to initialize after 20 attempts. Shutting down.")
+        sys.stderr.write("java.lang.RuntimeException: x\\nCaused by: java.net.ConnectException: Connection refused\\n")
+        sys.exit(0)
+    if how == "exit":
+        sys.exit(int(sys.argv[2]))
+    def stop(signum, frame):
+        log("INFO", "shutting down")
+        sys.exit(128 + signum)
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    print("ready", flush=True)
+    while True:
+        time.sleep(0.1)
+    """
+)
+
+
+def _start(tmp_path: Path, *how: str, journal: bool = False) -> tuple[subprocess.Popen[bytes], Path]:
+    script = tmp_path / "daemon.py"
+    script.write_text(STAND_IN)
+    err = tmp_path / "stderr"
+    err.touch()
+    env = dict(os.environ)
+    env.pop("JOURNAL_STREAM", None)
+    if journal:  # what systemd sets when stderr is the journal: the stream's device and inode
+        status = err.stat()
+        env["JOURNAL_STREAM"] = f"{status.st_dev}:{status.st_ino}"
+    with err.open("ab") as stderr:
+        proc = subprocess.Popen(
+            [*SUPERVISOR, sys.executable, str(script), *how], stdout=subprocess.PIPE, stderr=stderr, env=env
+        )
+    return proc, err
+
+
+def _wait_ready(proc: subprocess.Popen[bytes]) -> None:
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"ready\n"
+
+
+def test_a_daemon_that_gives_up_is_a_failure_with_its_reason_and_root_cause(tmp_path: Path) -> None:
+    proc, err = _start(tmp_path, "gave-up")
+    assert proc.wait(30) == 1
+    last = err.read_text().splitlines()[-1]
+    assert last.startswith("copier: the KCL daemon stopped on its own without being asked to (exit 0)"), last
+    assert "Scheduler: Unable to initialize after 20 attempts. Shutting down." in last
+    assert last.endswith("(caused by: java.net.ConnectException: Connection refused)"), last
+
+
+def test_a_requested_stop_is_a_clean_exit_with_nothing_added(tmp_path: Path) -> None:
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        proc, err = _start(tmp_path, "wait")
+        _wait_ready(proc)
+        proc.send_signal(signum)
+        assert proc.wait(30) == 0, err.read_text()
+        text = err.read_text()
+        assert "shutting down" in text.splitlines()[-1], "the stop reached the daemon, which logged its stop last"
+        assert "copier: the KCL daemon" not in text
+
+
+def test_a_daemon_exit_status_of_its_own_is_kept_and_explained(tmp_path: Path) -> None:
+    proc, err = _start(tmp_path, "exit", "3")
+    assert proc.wait(30) == 3
+    last = err.read_text().splitlines()[-1]
+    assert last.startswith("copier: the KCL daemon exited with status 3; its last error: Scheduler: Caught exception")
+    assert "Connection refused: /127.0.0.1:9" in last
+
+
+def test_a_killed_daemon_is_reported_as_killed(tmp_path: Path) -> None:
+    proc, err = _start(tmp_path, "wait")
+    _wait_ready(proc)
+    (daemon,) = child_pids(proc.pid)
+    os.kill(daemon, signal.SIGKILL)
+    assert proc.wait(30) == 128 + signal.SIGKILL
+    assert err.read_text().splitlines()[-1].startswith("copier: the KCL daemon was killed by SIGKILL")
+
+
+def test_the_daemon_dies_with_its_supervisor(tmp_path: Path) -> None:
+    """A SIGKILL of ``copier run`` (a host crash, an OOM kill) leaves no daemon running unsupervised."""
+    proc, _ = _start(tmp_path, "wait")
+    _wait_ready(proc)
+    (daemon,) = child_pids(proc.pid)
+    proc.kill()
+    proc.wait(30)
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{daemon}").exists() and time.monotonic() < deadline:
+        state = Path(f"/proc/{daemon}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        if state == "Z":  # dead, waiting for init to reap it
+            break
+        time.sleep(0.05)
+    else:
+        assert not Path(f"/proc/{daemon}").exists(), "the daemon outlived its supervisor"
+
+
+def test_journal_lines_carry_their_priority_and_other_streams_none(tmp_path: Path) -> None:
+    proc, err = _start(tmp_path, "exit", "0", journal=True)
+    assert proc.wait(30) == 1
+    lines = err.read_text().splitlines()
+    assert lines[0] == "<4>2026-11-23 10:00:00,000 WARN  [main] s.a.kinesis.coordinator.Scheduler - a warning"
+    assert lines[1].startswith("<3>") and "Caught exception" in lines[1]
+    assert lines[2:5] == [
+        "<3>java.lang.RuntimeException: outer",
+        "<3>\tat a.b.C(C.java:1)",
+        "<3>Caused by: java.net.ConnectException: Connection refused: /127.0.0.1:9",
+    ], "a stack trace is filed with the record it belongs to"
+    assert lines[5].startswith('<6>{"event": "took_over"')
+    assert lines[6].startswith('<4>{"event": "shard_stalled"')
+    assert lines[7].startswith("<3>copier: the KCL daemon stopped on its own")
+
+    (tmp_path / "plain").mkdir()
+    proc, err = _start(tmp_path / "plain", "exit", "0")
+    assert proc.wait(30) == 1
+    assert not [line for line in err.read_text().splitlines() if line.startswith("<")], "no prefix off the journal"
+
+
+@pytest.mark.parametrize(
+    ("line", "level"),
+    [
+        (b"2026-11-23 10:00:00,000 ERROR [t] x.Y - boom\n", 3),
+        (b"2026-11-23 10:00:00,000 INFO  [t] x.Y - fine\n", 6),
+        (b"2026-11-23 10:00:00,000 DEBUG [t] x.Y - detail\n", 7),
+        (b'{"event": "fatal", "level": "critical"}\n', 2),
+        (b'{"event": "window_loaded", "level": "debug"}\n', 7),
+        (b"\tat software.amazon.kinesis.Foo(Foo.java:1)\n", None),
+        (b"{not json\n", None),
+    ],
+)
+def test_priority_of_a_line(line: bytes, level: int | None) -> None:
+    assert priority_of(line) == level
+
+
+def test_end_of_every_way_a_daemon_ends() -> None:
+    term = int(signal.SIGTERM)
+    assert end_of(0, term, None).status == 0
+    assert end_of(143, term, "x").status == 0 and end_of(143, term, "x").line is None
+    assert end_of(-term, term, None).status == 0
+    assert end_of(0, None, None).status == 1
+    assert (
+        end_of(0, None, None).line
+        == "the KCL daemon stopped on its own without being asked to (exit 0) (it logged no error)"
+    )
+    assert end_of(1, term, "boom").status == 1, "a stop that was asked for but failed is a failure"
+    assert end_of(-9, term, None).status == 137
+    assert end_of(143, None, None).status == 143, "a SIGTERM nobody sent through copier run is not a clean stop"
+
+
+@pytest.mark.protocol
+@pytest.mark.timeout(400)
+def test_copier_run_against_a_backend_that_is_not_there_exits_non_zero_saying_why(tmp_path: Path) -> None:
+    """The issue's case: the real daemon gives up after 20 attempts and exits 0; ``copier run`` must not."""
+    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    props = local_properties(tmp_path / "c.properties", endpoint, "app-gone", "staging", "target", _copier())
+    env = {k: v for k, v in os.environ.items() if k != "JOURNAL_STREAM"}
+    started = time.monotonic()
+    run = subprocess.run(
+        [_copier(), "run", "--properties", str(props)], capture_output=True, text=True, env=env, timeout=380
+    )
+    took = time.monotonic() - started
+    print(f"copier run gave up after {took:.1f} s, {len(run.stderr.splitlines())} stderr lines")
+    assert run.returncode == 1, run.stderr[-2000:]
+    last = run.stderr.splitlines()[-1]
+    assert last.startswith("copier: the KCL daemon stopped on its own without being asked to (exit 0)"), last
+    assert "Unable to initialize" in last and "Connection refused" in last, last
+
+
+def _copier() -> str:
+    return str(Path(sys.executable).with_name("copier"))
