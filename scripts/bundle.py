@@ -43,8 +43,16 @@ PLATFORMS = {
     "aarch64": ["manylinux_2_28_aarch64", "manylinux_2_17_aarch64", "manylinux2014_aarch64"],
 }
 SDISTS = ("amazon-kclpy",)  # built here (no wheel on PyPI)
-SHIPPED = ("scripts/install.sh", "scripts/copier.service", "scripts/copier-scale-in.service", "scripts/copier.env",
-           "scripts/copier-rsyslog.conf", "scripts/copier-logrotate", "properties/copier.properties", "README.md")
+SHIPPED = (
+    "scripts/install.sh",
+    "scripts/copier.service",
+    "scripts/copier-scale-in.service",
+    "scripts/copier.env",
+    "scripts/copier-rsyslog.conf",
+    "scripts/copier-logrotate",
+    "properties/copier.properties",
+    "README.md",
+)
 
 
 class BundleError(Exception):
@@ -101,10 +109,33 @@ def _download(lock: Path, dest: Path) -> None:
         sdists_only.write_text("\n".join(b for b in blocks if b.split("==")[0] in SDISTS) + "\n")
         for tags in PLATFORMS.values():
             platform = [a for t in tags for a in ("--platform", t)]
-            _pip("download", "--quiet", "--no-deps", "--require-hashes", "--only-binary=:all:", *platform,
-                 "--python-version", PYTHON_VERSION, "--implementation", "cp", "-d", str(dest), "-r", str(wheels_only))
-        _pip("download", "--quiet", "--no-deps", "--require-hashes", "--no-binary=:all:", "-d", str(dest),
-             "-r", str(sdists_only))
+            _pip(
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--require-hashes",
+                "--only-binary=:all:",
+                *platform,
+                "--python-version",
+                PYTHON_VERSION,
+                "--implementation",
+                "cp",
+                "-d",
+                str(dest),
+                "-r",
+                str(wheels_only),
+            )
+        _pip(
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--require-hashes",
+            "--no-binary=:all:",
+            "-d",
+            str(dest),
+            "-r",
+            str(sdists_only),
+        )
 
 
 def check_jars(wheel: Path, jars_lock: Path) -> None:
@@ -115,8 +146,11 @@ def check_jars(wheel: Path, jars_lock: Path) -> None:
         for info in z.infolist():
             if info.filename.endswith(".jar"):
                 found[Path(info.filename).name] = hashlib.sha256(z.read(info)).hexdigest()
-    problems = [f"{name}: SHA-256 {found[name]}, the lock says {digest}"
-                for name, digest in expected.items() if name in found and found[name] != digest]
+    problems = [
+        f"{name}: SHA-256 {found[name]}, the lock says {digest}"
+        for name, digest in expected.items()
+        if name in found and found[name] != digest
+    ]
     problems += [f"{name}: missing" for name in expected if name not in found]
     problems += [f"{name}: not in the lock" for name in found if name not in expected]
     if problems:
@@ -143,8 +177,11 @@ def build(out: Path, lock: Path = LOCK, jars_lock: Path = JARS_LOCK) -> Path:
     missing = set(_locked(lock)) - {_name_version(w.name)[0] for w in built}
     if missing:
         raise BundleError(f"no wheel for {', '.join(sorted(missing))}")
-    write_lock(built, out / "requirements.lock",
-               "# Every wheel of this bundle with its SHA-256: pip install --no-index --require-hashes -r this file")
+    write_lock(
+        built,
+        out / "requirements.lock",
+        "# Every wheel of this bundle with its SHA-256: pip install --no-index --require-hashes -r this file",
+    )
     shutil.copy(jars_lock, out / "kcl-jars.sha256")
     for name in SHIPPED:
         (out / name).parent.mkdir(parents=True, exist_ok=True)
@@ -164,11 +201,25 @@ def relock(lock: Path = LOCK) -> None:
         rest = [s for s in specs if s not in kclpy] + ["boto3"]  # amazon-kclpy's own dependency
         for tags in PLATFORMS.values():
             platform = [a for t in tags for a in ("--platform", t)]
-            _pip("download", "--quiet", "--only-binary=:all:", *platform, "--python-version", PYTHON_VERSION,
-                 "--implementation", "cp", "-d", str(dest), *rest)
-        write_lock(sorted(dest.iterdir()), lock,
-                   "# copier's dependencies for the release bundle (scripts/bundle.py lock; CPython 3.11, x86_64 and "
-                   "aarch64).")
+            _pip(
+                "download",
+                "--quiet",
+                "--only-binary=:all:",
+                *platform,
+                "--python-version",
+                PYTHON_VERSION,
+                "--implementation",
+                "cp",
+                "-d",
+                str(dest),
+                *rest,
+            )
+        write_lock(
+            sorted(dest.iterdir()),
+            lock,
+            "# copier's dependencies for the release bundle (scripts/bundle.py lock; CPython 3.11, x86_64 and "
+            "aarch64).",
+        )
 
 
 def main(argv: list[str]) -> int:

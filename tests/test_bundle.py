@@ -49,8 +49,16 @@ def _install(release: Path, root: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") and k != "PYTHONPATH"}
     env["PIP_INDEX_URL"] = "http://127.0.0.1:9/nothing-here"  # were --no-index ignored, pip would fail here
     return subprocess.run(
-        [*_offline(), str(release / "scripts/install.sh"), "--bundle", str(release), "--root", str(root),
-         "--python", sys.executable],
+        [
+            *_offline(),
+            str(release / "scripts/install.sh"),
+            "--bundle",
+            str(release),
+            "--root",
+            str(root),
+            "--python",
+            sys.executable,
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -75,8 +83,11 @@ def _relock(release: Path, wheel: Path) -> None:
     lock = release / "requirements.lock"
     name, version = bundle._name_version(wheel.name)
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    text = re.sub(rf"({re.escape(name)}=={re.escape(version)} \\\n    --hash=sha256:)[0-9a-f]+", rf"\g<1>{digest}",
-                  lock.read_text())
+    text = re.sub(
+        rf"({re.escape(name)}=={re.escape(version)} \\\n    --hash=sha256:)[0-9a-f]+",
+        rf"\g<1>{digest}",
+        lock.read_text(),
+    )
     lock.write_text(text)
 
 

@@ -157,3 +157,28 @@ def recorded_calls(recording_lines: Iterable[str]) -> set[Call]:
             )
             calls.add(Call("kinesis:" + operation, arn))
     return calls
+
+
+def kcl_tables(parameters: Mapping[str, str]) -> list[dict[str, Any]]:
+    """CreateTable requests for the KCL's tables as scripts/copier.yaml defines them (the role cannot create
+    them: a test run creates them from these, as CloudFormation would, before the daemon starts)."""
+    template, problems = decode_str(TEMPLATE.read_text())
+    assert not problems, problems
+    refs: dict[str, Any] = {
+        name: parameters.get(name, spec.get("Default", "")) for name, spec in template["Parameters"].items()
+    }
+    out = []
+    for name, spec in template["Resources"].items():
+        if spec["Type"] != "AWS::DynamoDB::Table" or name == "StateTable":
+            continue
+        p = spec["Properties"]
+        request: dict[str, Any] = {
+            "TableName": _resolve(p["TableName"], refs, {}, {}),
+            "AttributeDefinitions": p["AttributeDefinitions"],
+            "KeySchema": p["KeySchema"],
+            "BillingMode": p["BillingMode"],
+        }
+        if "GlobalSecondaryIndexes" in p:
+            request["GlobalSecondaryIndexes"] = p["GlobalSecondaryIndexes"]
+        out.append(request)
+    return out
