@@ -99,6 +99,25 @@ def _locked(lock: Path) -> dict[str, str]:
     return dict(re.findall(r"^([a-z0-9-]+)==(\S+)", lock.read_text(), re.MULTILINE))
 
 
+def _download_wheels(dest: Path, *args: str) -> None:
+    """``pip download`` of wheels only, for each platform of PLATFORMS and CPython PYTHON_VERSION."""
+    for tags in PLATFORMS.values():
+        platform = [a for t in tags for a in ("--platform", t)]
+        _pip(
+            "download",
+            "--quiet",
+            "--only-binary=:all:",
+            *platform,
+            "--python-version",
+            PYTHON_VERSION,
+            "--implementation",
+            "cp",
+            "-d",
+            str(dest),
+            *args,
+        )
+
+
 def _download(lock: Path, dest: Path) -> None:
     """The locked wheels for every platform, and the locked sdists, each checked against the lock by pip."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -107,24 +126,7 @@ def _download(lock: Path, dest: Path) -> None:
         blocks = re.split(r"\n(?=[a-z0-9-]+==)", lock.read_text().split("\n", 1)[1].strip())
         wheels_only.write_text("\n".join(b for b in blocks if b.split("==")[0] not in SDISTS) + "\n")
         sdists_only.write_text("\n".join(b for b in blocks if b.split("==")[0] in SDISTS) + "\n")
-        for tags in PLATFORMS.values():
-            platform = [a for t in tags for a in ("--platform", t)]
-            _pip(
-                "download",
-                "--quiet",
-                "--no-deps",
-                "--require-hashes",
-                "--only-binary=:all:",
-                *platform,
-                "--python-version",
-                PYTHON_VERSION,
-                "--implementation",
-                "cp",
-                "-d",
-                str(dest),
-                "-r",
-                str(wheels_only),
-            )
+        _download_wheels(dest, "--no-deps", "--require-hashes", "-r", str(wheels_only))
         _pip(
             "download",
             "--quiet",
@@ -199,21 +201,7 @@ def relock(lock: Path = LOCK) -> None:
         kclpy = [s for s in specs if s.split("=")[0] in SDISTS]
         _pip("download", "--quiet", "--no-deps", "--no-binary=:all:", "-d", str(dest), *kclpy)
         rest = [s for s in specs if s not in kclpy] + ["boto3"]  # amazon-kclpy's own dependency
-        for tags in PLATFORMS.values():
-            platform = [a for t in tags for a in ("--platform", t)]
-            _pip(
-                "download",
-                "--quiet",
-                "--only-binary=:all:",
-                *platform,
-                "--python-version",
-                PYTHON_VERSION,
-                "--implementation",
-                "cp",
-                "-d",
-                str(dest),
-                *rest,
-            )
+        _download_wheels(dest, *rest)
         write_lock(
             sorted(dest.iterdir()),
             lock,
