@@ -4,14 +4,21 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 EXTRAS ?= test,lint,spark,bench
+# checkov (tests/test_deploy.py runs it on the templates) lives in a virtualenv of its own: it pins
+# older boto3, botocore and packaging than copier's.
+CHECKOV := $(VENV)/checkov/bin/checkov
 
-.PHONY: install test test-fast model-long demo lint chaos bench dist clean
+.PHONY: install test test-fast test-dist model-long demo lint chaos bench dist clean
 
 # libfaketime puts chaos seeds' processors off AWS time (copier/chaos/clocks.py; Debian's faketime package),
 # installed if missing: here rather than in $(STAMP)'s recipe, so that an existing .venv gets it too.
-install: $(STAMP)
+install: $(STAMP) $(CHECKOV)
 	command -v faketime >/dev/null 2>&1 || { sudo=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
 		$$sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q faketime; }
+
+$(CHECKOV):
+	$(PYTHON) -m venv $(VENV)/checkov
+	$(VENV)/checkov/bin/python -m pip install --quiet checkov==3.3.30
 
 # amazon-kclpy is an sdist whose build downloads the KCL MultiLangDaemon jars
 # from Maven Central (KCL_MVN_REPO_SEARCH_URL overrides the base URL); copier.kcl.jars
@@ -50,19 +57,23 @@ chaos: install
 bench: install
 	$(BIN)/python -m copier.bench --out docs
 
-# The release bundle scripts/copier.yaml installs from: the wheel, the installer, the units, the sample config;
-# and the .zip that spark-submit --py-files ships to a cluster (README, "The staging writer").
+# The release bundle scripts/copier.yaml installs from (scripts/bundle.py): every wheel a host needs, for
+# x86_64 and aarch64 hosts, with a lock of their SHA-256 and of the KCL jars', the installer, the units and
+# the sample config; its SHA-256 goes to the template (ReleaseSha256). Also the .zip that spark-submit
+# --py-files ships to a cluster (README, "The staging writer").
 VERSION = $(shell sed -n 's/^version = //p' setup.cfg)
 dist: install
-	rm -rf dist/copier-$(VERSION) && mkdir -p dist/copier-$(VERSION)/scripts dist/copier-$(VERSION)/properties
-	$(BIN)/python -m pip wheel --quiet --no-deps --no-build-isolation -w dist/copier-$(VERSION) .
+	rm -rf dist/copier-$(VERSION) dist/copier-$(VERSION).tar.gz dist/copier-$(VERSION).tar.gz.sha256
+	$(BIN)/python scripts/bundle.py build --out dist/copier-$(VERSION)
 	@# The same wheel under a name Spark's Python workers import from (spark-submit --py-files).
-	cp dist/copier-$(VERSION)/copier-$(VERSION)-py3-none-any.whl dist/copier-$(VERSION)/copier-$(VERSION)-py3-none-any.zip
-	cp scripts/install.sh scripts/copier.service scripts/copier-scale-in.service scripts/copier.env dist/copier-$(VERSION)/scripts/
-	cp properties/copier.properties dist/copier-$(VERSION)/properties/
-	cp README.md dist/copier-$(VERSION)/
-	tar -C dist -czf dist/copier-$(VERSION).tar.gz copier-$(VERSION)
-	@echo "dist/copier-$(VERSION).tar.gz: upload it to S3 and give its bucket and key to scripts/copier.yaml"
+	cp dist/copier-$(VERSION)/wheels/copier-$(VERSION)-py3-none-any.whl dist/copier-$(VERSION)/copier-$(VERSION)-py3-none-any.zip
+	tar -C dist --owner=0 --group=0 --numeric-owner --sort=name -czf dist/copier-$(VERSION).tar.gz copier-$(VERSION)
+	cd dist && sha256sum copier-$(VERSION).tar.gz | tee copier-$(VERSION).tar.gz.sha256
+	@echo "dist/copier-$(VERSION).tar.gz: upload it to S3; give scripts/copier.yaml its bucket, key and SHA-256 (ReleaseSha256)"
+
+# The release bundle built and installed offline (tests/test_bundle.py; also part of make test).
+test-dist: install
+	$(BIN)/python -m pytest tests/test_bundle.py
 
 lint: install
 	$(BIN)/ruff check copier tests

@@ -1,71 +1,63 @@
 #!/usr/bin/env bash
 # Install copier on a host (Amazon Linux 2023 or Debian/Ubuntu) as a systemd service.
 #
-#   scripts/install.sh WHEEL_OR_VERSION [--root DIR] [--no-packages] [--python PYTHON]
+#   scripts/install.sh --bundle DIR [--root DIR] [--no-packages] [--python PYTHON]
 #
-# WHEEL_OR_VERSION  a copier wheel (make dist builds one in dist/), or a version
-#                   to install from the index pip is configured for (PIP_INDEX_URL:
-#                   your private index; "copier" on public PyPI is another project,
-#                   so a version needs PIP_INDEX_URL or PIP_FIND_LINKS).
+# --bundle DIR      an unpacked release bundle (make dist; scripts/copier.yaml checks the
+#                   archive's SHA-256 before unpacking it). Nothing is downloaded: every
+#                   wheel is installed from DIR/wheels with pip --no-index --require-hashes
+#                   against DIR/requirements.lock, and every KCL jar is checked against
+#                   DIR/kcl-jars.sha256; any difference stops the install.
 # --root DIR        install under DIR instead of / (tests, image builds); implies
 #                   --no-packages and does not create the service user.
 # --no-packages     do not install the Java runtime and Python with dnf/apt-get.
+# --python PYTHON   the Python to build the virtualenv with (CPython 3.11: the bundle's wheels).
 #
-# What it does, each step safe to repeat (running it again upgrades copier in
-# place and changes nothing else):
-#   1. Java 17+ and Python 3.11+ from the distribution's packages (if missing);
+# What it does, each step safe to repeat (running it again installs the bundle's
+# versions in place and changes nothing else):
+#   1. Java 17+ and Python 3.11 from the distribution's packages (if missing);
 #   2. the system user "copier";
-#   3. a virtualenv /opt/copier/venv with copier, amazon-kclpy and the KCL jars
-#      (the jars are checked: copier run needs them);
+#   3. a virtualenv /opt/copier/venv with copier, amazon-kclpy and the KCL jars, verified;
 #   4. /etc/copier/copier.properties and /etc/copier/copier.env from the samples,
-#      only if they do not exist (an existing config is never overwritten);
+#      only if they do not exist (an existing config is never overwritten), mode 0640;
 #   5. /etc/systemd/system/copier.service and copier-scale-in.service, enabled.
-# It does not start the service: edit /etc/copier/copier.properties, run
-# `copier check-config /etc/copier/copier.properties`, then
+# It does not start the service: write /etc/copier/copier.properties (copier configure,
+# or by hand), run `copier check-config /etc/copier/copier.properties`, then
 # `systemctl start copier copier-scale-in`.
 set -euo pipefail
+umask 022
 
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 say() { printf 'install.sh: %s\n' "$*" >&2; }
 die() { say "error: $*"; exit 1; }
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-spec="" root="" packages=1 python=""
+bundle="" root="" packages=1 python=""
 while [ $# -gt 0 ]; do
     case "$1" in
+        --bundle) [ $# -ge 2 ] || usage; bundle=$(realpath -m "$2"); shift 2 ;;
         --root) [ $# -ge 2 ] || usage; root=$(realpath -m "$2"); packages=0; shift 2 ;;
         --no-packages) packages=0; shift ;;
         --python) [ $# -ge 2 ] || usage; python="$2"; shift 2 ;;
         -h|--help) usage ;;
-        -*) say "unknown option $1"; usage ;;
-        *) [ -z "$spec" ] || usage; spec="$1"; shift ;;
+        *) say "unknown argument $1"; usage ;;
     esac
 done
-[ -n "$spec" ] || usage
+[ -n "$bundle" ] || usage
 
 unit_dir="$root/etc/systemd/system"
 config_dir="$root/etc/copier"
 prefix="$root/opt/copier"
 venv="$prefix/venv"
 
-# The samples travel with this script: a source tree or the bundle of make dist.
+for f in "$bundle/requirements.lock" "$bundle/kcl-jars.sha256" "$bundle/wheels"; do
+    [ -e "$f" ] || die "$bundle is not a release bundle (no $(basename "$f")): build one with make dist"
+done
+# The samples travel with this script in the bundle.
 for f in "$here/copier.service" "$here/copier-scale-in.service" "$here/../properties/copier.properties" \
          "$here/copier.env"; do
-    [ -f "$f" ] || die "missing $f (run install.sh from a copier source tree or release bundle)"
+    [ -f "$f" ] || die "missing $f (run install.sh from a copier release bundle)"
 done
-
-if [ -f "$spec" ]; then
-    case "$spec" in *.whl) ;; *) die "$spec is not a wheel (.whl)" ;; esac
-    package=$(realpath "$spec")
-elif [[ "$spec" =~ ^[0-9][0-9A-Za-z.+-]*$ ]]; then
-    if [ -z "${PIP_INDEX_URL:-}${PIP_FIND_LINKS:-}" ]; then
-        die "version $spec: set PIP_INDEX_URL (or PIP_FIND_LINKS) to the index holding copier; \
-\"copier\" on public PyPI is an unrelated project"
-    fi
-    package="copier==$spec"
-else
-    die "$spec is neither a wheel file nor a version"
-fi
 
 # 1. Java and Python.
 os_id=""
@@ -89,13 +81,13 @@ if [ "$packages" = 1 ]; then
 fi
 java_ok || say "warning: Java 17 or later is not on PATH: copier run needs it"
 if [ -z "$python" ]; then
-    for candidate in python3.13 python3.12 python3.11 python3; do
-        if command -v "$candidate" >/dev/null && "$candidate" -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null; then
+    for candidate in python3.11 python3; do
+        if command -v "$candidate" >/dev/null && "$candidate" -c 'import sys; assert sys.version_info[:2] == (3, 11)' 2>/dev/null; then
             python=$(command -v "$candidate"); break
         fi
     done
 fi
-[ -n "$python" ] || die "no Python 3.11 or later found (give --python)"
+[ -n "$python" ] || die "no Python 3.11 found (the bundle's wheels are CPython 3.11's; give --python)"
 
 # 2. The service user.
 if [ -z "$root" ]; then
@@ -107,17 +99,26 @@ else
     say "--root: not creating the user copier (create it in the image)"
 fi
 
-# 3. The virtualenv. The KCL jars are downloaded from Maven Central while
-#    amazon-kclpy builds (KCL_MVN_REPO_SEARCH_URL points it at a mirror).
+# 3. The virtualenv, from the bundle alone: pip installs only the wheels whose SHA-256 the bundle's
+#    lock gives (--require-hashes; --no-index: no download), then the installed KCL jars are checked.
 mkdir -p "$prefix"
 if [ ! -x "$venv/bin/python" ]; then
     say "creating $venv with $python"
     "$python" -m venv "$venv"
-    "$venv/bin/python" -m pip install --quiet --upgrade pip setuptools wheel
 fi
-say "installing $package into $venv"
-"$venv/bin/python" -m pip install --quiet --upgrade "$package"
-"$venv/bin/python" -m copier.kcl.jars --check >&2
+say "installing the bundle's wheels into $venv (--no-index --require-hashes)"
+if ! "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-index --only-binary=:all: \
+        --require-hashes --find-links "$bundle/wheels" -r "$bundle/requirements.lock"; then
+    die "pip refused the bundle's wheels (a wheel missing, or its SHA-256 not the lock's): nothing verified was installed"
+fi
+jars=$("$venv/bin/python" -c 'import amazon_kclpy, os; print(os.path.join(os.path.dirname(amazon_kclpy.__file__), "jars"))')
+if ! (cd "$jars" && sha256sum --check --strict --quiet "$bundle/kcl-jars.sha256" >&2); then
+    die "the KCL jars in $jars differ from $bundle/kcl-jars.sha256"
+fi
+expected=$(grep -c '\.jar$' "$bundle/kcl-jars.sha256")
+found=$(find "$jars" -maxdepth 1 -name '*.jar' | wc -l)
+[ "$expected" = "$found" ] || die "$jars holds $found jars, $bundle/kcl-jars.sha256 lists $expected"
+say "KCL jars: $found, each with the SHA-256 of kcl-jars.sha256"
 
 # 4. Config: never overwrite.
 mkdir -p "$config_dir"
@@ -129,7 +130,9 @@ for pair in "$here/../properties/copier.properties:copier.properties" "$here/cop
         install -m 0640 "$src" "$config_dir/$name"
         say "wrote $config_dir/$name (edit it before starting the service)"
     fi
+    chmod 0640 "$config_dir/$name"
 done
+chmod 0750 "$config_dir"
 [ -n "$root" ] || chown -R root:copier "$config_dir"
 
 # 5. Units, enabled (systemctl --root works without a running systemd).
@@ -148,5 +151,5 @@ else
     ln -sfn /etc/systemd/system/copier-scale-in.service "$unit_dir/multi-user.target.wants/copier-scale-in.service"
 fi
 version=$("$venv/bin/python" -c 'from importlib.metadata import version; print(version("copier"))')
-say "copier $version installed in $venv; units enabled. Next: edit $config_dir/copier.properties, then" \
-    "copier check-config and systemctl start copier copier-scale-in"
+say "copier $version installed in $venv from the verified bundle; units enabled. Next: write" \
+    "$config_dir/copier.properties (copier configure), copier check-config, systemctl start copier copier-scale-in"

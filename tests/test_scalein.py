@@ -80,14 +80,15 @@ class _AutoScaling:
 
 @pytest.mark.parametrize("metadata", [[None, "InService", "InService", "Terminated"]], indirect=True)
 def test_scale_in_stops_the_service_then_completes_the_lifecycle_action(metadata: _Metadata) -> None:
-    autoscaling = _AutoScaling([{"AutoScalingGroupName": "prod-copier", "InstanceId": "i-0abc"}])
+    autoscaling = _AutoScaling([_waiting()])
     events: list[str] = []
 
     def stop() -> int:
         events.append(f"stop after {len(autoscaling.calls)} calls")
         return 0
 
-    result = watch(Imds(f"http://127.0.0.1:{metadata.server_address[1]}"), autoscaling, "copier-scale-in", stop, 0.01)
+    imds = Imds(f"http://127.0.0.1:{metadata.server_address[1]}")
+    result = watch(imds, autoscaling, "copier-scale-in", stop, 0.01, group_name="prod-copier")
     assert result == "CONTINUE"
     assert metadata.asked == 4, "watched until the state turned to Terminated"
     assert events == ["stop after 0 calls"], "the service is stopped before anything is told to Auto Scaling"
@@ -100,6 +101,28 @@ def test_scale_in_stops_the_service_then_completes_the_lifecycle_action(metadata
             "LifecycleActionResult": "CONTINUE",
         },
     )
+
+
+def _waiting(group: str = "prod-copier", state: str = "Terminating:Wait") -> dict[str, str]:
+    return {"AutoScalingGroupName": group, "InstanceId": "i-0abc", "LifecycleState": state}
+
+
+@pytest.mark.parametrize("metadata", [["Terminated"]], indirect=True)
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        (_waiting(state="Terminating:Proceed"), "already completed (a restarted watcher)"),
+        (_waiting(group="other-copier"), "a host of another group"),
+    ],
+)
+def test_the_hook_is_completed_only_while_this_host_waits_in_its_group(
+    metadata: _Metadata, answer: dict[str, str], why: str
+) -> None:
+    """Once, for this instance, in the group named: never again after success, never in another group."""
+    autoscaling = _AutoScaling([answer])
+    imds = Imds(f"http://127.0.0.1:{metadata.server_address[1]}")
+    result = watch(imds, autoscaling, "copier-scale-in", lambda: 0, 0.01, group_name="prod-copier")
+    assert result == "NONE" and [name for name, _ in autoscaling.calls] == ["describe"], why
 
 
 @pytest.mark.parametrize("metadata", [["Terminated"]], indirect=True)

@@ -15,6 +15,8 @@ from typing import TextIO
 
 import structlog
 
+from copier.adapters.logsplit import SplitJSONRenderer
+
 __all__ = ["configure_logging"]
 
 
@@ -28,7 +30,7 @@ def configure_logging(level: str = "INFO", stream: TextIO | None = None) -> None
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(sort_keys=False),
+            SplitJSONRenderer(),  # lines that journald and rsyslog pass whole (copier.adapters.logsplit)
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=structlog.PrintLoggerFactory(file=out),

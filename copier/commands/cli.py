@@ -15,7 +15,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from copier.adapters.journal import say
-from copier.commands import demo, export, produce, scalein, verify
+from copier.commands import configure, demo, export, produce, scalein, verify
 from copier.core.config import Config, load_config
 from copier.core.errors import AwsError, ConfigError, CopierError
 from copier.core.streamsettings import Verdict
@@ -307,6 +307,10 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("scale-in-watch", help="on Auto Scaling scale-in, stop copier.service, then let it go on")
     scalein.add_arguments(p)
     p.set_defaults(func=scalein.main)
+
+    p = sub.add_parser("configure", help="write the properties file from a deployment's parameters (no shell)")
+    configure.add_arguments(p)
+    p.set_defaults(func=configure.main)
 
     p = sub.add_parser(
         "check-config",

@@ -11,6 +11,14 @@ stop fails the action is still completed, with the result the hook's default
 would give anyway: holding the host gains nothing, and the successors are
 safe either way (they sleep out the lease).
 
+The action is completed once, for this host, in its own group: only when
+Auto Scaling itself says this instance is in ``Terminating:Wait`` (a hook
+already completed has moved on to ``Terminating:Proceed``, so a restarted
+watcher does not complete it again) and, when ``COPIER_AUTOSCALING_GROUP``
+names the group (scripts/copier.yaml sets it), only in that group. After
+completing it the watcher exits 0 and its unit (``Restart=on-failure``)
+leaves it stopped.
+
 Why poll the metadata rather than an EventBridge rule and SSM Run Command:
 it needs no infrastructure beyond the hook, works on any host with IMDSv2,
 and the decision stays on the host that must act on it.
@@ -37,6 +45,7 @@ log = structlog.get_logger("copier.commands.scalein")
 
 IMDS_URL = "http://169.254.169.254"
 TERMINATING = "Terminated"
+WAITING = "Terminating:Wait"
 
 
 @dataclass
@@ -76,8 +85,10 @@ def watch(
     stop: Callable[[], int],
     poll_s: float = 5.0,
     sleep: Callable[[float], None] = time.sleep,
+    group_name: str | None = None,
 ) -> str:
-    """Wait for the host's scale-in, stop the service, complete the lifecycle action. Returns the result sent."""
+    """Wait for the host's scale-in, stop the service, complete the lifecycle action. Returns the result sent
+    (``NONE`` when there was no action of this host's to complete)."""
     while True:
         try:
             state = imds.get("autoscaling/target-lifecycle-state")
@@ -88,22 +99,31 @@ def watch(
             break
         sleep(poll_s)
     instance_id = imds.get("instance-id")
+    if not instance_id:
+        raise RuntimeError("the instance metadata gives no instance-id")
     log.info("scale_in", instance_id=instance_id, action="stopping copier.service")
     started = time.monotonic()
     status = stop()
     log.info("service_stopped", status=status, seconds=round(time.monotonic() - started, 1))
     group = autoscaling.describe_auto_scaling_instances(InstanceIds=[instance_id])["AutoScalingInstances"]
-    if not group:
+    mine = [g for g in group if g.get("InstanceId") == instance_id]
+    if not mine:
         log.error("not_in_an_auto_scaling_group", instance_id=instance_id)
+        return "NONE"
+    if group_name is not None and mine[0]["AutoScalingGroupName"] != group_name:
+        log.error("another_group", instance_id=instance_id, group=mine[0]["AutoScalingGroupName"], expected=group_name)
+        return "NONE"
+    if mine[0].get("LifecycleState") != WAITING:
+        log.info("no_action_waiting", instance_id=instance_id, state=mine[0].get("LifecycleState"))
         return "NONE"
     result = "CONTINUE"
     autoscaling.complete_lifecycle_action(
         LifecycleHookName=hook_name,
-        AutoScalingGroupName=group[0]["AutoScalingGroupName"],
+        AutoScalingGroupName=mine[0]["AutoScalingGroupName"],
         InstanceId=instance_id,
         LifecycleActionResult=result,
     )
-    log.info("lifecycle_action_completed", hook=hook_name, group=group[0]["AutoScalingGroupName"])
+    log.info("lifecycle_action_completed", hook=hook_name, group=mine[0]["AutoScalingGroupName"])
     return result
 
 
@@ -117,6 +137,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--stop-command",
         default="systemctl stop copier.service",
         help="how to stop the service gracefully (default: %(default)s)",
+    )
+    p.add_argument(
+        "--group",
+        default=os.environ.get("COPIER_AUTOSCALING_GROUP") or None,
+        help="complete the hook only in this Auto Scaling group (default: $COPIER_AUTOSCALING_GROUP)",
     )
     p.add_argument("--poll-seconds", type=float, default=5.0)
     p.add_argument("--imds-url", default=IMDS_URL, help=argparse.SUPPRESS)
@@ -139,5 +164,5 @@ def main(args: argparse.Namespace) -> int:
     def stop() -> int:
         return subprocess.run(shlex.split(args.stop_command), stdout=sys.stderr).returncode
 
-    watch(imds, autoscaling, args.hook, stop, args.poll_seconds)
+    watch(imds, autoscaling, args.hook, stop, args.poll_seconds, group_name=args.group)
     return 0

@@ -23,6 +23,7 @@ from copier.core.propertylint import close_key
 __all__ = [
     "COPIER_KEYS",
     "DEFAULTS",
+    "PATTERNS",
     "RENAMED",
     "Config",
     "DedupKey",
@@ -34,15 +35,32 @@ __all__ = [
 UnkeyedPolicy = Literal["forward", "deadletter"]
 T = TypeVar("T")
 
+_APPLICATION_NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,200}$")
 _STREAM_NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,128}$")
 _TABLE_NAME = re.compile(r"^[a-zA-Z0-9_.-]{3,255}$")
-_JSON_PATH = re.compile(r"^[^.\s]+(\.[^.\s]+)*$")
+_DEDUP_KEY = re.compile(r"^(partitionKey|json:[^.\s]+(\.[^.\s]+)*)$")
 _NAMESPACE = re.compile(r"^[a-zA-Z0-9._#:/-]{1,255}$")
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
 _ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
 _EXTERNAL_ID = re.compile(r"^[\w+=,.@:/-]{2,1224}$")
 _SESSION_NAME = re.compile(r"^[\w+=,.@-]{2,64}$")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+_LOOPBACK_HOSTS = ("localhost", "[::1]")
+
+# The rules of the keys a deployment sets from outside (scripts/copier.yaml's parameters, through
+# ``copier configure``): the template's AllowedPattern of each is this pattern (tests/test_configure.py).
+PATTERNS: dict[str, re.Pattern[str]] = {
+    "applicationName": _APPLICATION_NAME,
+    "streamName": _STREAM_NAME,
+    "regionName": _REGION,
+    "copier.targetStreamName": _STREAM_NAME,
+    "copier.deadLetterStreamName": _STREAM_NAME,
+    "copier.targetRoleArn": _ROLE_ARN,
+    "copier.targetExternalId": _EXTERNAL_ID,
+    "copier.targetRegionName": _REGION,
+    "copier.metricsNamespace": _NAMESPACE,
+    "copier.dedupKey": _DEDUP_KEY,
+}
 
 
 @dataclass(frozen=True)
@@ -118,7 +136,7 @@ def parse_dedup_key(value: str) -> DedupKey:
     """``json:<dotted.path>`` or ``partitionKey``; ValueError otherwise."""
     if value == "partitionKey":
         return DedupKey("partitionKey")
-    if value.startswith("json:") and _JSON_PATH.match(value[5:]):
+    if value.startswith("json:") and _DEDUP_KEY.match(value):
         return DedupKey("json", tuple(value[5:].split(".")))
     raise ValueError(f"expected json:<dotted.path> or partitionKey, got {value!r}")
 
@@ -167,8 +185,16 @@ def _agent_endpoint(value: str) -> str:
 
 
 def _endpoint(value: str) -> str:
-    if not re.match(r"^https?://[^\s/]+(:\d+)?/?$", value):
+    """An https:// URL, or http:// to this machine only (the local backend): AWS credentials sign every
+    request, and the signature and the data must not travel in clear over a network."""
+    match = re.match(r"^(https?)://([^\s/:]+|\[[0-9a-fA-F:]+\])(:\d+)?/?$", value)
+    if not match:
         raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+    scheme, host = match.group(1), match.group(2).lower()
+    if scheme == "http" and not (host in _LOOPBACK_HOSTS or re.match(r"^127(\.\d{1,3}){3}$", host)):
+        raise ValueError(
+            f"plain http:// is for this machine only (127.0.0.0/8, [::1], localhost), got {value!r}: use https://"
+        )
     return value
 
 
@@ -267,7 +293,7 @@ def parse_config(text: str, path: str = "<string>") -> Config:
             hint = f"did you mean {guess}?" if guess else f"known keys: {', '.join(sorted(DEFAULTS))}"
             raise r.fail(key, f"unknown copier key ({hint})")
 
-    application_name = r.need("applicationName", str)
+    application_name = r.need("applicationName", _matching(_APPLICATION_NAME, "application name"))
     stream_name = r.need("streamName", _matching(_STREAM_NAME, "stream name"))
     failover = r.need("failoverTimeMillis", _int_between(1000, _DAY_MS), "10000")
     target = r.copier_need("copier.targetStreamName", _matching(_STREAM_NAME, "stream name"))

@@ -56,6 +56,23 @@ def _resolve(node: Any, refs: Mapping[str, Any], conditions: Mapping[str, bool],
     return {k: v for k, v in ((k, _resolve(v, refs, conditions, attrs)) for k, v in node.items()) if v is not NO_VALUE}
 
 
+def _condition(node: Any, refs: Mapping[str, Any], known: Mapping[str, bool]) -> bool:
+    """A template condition (Fn::Equals, Fn::Not, Fn::And, Fn::Or, Condition) with the parameters given."""
+    ((key, value),) = node.items()
+    if key == "Fn::Equals":
+        left, right = (_resolve(v, refs, known, {}) for v in value)
+        return bool(left == right)
+    if key == "Fn::Not":
+        return not _condition(value[0], refs, known)
+    if key == "Fn::And":
+        return all(_condition(v, refs, known) for v in value)
+    if key == "Fn::Or":
+        return any(_condition(v, refs, known) for v in value)
+    if key == "Condition":
+        return known[value]
+    raise ValueError(f"condition {key} not understood")
+
+
 def role_policy(parameters: Mapping[str, str], stack: str = "prod") -> list[dict[str, Any]]:
     """The instance role's statements, with the template's parameters (and defaults) filled in."""
     template, problems = decode_str(TEMPLATE.read_text())
@@ -67,17 +84,19 @@ def role_policy(parameters: Mapping[str, str], stack: str = "prod") -> list[dict
         if spec["Type"] == "CommaDelimitedList" and isinstance(refs[name], str):
             refs[name] = [v for v in refs[name].split(",") if v]
     refs.update({"AWS::Region": REGION, "AWS::AccountId": ACCOUNT, "AWS::Partition": "aws", "AWS::StackName": stack})
-    conditions = {
-        "HasDeadLetter": bool(refs["DeadLetterStreamName"]),
-        "HasKms": bool(refs["KmsKeyArns"]),
-        "HasAlarmTopic": bool(refs["AlarmTopicArn"]),
-        "HasTargetRole": bool(refs["TargetRoleArn"]),
-        "TargetHere": not refs["TargetRoleArn"],
-        "HasTargetRegion": bool(refs["TargetRegion"]),
-    }
-    assert set(conditions) == set(template["Conditions"]), "every condition of the template is evaluated here"
-    table = _resolve(template["Resources"]["StateTable"]["Properties"]["TableName"], refs, conditions, {})
-    attrs = {"StateTable.Arn": f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{table}"}
+    conditions: dict[str, bool] = {}
+    for name, spec in template["Conditions"].items():
+        conditions[name] = _condition(spec, refs, conditions)
+    resources = template["Resources"]
+    attrs: dict[str, str] = {}
+    for name, spec in resources.items():
+        properties = spec.get("Properties", {})
+        if spec["Type"] == "AWS::DynamoDB::Table":
+            table = _resolve(properties["TableName"], refs, conditions, {})
+            attrs[f"{name}.Arn"] = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{table}"
+        elif spec["Type"] == "AWS::Logs::LogGroup":
+            group = _resolve(properties["LogGroupName"], refs, conditions, {})
+            attrs[f"{name}.Arn"] = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:{group}:*"
     policies = template["Resources"]["InstanceRole"]["Properties"]["Policies"]
     statements: list[dict[str, Any]] = []
     for policy in policies:
@@ -138,3 +157,28 @@ def recorded_calls(recording_lines: Iterable[str]) -> set[Call]:
             )
             calls.add(Call("kinesis:" + operation, arn))
     return calls
+
+
+def kcl_tables(parameters: Mapping[str, str]) -> list[dict[str, Any]]:
+    """CreateTable requests for the KCL's tables as scripts/copier.yaml defines them (the role cannot create
+    them: a test run creates them from these, as CloudFormation would, before the daemon starts)."""
+    template, problems = decode_str(TEMPLATE.read_text())
+    assert not problems, problems
+    refs: dict[str, Any] = {
+        name: parameters.get(name, spec.get("Default", "")) for name, spec in template["Parameters"].items()
+    }
+    out = []
+    for name, spec in template["Resources"].items():
+        if spec["Type"] != "AWS::DynamoDB::Table" or name == "StateTable":
+            continue
+        p = spec["Properties"]
+        request: dict[str, Any] = {
+            "TableName": _resolve(p["TableName"], refs, {}, {}),
+            "AttributeDefinitions": p["AttributeDefinitions"],
+            "KeySchema": p["KeySchema"],
+            "BillingMode": p["BillingMode"],
+        }
+        if "GlobalSecondaryIndexes" in p:
+            request["GlobalSecondaryIndexes"] = p["GlobalSecondaryIndexes"]
+        out.append(request)
+    return out
