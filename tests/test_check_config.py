@@ -165,3 +165,17 @@ def test_check_config_names_a_missing_target_stream_and_the_key(pipeline: Pipeli
     assert result.returncode == 3
     assert "the stream no-such-target does not exist (region us-east-1" in result.stderr
     assert f"correct copier.targetStreamName in {props}" in result.stderr
+
+
+def test_copier_run_refuses_a_missing_target_stream_or_state_table_before_the_jvm_starts(pipeline: Pipeline) -> None:
+    """run does check-config's AWS checks first: a missing resource is one line and exit 3, not a daemon that
+    retries for minutes and ends in a Java TimeoutException."""
+    missing_stream = copier("run", "--properties", str(pipeline.write_properties(targetStreamName="no-such-target")))
+    assert missing_stream.returncode == 3, missing_stream.stderr[-2000:]
+    assert "the stream no-such-target does not exist (region us-east-1" in missing_stream.stderr
+    table = f"{pipeline.table}-never-made"
+    missing_table = copier("run", "--properties", str(pipeline.write_properties(stateTableName=table)))
+    assert missing_table.returncode == 3, missing_table.stderr[-2000:]
+    assert f"the state table {table} does not exist" in missing_table.stderr
+    for result in (missing_stream, missing_table):
+        assert "MultiLangDaemon" not in result.stderr + result.stdout, "the JVM never started"

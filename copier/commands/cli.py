@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 from copier.adapters.journal import say
 from copier.commands import configure, demo, export, produce, scalein, verify
 from copier.core.config import Config, load_config
-from copier.core.errors import AwsError, ConfigError, CopierError
+from copier.core.errors import AwsError, ConfigError, CopierError, FatalAwsError
 from copier.core.streamsettings import Verdict
 from copier.spark import audit as spark_audit
 
@@ -91,8 +91,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return 4 if any(v.level == "error" for v in verdicts) else 0
 
 
-def _check_state_table(config: Config) -> None:
-    """The state table exists (DescribeTable); a FatalAwsError that names it and ``copier init`` if not."""
+def _check_state_table(config: Config, quiet: bool = False) -> None:
+    """The state table exists (DescribeTable); a FatalAwsError that names it and ``copier init`` if not
+    (``quiet``: nothing said when it does)."""
     import boto3
     import botocore.exceptions
 
@@ -108,7 +109,8 @@ def _check_state_table(config: Config) -> None:
         raise naming_the_resource(
             error, what, where, f"create it with `copier init --properties {config.path}`"
         ) from exc
-    print(f"{config.path}: state table {config.state_table_name}: exists ({where})")
+    if not quiet:
+        print(f"{config.path}: state table {config.state_table_name}: exists ({where})")
 
 
 def stream_verdicts(config: Config) -> list[Verdict]:
@@ -153,11 +155,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         say(check_target(config))
     try:
+        _check_state_table(config, quiet=True)
         for verdict in stream_verdicts(config):  # what the processors will act on, said once at the start
             head = "" if verdict.level == "ok" else f"{verdict.level}: "
             say(f"{head}{verdict.text}", _VERDICT_LEVELS[verdict.level])
-    except AwsError as exc:
-        say(f"warning: the streams' settings could not be read: {exc}", "warning")
+    except FatalAwsError:
+        raise  # a table or stream missing, access denied: the daemon would retry it for minutes, then stop
+    except AwsError as exc:  # the backend unreachable for now: the daemon retries, and copier run says if it gives up
+        say(f"warning: the state table and streams could not be checked: {exc}", "warning")
     return run_daemon(config, args.properties)
 
 
