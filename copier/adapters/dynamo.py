@@ -25,7 +25,6 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
-import boto3
 import botocore.exceptions
 from pynamodb.exceptions import PynamoDBException, TableError
 
@@ -33,6 +32,7 @@ from copier.adapters.aws import convert_aws_error, naming_the_resource, place, p
 from copier.adapters.awsjson import ConditionFailed, JsonClient, usable
 from copier.adapters.clockhooks import watch_botocore
 from copier.adapters.dynamoitems import STATE_SK, batch_from, batch_item, make_model, state_from, state_item
+from copier.adapters.sessions import host_session, share_loader
 from copier.core.clockcheck import ClockBounds
 from copier.core.config import Config
 from copier.core.errors import AwsError, FencedError
@@ -71,8 +71,10 @@ class DynamoStateStore(StateStore):
         old one has no credentials, so the current one is looked up each time
         and hooked when it is new (a property read: nothing next to a call).
         """
+        connection = self.model._get_connection().connection
+        share_loader(connection.session)  # before its client is made: the models loaded once a process
         if self.clock_bounds is not None:
-            client = self.model._get_connection().connection.client
+            client = connection.client
             if client is not self._watched:
                 self._watched = watch_botocore(client, self.clock_bounds)
 
@@ -80,9 +82,9 @@ class DynamoStateStore(StateStore):
         """The lean client for the hot writes, made on first use (None where a proxy is configured)."""
         if not self._fast_checked:
             self._fast_checked = True
-            session = boto3.session.Session()
+            session = host_session()
             endpoint = self.config.state_endpoint
-            client = session.client("dynamodb", region_name=self.config.region, endpoint_url=endpoint)
+            client = session.create_client("dynamodb", region_name=self.config.region, endpoint_url=endpoint)
             credentials = session.get_credentials()
             if credentials is not None and usable(client.meta.endpoint_url):
                 on_answer = None if self.clock_bounds is None else self.clock_bounds.observe

@@ -19,14 +19,15 @@ import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any
 
-import boto3
 import botocore.config
 import botocore.exceptions
+import botocore.session
 
 from copier.adapters.aws import convert_aws_error, naming_the_resource, place
 from copier.adapters.awsjson import JsonClient, Unanswered, usable
 from copier.adapters.clockhooks import watch_botocore
 from copier.adapters.kinesisread import GET_RECORDS_LIMIT, KinesisReads
+from copier.adapters.sessions import host_session
 from copier.adapters.target import target_session
 from copier.core.clockcheck import ClockBounds
 from copier.core.config import Config
@@ -56,7 +57,8 @@ _AMBIGUOUS = (
 
 
 def _client(
-    session: boto3.session.Session,
+    session: botocore.session.Session,
+    region: str,
     endpoint: str | None,
     *,
     attempts: int | None,
@@ -67,8 +69,9 @@ def _client(
     retries: dict[str, Any] = {"mode": "standard"}
     if attempts is not None:
         retries["total_max_attempts"] = attempts
-    client = session.client(
+    client = session.create_client(
         "kinesis",
+        region_name=region,
         endpoint_url=endpoint,
         config=botocore.config.Config(retries=retries, connect_timeout=5, read_timeout=read_timeout),  # type: ignore[arg-type]
     )
@@ -109,13 +112,13 @@ class KinesisStreams:
         self.config = config
         # The target and dead-letter streams may be in another region or account (copier.adapters.target),
         # behind another endpoint than the staging stream.
-        target = target_session(config)
+        target, where = target_session(config), (config.target_region, config.target_endpoint)
         put_timeout = config.put_timeout_millis / 1000
         clock = clock_bounds
-        self._put = _client(target, config.target_endpoint, attempts=1, read_timeout=put_timeout, clock_bounds=clock)
-        self._read = _client(target, config.target_endpoint, attempts=None, read_timeout=30, clock_bounds=clock)
-        staging = boto3.session.Session(region_name=config.region)
-        self._staging = _client(staging, config.kinesis_endpoint, attempts=None, read_timeout=30, clock_bounds=clock)
+        self._put = _client(target, *where, attempts=1, read_timeout=put_timeout, clock_bounds=clock)
+        self._read = _client(target, *where, attempts=None, read_timeout=30, clock_bounds=clock)
+        staging = (config.region, config.kinesis_endpoint)
+        self._staging = _client(host_session(), *staging, attempts=None, read_timeout=30, clock_bounds=clock)
         self._fast: JsonClient | None = None
         credentials = target.get_credentials()
         if credentials is not None and usable(self._put.meta.endpoint_url):

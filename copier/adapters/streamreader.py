@@ -21,12 +21,12 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TextIO, TypeVar
 
-import boto3
 import botocore.config
 import botocore.exceptions
 
 from copier.adapters.aws import convert_aws_error
 from copier.adapters.kinesis import paged_shards
+from copier.adapters.sessions import host_session
 from copier.adapters.target import target_session
 from copier.core.config import Config
 from copier.core.errors import AwsError
@@ -137,9 +137,10 @@ def make_client(config: Config, target: bool = False) -> Any:
     target side is read in its own region and, if one is configured, as the
     role copier assumes to reach it.
     """
-    session = target_session(config) if target else boto3.session.Session(region_name=config.region)
-    return session.client(
+    session = target_session(config) if target else host_session()
+    return session.create_client(
         "kinesis",
+        region_name=config.target_region if target else config.region,
         endpoint_url=config.target_endpoint if target else config.kinesis_endpoint,
         config=botocore.config.Config(retries={"mode": "standard"}, connect_timeout=5, read_timeout=30),
     )

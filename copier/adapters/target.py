@@ -21,23 +21,25 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import boto3
 import botocore.exceptions
 import botocore.session
 from botocore.credentials import AssumeRoleCredentialFetcher, DeferredRefreshableCredentials
 
 from copier.adapters.aws import convert_aws_error
+from copier.adapters.sessions import host_session, share_loader
 from copier.core.config import Config
 from copier.core.errors import AwsError
 
 __all__ = ["check_target", "target_session"]
 
 
-def target_session(config: Config) -> boto3.session.Session:
-    """A session for the target's region, with the assumed role's credentials when one is configured."""
+def target_session(config: Config) -> botocore.session.Session:
+    """The botocore session the target's clients come from (made with ``region_name=config.target_region``):
+    the host's own (``copier.adapters.sessions``), or one with the assumed role's credentials when one is
+    configured (sharing the host session's loaded models)."""
     if config.target_role_arn is None:
-        return boto3.session.Session(region_name=config.target_region)
-    source = botocore.session.get_session()
+        return host_session()
+    source = host_session()
     extra: dict[str, Any] = {
         "RoleSessionName": config.target_role_session_name,
         "DurationSeconds": config.target_role_session_seconds,
@@ -53,11 +55,11 @@ def target_session(config: Config) -> boto3.session.Session:
         role_arn=config.target_role_arn,
         extra_args=extra,
     )
-    role = botocore.session.Session()
+    role = share_loader(botocore.session.Session())
     role._credentials = DeferredRefreshableCredentials(  # botocore has no public setter for credentials objects
         refresh_using=fetcher.fetch_credentials, method="assume-role"
     )
-    return boto3.session.Session(botocore_session=role, region_name=config.target_region)
+    return role
 
 
 def check_target(config: Config) -> str:
@@ -68,7 +70,7 @@ def check_target(config: Config) -> str:
     cannot see, fails at once with one line instead of in every processor.
     """
     session = target_session(config)
-    client = session.client("kinesis", endpoint_url=config.target_endpoint)
+    client = session.create_client("kinesis", region_name=config.target_region, endpoint_url=config.target_endpoint)
     who = f"as {config.target_role_arn}" if config.target_role_arn else "with the host's credentials"
     try:
         summary = client.describe_stream_summary(StreamName=config.target_stream_name)["StreamDescriptionSummary"]

@@ -126,6 +126,7 @@ def explain(arrivals: dict[EventValue, list[int]], reports: Sequence[DuplicateRe
             explained += 1
     return explained, unexplained
 
+
 # A closed shard's committed position: past every sequence number (Kinesis': at most 129 digits).
 PAST_THE_END = ShardPosition(10**130)
 
