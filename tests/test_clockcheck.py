@@ -283,7 +283,8 @@ def test_the_lean_client_reports_every_answer_error_answers_included(endpoint: s
     seen: list[tuple[int, int, str]] = []
     session = boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing")
     botocore_client = session.client("dynamodb", region_name="us-east-1", endpoint_url=endpoint)
-    lean = JsonClient(botocore_client, session.get_credentials(), 5.0, 10.0, on_answer=lambda *a: seen.append(a))
+    credentials = session.get_credentials()
+    lean = JsonClient.for_botocore(botocore_client, credentials, 5.0, 10.0, on_answer=lambda *a: seen.append(a))
     lean.call("ListTables", b"{}")
     with pytest.raises(AwsError):  # an error answer: still an answer, still dated
         lean.call("DescribeTable", json.dumps({"TableName": "no-such-table"}).encode())

@@ -9,30 +9,107 @@ from dataclasses import replace
 
 import pytest
 
+from copier.adapters.awsauth import lean_credentials
+from copier.adapters.awsjson import JsonClient
 from copier.adapters.dynamo import DynamoStateStore
+from copier.adapters.leanstate import LeanStateStore
 from copier.core.errors import FencedError
 from copier.core.limits import MAX_CHUNK_EVENTS
 from copier.core.packing import pack_digests, unpack_digests
 from copier.core.positions import Position
 from copier.core.state import DigestBatch, ShardState, StateConflict, StateStore
+from copier.local.backend import DUMMY_ENV
 from copier.testing import InMemoryStateStore
 from tests.support.fakes import config
 
 _tables = itertools.count(1)
 
 
-@pytest.fixture(params=["memory", "dynamodb"])
-def store(request: pytest.FixtureRequest) -> Iterator[StateStore]:
-    if request.param == "memory":
-        yield InMemoryStateStore()
-        return
-    endpoint = request.getfixturevalue("endpoint")
+def _table(endpoint: str) -> tuple[DynamoStateStore, LeanStateStore]:
+    """A new table, and the two stores on it: PynamoDB's (the commands) and the lean one (the processor)."""
     cfg = config(stateTableName=f"contract-{next(_tables)}")
     cfg = replace(cfg, dynamodb_endpoint=endpoint, state_endpoint=endpoint)
     dynamo = DynamoStateStore(cfg)
     assert dynamo.create_table() is True
     assert dynamo.create_table() is False, "create_table is idempotent"
-    yield dynamo
+    credentials = lean_credentials(DUMMY_ENV)
+    return dynamo, LeanStateStore(cfg, JsonClient("dynamodb", cfg.region, endpoint, credentials, 5.0, 10.0))
+
+
+@pytest.fixture(params=["memory", "dynamodb", "lean"])
+def store(request: pytest.FixtureRequest) -> Iterator[StateStore]:
+    if request.param == "memory":
+        yield InMemoryStateStore()
+        return
+    dynamo, lean = _table(request.getfixturevalue("endpoint"))
+    yield dynamo if request.param == "dynamodb" else lean
+
+
+def _rich_state(rng: random.Random) -> ShardState:
+    """A state with every field drawn, absent ones included (None, empty, zero)."""
+    maybe = lambda value: value if rng.random() < 0.7 else None  # noqa: E731
+    return ShardState(
+        epoch=rng.randrange(1, 10**6),
+        version=rng.randrange(1, 10**9),
+        owner=maybe(f"host-{rng.randrange(99)}:{rng.randrange(10**5)}"),
+        lease_until_ms=rng.randrange(2**42),
+        position=maybe(Position(rng.getrandbits(180), rng.randrange(3))),
+        batches=rng.randrange(10**6),
+        redo_last=maybe(Position(rng.getrandbits(180))),
+        redo_digests=tuple(rng.getrandbits(80) for _ in range(rng.choice([0, 1, 7]))),
+        redo_settings=rng.choice(["", "k=json:eventId;u=forward"]),
+        redo_suspect=rng.random() < 0.5,
+        successor=maybe("host-9:1"),
+        closed=rng.random() < 0.3,
+        counters={name: rng.randrange(10**12) for name in rng.sample(["forwarded", "duplicates", "replayed"], 2)},
+        updated_ms=rng.randrange(2**42),
+        behind_ms=maybe(rng.randrange(10**8)),
+        window_ids=rng.choice([0, rng.randrange(4_000_000)]),
+        window_oldest_ms=rng.choice([0, rng.randrange(2**42)]),
+        window_newest_ms=rng.choice([0, rng.randrange(2**42)]),
+        window_cut=rng.random() < 0.3,
+        clock_bound_ms=maybe(rng.randrange(-5000, 5000)),
+    )
+
+
+def _rich_batch(rng: random.Random, index: int) -> DigestBatch:
+    return DigestBatch(
+        index=index,
+        epoch=rng.randrange(1, 10**6),
+        last=Position(rng.getrandbits(180), rng.randrange(5)),
+        started_ms=rng.randrange(2**42),
+        keyed=digests(rng.choice([0, 3, 500]), rng.randrange(100)),
+        unkeyed=digests(rng.choice([0, 2]), rng.randrange(100)),
+        deadletter=digests(rng.choice([0, 1]), rng.randrange(100)),
+        arrival_min_ms=rng.randrange(2**42),
+        arrival_max_ms=rng.randrange(2**42),
+        target_shards=tuple(sorted(rng.sample(range(400), rng.choice([0, 1, 5])))),
+        settings=rng.choice(["", "k=json:eventId"]),
+        dead_ids=digests(rng.choice([0, 2]), 7),
+        redo_ids=digests(rng.choice([0, 4]), 8),
+        redo_settings=rng.choice(["", "k=partitionKey"]),
+        expires_ms=rng.choice([0, rng.randrange(2**41) // 1000 * 1000]),
+        clock_bound_ms=rng.choice([None, rng.randrange(-900, 900)]),
+    )
+
+
+def test_the_lean_store_and_pynamodb_write_and_read_the_same_items(endpoint: str) -> None:
+    """The processor writes through the lean store, the commands read through PynamoDB (and the other way
+    round): every field of both kinds of item survives either way."""
+    dynamo, lean = _table(endpoint)
+    rng = random.Random(25)
+    for n in range(40):
+        key = f"staging/shardId-{n:012d}"
+        writer, reader = (lean, dynamo) if n % 2 else (dynamo, lean)
+        state = _rich_state(rng)
+        writer.replace_if_unchanged(key, None, state)
+        assert reader.get(key) == state
+        batch_ = _rich_batch(rng, 1 + n % 3)
+        writer.put_batch(key, batch_)
+        read = reader.get_batch(key, batch_.index)
+        expected = batch_ if batch_.expires_ms else replace(batch_, expires_ms=read.expires_ms if read else 0)
+        assert read == expected
+        assert dynamo.get_many([key]) == lean.get_many([key]) == {key: state}
 
 
 KEY = "staging/shardId-000000000000"

@@ -11,12 +11,10 @@ from __future__ import annotations
 import botocore.exceptions
 from pynamodb.exceptions import PynamoDBException
 
-from copier.core.errors import HOST_WIDE_CODES, AwsError, FatalAwsError, TransientAwsError
+from copier.adapters.awserrors import FATAL_CODES, naming_the_resource, place
+from copier.core.errors import AwsError, FatalAwsError, TransientAwsError
 
 __all__ = ["FATAL_CODES", "convert_aws_error", "naming_the_resource", "place", "pynamodb_code"]
-
-#: Codes that retrying cannot fix: host-wide ones, and requests AWS rejects as malformed.
-FATAL_CODES = HOST_WIDE_CODES | {"ValidationException", "SerializationException", "InvalidArgumentException"}
 
 
 def pynamodb_code(exc: PynamoDBException) -> tuple[str | None, str | None]:
@@ -51,16 +49,3 @@ def convert_aws_error(operation: str, exc: BaseException) -> AwsError:
     if code in FATAL_CODES:
         return FatalAwsError(operation, code, message)
     return TransientAwsError(operation, code, message)
-
-
-def naming_the_resource(error: AwsError, what: str, where: str, step: str) -> AwsError:
-    """A missing resource said as an operator needs it: which one (``what``), where (region, endpoint) and
-    what to do (``step``); AWS's own message ("Requested resource not found") names none of them."""
-    if error.code != "ResourceNotFoundException":
-        return error
-    return FatalAwsError(error.operation, error.code, f"{what} does not exist ({where}): {step} (AWS said: {error})")
-
-
-def place(region: str, endpoint: str | None) -> str:
-    """Where a call goes, for a message: the region, and the endpoint when it is not AWS's own."""
-    return f"region {region}" + (f", endpoint {endpoint}" if endpoint else "")

@@ -7,12 +7,15 @@ validating and serialising it. A shard at its write limit makes a few
 PutRecords and two state writes a second, for every shard on the host; at
 small batches that overhead alone exceeds everything else copier does
 (docs/benchmarks.md). This client keeps what botocore does well and cannot
-be skipped: the endpoint botocore resolves for the region (partitions, FIPS,
-custom endpoints), credentials that refresh themselves (instance profiles,
-assumed roles), SigV4 signing (``botocore.auth.SigV4Auth``) and botocore's CA
-bundle. The rest is one POST on a kept-alive ``http.client`` connection with
-the body built by ``json``, and the answer parsed by ``json``. Where a proxy
-is configured for the endpoint (:func:`usable`), copier keeps botocore.
+be skipped: the endpoint (botocore's where botocore is used, else
+``copier.adapters.awsauth``'s), credentials that refresh themselves, SigV4
+signing (``copier.adapters.awsauth.sign``, checked against botocore's) and the
+CA bundle botocore would use. The rest is one POST on a kept-alive
+``http.client`` connection with the body built by ``json``, and the answer
+parsed by ``json``. Where a proxy is configured for the endpoint
+(:func:`usable`), copier keeps botocore. This module imports no botocore: a
+record processor on the lean path (``copier.adapters.awsauth``) makes every
+call through it.
 
 Failures become copier errors here, in the classes copier decides on:
 
@@ -35,22 +38,23 @@ milliseconds: copier measures its clock against AWS with it
 from __future__ import annotations
 
 import http.client
+import importlib.util
 import json
+import os
 import socket
 import ssl
 import time
 import urllib.request
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from botocore.auth import SigV4Auth
-from botocore.awsrequest import AWSRequest
-
-from copier.adapters.aws import FATAL_CODES
+from copier.adapters.awsauth import sign
+from copier.adapters.awserrors import FATAL_CODES
 from copier.core.errors import AwsError, FatalAwsError, TransientAwsError
 
-__all__ = ["AnswerCallback", "ConditionFailed", "JsonClient", "Unanswered", "usable"]
+__all__ = ["AnswerCallback", "ConditionFailed", "JsonClient", "Unanswered", "ca_bundle", "usable"]
 
 _PROTOCOLS = {
     "kinesis": ("Kinesis_20131202", "application/x-amz-json-1.1"),
@@ -69,6 +73,26 @@ class ConditionFailed(AwsError):
     """A conditional write's condition did not hold (DynamoDB's ConditionalCheckFailedException)."""
 
 
+class CredentialSource(Protocol):
+    """botocore's credentials, or ``copier.adapters.awsauth``'s: current ones, refreshed when due."""
+
+    def get_frozen_credentials(self) -> Any: ...
+
+
+def ca_bundle() -> str | None:
+    """The CA bundle botocore would verify with: ``AWS_CA_BUNDLE``, else certifi's, else botocore's own."""
+    if os.environ.get("AWS_CA_BUNDLE"):
+        return os.environ["AWS_CA_BUNDLE"]
+    try:
+        import certifi
+    except ImportError:
+        spec = importlib.util.find_spec("botocore")
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        return str(Path(next(iter(spec.submodule_search_locations))) / "cacert.pem")
+    return str(certifi.where())
+
+
 def usable(endpoint_url: str) -> bool:
     """False when a proxy is configured for this endpoint: then copier keeps botocore, which handles proxies."""
     parts = urlsplit(endpoint_url)
@@ -84,20 +108,20 @@ class JsonClient:
 
     def __init__(
         self,
-        botocore_client: Any,
-        credentials: Any,
+        service: str,
+        region: str,
+        url: str,
+        credentials: CredentialSource,
         connect_timeout: float,
         read_timeout: float,
         on_answer: AnswerCallback | None = None,
     ) -> None:
-        meta = botocore_client.meta
-        self.service = meta.service_model.endpoint_prefix
-        self.region = meta.region_name
-        self.url = meta.endpoint_url.rstrip("/") + "/"
+        self.service, self.region = service, region
+        self.url = url.rstrip("/") + "/"
         parts = urlsplit(self.url)
         self.host, self.https = parts.hostname or "", parts.scheme == "https"
         self.port = parts.port or (443 if self.https else 80)
-        self.credentials = credentials  # botocore's: refreshes itself before it expires
+        self.credentials = credentials  # botocore's or copier.adapters.awsauth's: refresh themselves
         self.target, self.content_type = _PROTOCOLS[self.service]
         self.connect_timeout, self.read_timeout = connect_timeout, read_timeout
         self._connection: http.client.HTTPConnection | None = None
@@ -105,15 +129,27 @@ class JsonClient:
         self._tls: ssl.SSLContext | None = None
         self.on_answer = on_answer
 
+    @classmethod
+    def for_botocore(
+        cls,
+        botocore_client: Any,
+        credentials: CredentialSource,
+        connect_timeout: float,
+        read_timeout: float,
+        on_answer: AnswerCallback | None = None,
+    ) -> JsonClient:
+        """A client for the service, region and endpoint a botocore client resolved."""
+        meta = botocore_client.meta
+        service = meta.service_model.endpoint_prefix
+        return cls(service, meta.region_name, meta.endpoint_url, credentials, connect_timeout, read_timeout, on_answer)
+
     def _connect(self) -> http.client.HTTPConnection:
         if self._connection is not None and time.monotonic() - self._last_used < IDLE_RECONNECT_S:
             return self._connection
         self.close()
         if self.https:
             if self._tls is None:
-                from botocore.httpsession import get_cert_path
-
-                self._tls = ssl.create_default_context(cafile=get_cert_path(True))
+                self._tls = ssl.create_default_context(cafile=ca_bundle())
             connection: http.client.HTTPConnection = http.client.HTTPSConnection(
                 self.host, self.port, timeout=self.connect_timeout, context=self._tls
             )
@@ -132,13 +168,14 @@ class JsonClient:
 
     def call(self, operation: str, body: bytes) -> dict[str, Any]:
         """One signed POST of a JSON body; the parsed answer, or a copier error (see the module docstring)."""
-        request = AWSRequest(
-            method="POST",
-            url=self.url,
-            data=body,
-            headers={"X-Amz-Target": f"{self.target}.{operation}", "Content-Type": self.content_type},
+        headers = sign(
+            self.credentials.get_frozen_credentials(),
+            self.service,
+            self.region,
+            self.url,
+            {"X-Amz-Target": f"{self.target}.{operation}", "Content-Type": self.content_type},
+            body,
         )
-        SigV4Auth(self.credentials.get_frozen_credentials(), self.service, self.region).add_auth(request)
         try:
             connection = self._connect()
         except (OSError, http.client.HTTPException) as exc:
@@ -146,7 +183,7 @@ class JsonClient:
             raise TransientAwsError(operation, type(exc).__name__, str(exc)) from exc
         try:
             sent_ms = time.time_ns() // 1_000_000
-            connection.request("POST", "/", body=body, headers=dict(request.headers.items()))
+            connection.request("POST", "/", body=body, headers=headers)
             answer = connection.getresponse()
             received_ms = time.time_ns() // 1_000_000
             data = answer.read()

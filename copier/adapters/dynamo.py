@@ -20,18 +20,17 @@ once a state write (conditioned on the owner's epoch) commits it; see
 
 from __future__ import annotations
 
-import base64
-import json
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 import botocore.exceptions
 from pynamodb.exceptions import PynamoDBException, TableError
 
-from copier.adapters.aws import convert_aws_error, naming_the_resource, place, pynamodb_code
-from copier.adapters.awsjson import ConditionFailed, JsonClient, usable
+from copier.adapters.aws import convert_aws_error, pynamodb_code
+from copier.adapters.awsjson import JsonClient, usable
 from copier.adapters.clockhooks import watch_botocore
 from copier.adapters.dynamoitems import STATE_SK, batch_from, batch_item, make_model, state_from, state_item
+from copier.adapters.leanstate import LeanStateStore, naming_the_table
 from copier.adapters.sessions import host_session, share_loader
 from copier.core.clockcheck import ClockBounds
 from copier.core.config import Config
@@ -60,7 +59,7 @@ class DynamoStateStore(StateStore):
         self.model = make_model(config)
         self.clock_bounds = clock_bounds
         self._watched: Any = None  # PynamoDB's botocore client that feeds clock_bounds
-        self._fast: JsonClient | None = None
+        self._fast: LeanStateStore | None = None
         self._fast_checked = False
 
     def _watch_pynamodb(self) -> None:
@@ -78,8 +77,8 @@ class DynamoStateStore(StateStore):
             if client is not self._watched:
                 self._watched = watch_botocore(client, self.clock_bounds)
 
-    def _fast_client(self) -> JsonClient | None:
-        """The lean client for the hot writes, made on first use (None where a proxy is configured)."""
+    def _lean(self) -> LeanStateStore | None:
+        """The hot writes' path, made on first use: the lean client (None where a proxy is configured)."""
         if not self._fast_checked:
             self._fast_checked = True
             session = host_session()
@@ -88,31 +87,9 @@ class DynamoStateStore(StateStore):
             credentials = session.get_credentials()
             if credentials is not None and usable(client.meta.endpoint_url):
                 on_answer = None if self.clock_bounds is None else self.clock_bounds.observe
-                self._fast = JsonClient(client, credentials, 5.0, 10.0, on_answer)
+                fast = JsonClient.for_botocore(client, credentials, 5.0, 10.0, on_answer)
+                self._fast = LeanStateStore(self.config, fast)
         return self._fast
-
-    def _fast_put(
-        self, fast: JsonClient, item: Any, condition: str, values: dict[str, Any], conflict: Exception
-    ) -> None:
-        """A conditional PutItem of a model item through the lean client (binaries in base64, as JSON wants)."""
-        attributes = item.serialize()
-        for value in attributes.values():
-            if "B" in value:
-                value["B"] = base64.b64encode(value["B"]).decode()
-        names = {f"#{n}": n for n in ("sk", "epoch", "owner", "successor") if f"#{n}" in condition}
-        body = {
-            "TableName": self.config.state_table_name,
-            "Item": attributes,
-            "ConditionExpression": condition,
-            "ExpressionAttributeNames": names,
-            "ExpressionAttributeValues": values,
-        }
-        try:
-            fast.call("PutItem", json.dumps(body).encode())
-        except ConditionFailed:
-            raise conflict from None
-        except AwsError as exc:
-            raise self._named(exc) from exc
 
     # -- calls ---------------------------------------------------------------
 
@@ -124,12 +101,7 @@ class DynamoStateStore(StateStore):
             raise self._named(convert_aws_error(operation, exc)) from exc
 
     def _named(self, error: AwsError) -> AwsError:
-        """A missing table named, with where it was looked for and the command that creates it."""
-        c = self.config
-        what = f"the state table {c.state_table_name}"
-        return naming_the_resource(
-            error, what, place(c.region, c.state_endpoint), f"`copier init --properties {c.path}`"
-        )
+        return naming_the_table(self.config, error)
 
     def _conditional_put(self, item: Any, condition: Any, conflict: Exception) -> None:
         """One conditional PutItem; ``conflict`` is raised when the condition fails, copier's errors otherwise."""
@@ -178,24 +150,20 @@ class DynamoStateStore(StateStore):
         self._conditional_put(state_item(self.model, key, new), condition, StateConflict(key))
 
     def write(self, key: str, owner: ShardState, new: ShardState) -> None:
+        lean = self._lean()
+        if lean is not None:
+            return lean.write(key, owner, new)
         fenced = FencedError(f"{key}: epoch {owner.epoch} of {owner.owner} is fenced")
-        fast = self._fast_client()
-        if fast is not None and owner.owner is not None:
-            condition = "#epoch = :epoch AND #owner = :owner AND attribute_not_exists(#successor)"
-            values = {":epoch": {"N": str(owner.epoch)}, ":owner": {"S": owner.owner}}
-            return self._fast_put(fast, state_item(self.model, key, new), condition, values, fenced)
         m = self.model
         condition = (m.epoch == owner.epoch) & (m.owner == owner.owner) & m.successor.does_not_exist()
         self._conditional_put(state_item(self.model, key, new), condition, fenced)
 
     def put_batch(self, key: str, batch: DigestBatch) -> None:
+        lean = self._lean()
+        if lean is not None:
+            return lean.put_batch(key, batch)
         fenced = FencedError(f"{key}: {batch.key} was written under an epoch above {batch.epoch}")
         item = batch_item(self.model, key, batch, self.config.digest_ttl_hours)
-        fast = self._fast_client()
-        if fast is not None:
-            condition = "attribute_not_exists(#sk) OR #epoch <= :epoch"
-            values = {":epoch": {"N": str(batch.epoch)}}
-            return self._fast_put(fast, item, condition, values, fenced)
         m = self.model
         condition = m.sk.does_not_exist() | (m.epoch <= batch.epoch)
         self._conditional_put(item, condition, fenced)

@@ -15,20 +15,15 @@ from __future__ import annotations
 
 import base64
 import json
+import sys
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any
 
-import botocore.config
-import botocore.exceptions
-import botocore.session
-
-from copier.adapters.aws import convert_aws_error, naming_the_resource, place
-from copier.adapters.awsjson import JsonClient, Unanswered, usable
-from copier.adapters.clockhooks import watch_botocore
+from copier.adapters.awserrors import naming_the_resource, place
+from copier.adapters.awsjson import CredentialSource, JsonClient, Unanswered
 from copier.adapters.kinesisread import GET_RECORDS_LIMIT, KinesisReads
-from copier.adapters.sessions import host_session
-from copier.adapters.target import target_session
+from copier.adapters.leankinesis import LeanKinesis
 from copier.core.clockcheck import ClockBounds
 from copier.core.config import Config
 from copier.core.errors import AmbiguousPutError, AwsError, FatalAwsError, TransientAwsError
@@ -48,34 +43,11 @@ SUMMARY_MAX_AGE_S = 300.0
 SUMMARY_RETRY_S = 30.0  # after a failed DescribeStreamSummary (20 a second per account, shared by every host)
 HOUR_MS = 3_600_000
 
-_NOT_SENT = (botocore.exceptions.EndpointConnectionError, botocore.exceptions.ConnectTimeoutError)
-_AMBIGUOUS = (
-    botocore.exceptions.ReadTimeoutError,
-    botocore.exceptions.ConnectionClosedError,
-    botocore.exceptions.ResponseStreamingError,
-)
 
-
-def _client(
-    session: botocore.session.Session,
-    region: str,
-    endpoint: str | None,
-    *,
-    attempts: int | None,
-    read_timeout: float,
-    clock_bounds: ClockBounds | None = None,
-) -> Any:
-    """A Kinesis client; its answers feed ``clock_bounds`` when given (``copier.adapters.clockhooks``)."""
-    retries: dict[str, Any] = {"mode": "standard"}
-    if attempts is not None:
-        retries["total_max_attempts"] = attempts
-    client = session.create_client(
-        "kinesis",
-        region_name=region,
-        endpoint_url=endpoint,
-        config=botocore.config.Config(retries=retries, connect_timeout=5, read_timeout=read_timeout),  # type: ignore[arg-type]
-    )
-    return client if clock_bounds is None else watch_botocore(client, clock_bounds)
+def _botocore_error(exc: BaseException) -> bool:
+    """True for botocore's errors, without importing botocore: a lean process never loaded it, so none arose."""
+    module = sys.modules.get("botocore.exceptions")
+    return module is not None and isinstance(exc, (module.ClientError, module.BotoCoreError))
 
 
 def paged_shards(list_shards: Callable[..., Any], stream: str) -> list[dict[str, Any]]:
@@ -96,7 +68,7 @@ def paged_shards(list_shards: Callable[..., Any], stream: str) -> list[dict[str,
 
 
 class KinesisStreams:
-    """The copier's Kinesis calls; every botocore error leaves here as a CopierError.
+    """The copier's Kinesis calls; every botocore or lean-client error leaves here as a CopierError.
 
     Every answer any of its clients receives feeds ``clock_bounds``, when
     given: this host's clock measured against AWS (``copier.core.clockcheck``).
@@ -108,22 +80,46 @@ class KinesisStreams:
         sleep: Callable[[float], None] = time.sleep,
         monotonic: Callable[[], float] = time.monotonic,
         clock_bounds: ClockBounds | None = None,
+        lean: CredentialSource | None = None,
     ) -> None:
+        """``lean``: the lean path's credentials (``copier.adapters.awsauth``): every call through
+        ``copier.adapters.awsjson``, botocore never imported; None: botocore's clients, and the lean client
+        for the puts wherever no proxy is configured."""
         self.config = config
-        # The target and dead-letter streams may be in another region or account (copier.adapters.target),
-        # behind another endpoint than the staging stream.
-        target, where = target_session(config), (config.target_region, config.target_endpoint)
         put_timeout = config.put_timeout_millis / 1000
         clock = clock_bounds
-        self._put = _client(target, *where, attempts=1, read_timeout=put_timeout, clock_bounds=clock)
-        self._read = _client(target, *where, attempts=None, read_timeout=30, clock_bounds=clock)
-        staging = (config.region, config.kinesis_endpoint)
-        self._staging = _client(host_session(), *staging, attempts=None, read_timeout=30, clock_bounds=clock)
+        on_answer = None if clock is None else clock.observe
+        self._put: Any = None
         self._fast: JsonClient | None = None
-        credentials = target.get_credentials()
-        if credentials is not None and usable(self._put.meta.endpoint_url):
-            on_answer = None if clock is None else clock.observe
-            self._fast = JsonClient(self._put, credentials, 5.0, put_timeout, on_answer)
+        if lean is not None:
+            from copier.adapters.awsauth import endpoint_for
+
+            def lean_client(region: str, endpoint: str | None, read_timeout: float) -> JsonClient:
+                url = endpoint or endpoint_for("kinesis", region)
+                assert url is not None, "the lean path is taken only where an endpoint is known (awsauth.lean_reason)"
+                return JsonClient("kinesis", region, url, lean, 5.0, read_timeout, on_answer)
+
+            self._fast = lean_client(config.target_region, config.target_endpoint, put_timeout)
+            self._read: Any = LeanKinesis(lean_client(config.target_region, config.target_endpoint, 30), sleep)
+            self._staging: Any = LeanKinesis(lean_client(config.region, config.kinesis_endpoint, 30), sleep)
+        else:
+            from copier.adapters.awsjson import usable
+            from copier.adapters.botokinesis import botocore_client
+            from copier.adapters.sessions import host_session
+            from copier.adapters.target import target_session
+
+            # The target and dead-letter streams may be in another region or account (copier.adapters.target),
+            # behind another endpoint than the staging stream.
+            target, where = target_session(config), (config.target_region, config.target_endpoint)
+            self._put = botocore_client(target, *where, attempts=1, read_timeout=put_timeout, clock_bounds=clock)
+            self._read = botocore_client(target, *where, attempts=None, read_timeout=30, clock_bounds=clock)
+            staging = (config.region, config.kinesis_endpoint)
+            self._staging = botocore_client(
+                host_session(), *staging, attempts=None, read_timeout=30, clock_bounds=clock
+            )
+            credentials = target.get_credentials()
+            if credentials is not None and usable(self._put.meta.endpoint_url):
+                self._fast = JsonClient.for_botocore(self._put, credentials, 5.0, put_timeout, on_answer)
         self._monotonic = monotonic
         self._maps: dict[str, tuple[float, ShardMap]] = {}
         self._summaries: dict[str, tuple[float, StreamSettings]] = {}
@@ -143,9 +139,9 @@ class KinesisStreams:
         if not exc.code.startswith("KMS"):
             return exc
         try:
-            summary = self._read.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]
-            key = summary.get("KeyId") or "its KMS key"
-        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError):
+            summary = self._call("DescribeStreamSummary", self._read.describe_stream_summary, StreamName=stream)
+            key = summary["StreamDescriptionSummary"].get("KeyId") or "its KMS key"
+        except AwsError:
             key = "its KMS key (DescribeStreamSummary failed too)"
         return FatalAwsError(
             exc.operation,
@@ -166,28 +162,23 @@ class KinesisStreams:
             except Unanswered as exc:
                 raise AmbiguousPutError("PutRecords", exc.code, str(exc)) from exc
             return [r.get("ErrorCode") for r in answer["Records"]]
-        request = [{"PartitionKey": pk, "Data": data} for pk, data, _ in entries]
-        try:
-            answer = self._put.put_records(StreamName=stream, Records=request)
-        except _NOT_SENT as exc:
-            raise TransientAwsError("PutRecords", type(exc).__name__, str(exc)) from exc
-        except _AMBIGUOUS as exc:
-            raise AmbiguousPutError("PutRecords", type(exc).__name__, str(exc)) from exc
-        except botocore.exceptions.ClientError as exc:
-            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-            err = convert_aws_error("PutRecords", exc)
-            if status >= 500:
-                raise AmbiguousPutError("PutRecords", err.code, str(exc)) from exc
-            raise err from exc
-        except botocore.exceptions.BotoCoreError as exc:
-            raise AmbiguousPutError("PutRecords", type(exc).__name__, str(exc)) from exc
-        return [r.get("ErrorCode") for r in answer["Records"]]
+        from copier.adapters.botokinesis import put_records
+
+        return put_records(self._put, stream, entries)
 
     def _call(self, operation: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
+        """``fn(**kwargs)``; a botocore error as copier's, and a missing stream named (``_named``)."""
         try:
             return fn(**kwargs)
-        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
-            error = convert_aws_error(operation, exc)
+        except Exception as exc:
+            if isinstance(exc, AwsError):  # the lean client's, already copier's
+                error: AwsError = exc
+            elif _botocore_error(exc):
+                from copier.adapters.aws import convert_aws_error
+
+                error = convert_aws_error(operation, exc)
+            else:
+                raise
             stream = kwargs.get("StreamName")
             raise (self._named(error, stream) if stream else error) from exc
 

@@ -12,14 +12,13 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from copier.adapters.journal import say
-from copier.commands import configure, demo, export, produce, scalein, verify
 from copier.core.config import Config, load_config
 from copier.core.errors import AwsError, ConfigError, CopierError, FatalAwsError
 from copier.core.streamsettings import Verdict
-from copier.spark import audit as spark_audit
 
 __all__ = ["main"]
 
@@ -201,6 +200,36 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _processor_clients(config: Config, clock_bounds: Any) -> tuple[Any, Any]:
+    """The processor's state store and streams: on the lean path (``copier.adapters.awsauth``: no botocore,
+    a third of the memory) wherever it does what botocore would, else botocore's, saying why once."""
+    import structlog
+
+    from copier.adapters.awsauth import endpoint_for, lean_credentials, lean_reason
+    from copier.adapters.awsjson import JsonClient, usable
+    from copier.adapters.kinesis import KinesisStreams
+
+    calls = [
+        ("kinesis", config.region, config.kinesis_endpoint),
+        ("kinesis", config.target_region, config.target_endpoint),
+        ("dynamodb", config.region, config.state_endpoint),
+    ]
+    reason = lean_reason(calls, config.target_role_arn, proxied=lambda url: not usable(url))
+    if reason is None:
+        from copier.adapters.leanstate import LeanStateStore
+
+        credentials = lean_credentials()
+        url = config.state_endpoint or endpoint_for("dynamodb", config.region)
+        assert url is not None  # lean_reason checked it
+        client = JsonClient("dynamodb", config.region, url, credentials, 5.0, 10.0, clock_bounds.observe)
+        return LeanStateStore(config, client), KinesisStreams(config, clock_bounds=clock_bounds, lean=credentials)
+    from copier.adapters.dynamo import DynamoStateStore
+
+    structlog.get_logger().info("botocore_clients", reason=reason)
+    store = DynamoStateStore(config, clock_bounds=clock_bounds)
+    return store, KinesisStreams(config, clock_bounds=clock_bounds)
+
+
 def cmd_process(args: argparse.Namespace) -> int:
     """The record processor. stdout carries the protocol only: stray prints go to stderr.
 
@@ -220,8 +249,6 @@ def cmd_process(args: argparse.Namespace) -> int:
     sys.stdout = sys.stderr
     config = _config(args.properties)
 
-    from copier.adapters.dynamo import DynamoStateStore
-    from copier.adapters.kinesis import KinesisStreams
     from copier.adapters.logs import configure_logging
     from copier.adapters.metrics import emitter_for
     from copier.core.clockcheck import ClockBounds
@@ -230,8 +257,7 @@ def cmd_process(args: argparse.Namespace) -> int:
 
     configure_logging(config.log_level)
     clock_bounds = ClockBounds()  # this host's clock against AWS, from every answer the store and streams receive
-    store = DynamoStateStore(config, clock_bounds=clock_bounds)
-    streams = KinesisStreams(config, clock_bounds=clock_bounds)
+    store, streams = _processor_clients(config, clock_bounds)
 
     emitter = emitter_for(config)
 
@@ -263,7 +289,21 @@ def _version() -> str:
         return "(not installed)"
 
 
-def _parser() -> argparse.ArgumentParser:
+def _module_command(p: argparse.ArgumentParser, module: str, only: str | None) -> None:
+    """A command whose options and code live in ``module``, imported only when this command (``only``) is
+    the one run, or every command is wanted (``only`` None: help, completion): a record processor imports
+    no Spark job, no export, no demo."""
+    if only is not None and only != p.prog.rpartition(" ")[2]:
+        return
+    import importlib
+
+    code = importlib.import_module(module)
+    code.add_arguments(p)
+    p.set_defaults(func=code.main)
+
+
+def _parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line; ``only``: the command about to run (others are listed, their modules not loaded)."""
     parser = argparse.ArgumentParser(prog="copier", description="Exactly-once Kinesis-to-Kinesis copier.")
     parser.add_argument("--version", action="version", version=f"copier {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -286,36 +326,29 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_init)
 
     p = sub.add_parser("verify", help="audit the target (and dead-letter) stream against what was produced")
-    verify.add_arguments(p)
-    p.set_defaults(func=verify.main)
+    _module_command(p, "copier.commands.verify", only)
 
     p = sub.add_parser("export", help="a stream (or a time range of it) to JSON-lines files for copier audit")
-    export.add_arguments(p)
-    p.set_defaults(func=export.main)
+    _module_command(p, "copier.commands.export", only)
 
     p = sub.add_parser("audit", help="the exactly-once audit as a Spark job, over exported or Firehose files")
-    spark_audit.add_arguments(p)
-    p.set_defaults(func=spark_audit.main)
+    _module_command(p, "copier.spark.audit", only)
 
     p = sub.add_parser("produce", help="the PySpark job writing JSON-lines files to the staging stream")
-    produce.add_arguments(p)
-    p.set_defaults(func=produce.main)
+    _module_command(p, "copier.commands.produce", only)
 
     p = sub.add_parser("demo", help="the whole pipeline on the embedded local backend, with a summary")
-    demo.add_arguments(p)
-    p.set_defaults(func=demo.main)
+    _module_command(p, "copier.commands.demo", only)
 
     p = sub.add_parser("local-backend", help="serve local Kinesis and DynamoDB on 127.0.0.1 (for tests and demos)")
     p.add_argument("--port", type=int, default=4566)
     p.set_defaults(func=lambda a: _local_backend(["--port", str(a.port)]))
 
     p = sub.add_parser("scale-in-watch", help="on Auto Scaling scale-in, stop copier.service, then let it go on")
-    scalein.add_arguments(p)
-    p.set_defaults(func=scalein.main)
+    _module_command(p, "copier.commands.scalein", only)
 
     p = sub.add_parser("configure", help="write the properties file from a deployment's parameters (no shell)")
-    configure.add_arguments(p)
-    p.set_defaults(func=configure.main)
+    _module_command(p, "copier.commands.configure", only)
 
     p = sub.add_parser(
         "check-config",
@@ -369,7 +402,9 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
             glued[-1] = f"{glued[-1]}={word}"
         else:
             glued.append(word)
-    return _parser().parse_args(glued)
+    command = next((w for w in glued if not w.startswith("-")), None)
+    light = command not in (None, "help", "completion")
+    return _parser(command if light else None).parse_args(glued)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

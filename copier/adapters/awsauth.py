@@ -1,0 +1,290 @@
+"""The lean path's AWS essentials without botocore: credentials, SigV4 signing, endpoints.
+
+Why: one ``copier process`` runs per staging shard, so its memory bounds how
+many shards a host holds. Importing botocore costs an idle processor about
+20 MB of its RSS and each botocore client's models and endpoint rules about
+14 MB more (measured: docs/benchmarks.md, "Memory per shard"); the record
+processor needs none of it for the calls it makes (``copier.adapters.awsjson``).
+
+The lean path covers how copier runs in production and in local runs:
+
+* credentials from the environment (``AWS_ACCESS_KEY_ID``, ...), else from
+  the EC2 instance profile over IMDSv2 (refreshed 15 minutes before they
+  expire, as botocore does), the first and the last link of botocore's
+  default chain;
+* endpoints from copier's properties, else AWS's standard regional endpoint
+  of the region's partition (botocore's own ``partitions.json``, read as a
+  file).
+
+Anything else (a shared credentials or config file, a profile, web identity,
+container credentials, an assumed target role, FIPS or dual-stack or
+environment-configured endpoints, an HTTP proxy) is what botocore does well:
+:func:`lean_reason` names the first such setting and the processor keeps
+botocore (``copier.commands.cli``), at the memory it costs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import http.client
+import importlib.util
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from copier.core.errors import TransientAwsError
+
+__all__ = [
+    "Credentials",
+    "ImdsCredentials",
+    "StaticCredentials",
+    "endpoint_for",
+    "lean_credentials",
+    "lean_reason",
+    "sign",
+]
+
+REFRESH_BEFORE_S = 15 * 60  # botocore's advisory refresh window for refreshable credentials
+MANDATORY_BEFORE_S = 10 * 60  # within this, credentials that could not be refreshed are not used
+IMDS_DEFAULT = "http://169.254.169.254/"
+IMDS_TOKEN_TTL_S = 21_600
+IMDS_TIMEOUT_S = 2.0
+
+# Settings under which botocore would not do what the lean path does (see the module docstring).
+_BOTOCORE_SETTINGS = (
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_ROLE_ARN",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_KINESIS",
+    "AWS_ENDPOINT_URL_DYNAMODB",
+    "AWS_USE_FIPS_ENDPOINT",
+    "AWS_USE_DUALSTACK_ENDPOINT",
+)
+
+
+@dataclass(frozen=True)
+class Credentials:
+    access_key: str
+    secret_key: str
+    token: str | None = None
+
+
+class StaticCredentials:
+    """Credentials that do not change (the environment's)."""
+
+    def __init__(self, credentials: Credentials) -> None:
+        self._credentials = credentials
+
+    def get_frozen_credentials(self) -> Credentials:
+        return self._credentials
+
+
+class ImdsCredentials:
+    """The instance profile's credentials over IMDSv2, fetched on first use and again before they expire.
+
+    A refresh that fails while the credentials in hand have more than
+    ``MANDATORY_BEFORE_S`` left keeps them (IMDS may be briefly busy); past
+    that, the failure is a TransientAwsError and the caller retries, as
+    botocore's refreshable credentials behave.
+    """
+
+    def __init__(
+        self,
+        endpoint: str = IMDS_DEFAULT,
+        clock: Callable[[], float] = time.time,
+        timeout: float = IMDS_TIMEOUT_S,
+    ) -> None:
+        parts = urlsplit(endpoint)
+        self._host, self._port = parts.hostname or "", parts.port or 80
+        self._clock, self._timeout = clock, timeout
+        self._credentials: Credentials | None = None
+        self._expires = 0.0
+        self._lock = threading.Lock()
+
+    def get_frozen_credentials(self) -> Credentials:
+        with self._lock:
+            left = self._expires - self._clock()
+            if self._credentials is None or left < REFRESH_BEFORE_S:
+                try:
+                    self._credentials, self._expires = self._fetch()
+                except (OSError, http.client.HTTPException, ValueError, KeyError) as exc:
+                    if self._credentials is None or left < MANDATORY_BEFORE_S:
+                        what = f"instance profile credentials: {exc}"
+                        raise TransientAwsError("IMDS", type(exc).__name__, what) from exc
+            return self._credentials
+
+    def _request(self, method: str, path: str, headers: dict[str, str]) -> str:
+        connection = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+        try:
+            connection.request(method, path, headers=headers)
+            answer = connection.getresponse()
+            body = answer.read().decode()
+        finally:
+            connection.close()
+        if answer.status != 200:
+            raise http.client.HTTPException(f"{method} {path}: HTTP {answer.status}")
+        return body
+
+    def _fetch(self) -> tuple[Credentials, float]:
+        ttl = {"X-aws-ec2-metadata-token-ttl-seconds": str(IMDS_TOKEN_TTL_S)}
+        token = self._request("PUT", "/latest/api/token", ttl)
+        headers = {"X-aws-ec2-metadata-token": token}
+        base = "/latest/meta-data/iam/security-credentials/"
+        role = self._request("GET", base, headers).splitlines()[0].strip()
+        doc = json.loads(self._request("GET", base + role, headers))
+        expires = dt.datetime.fromisoformat(doc["Expiration"].replace("Z", "+00:00")).timestamp()
+        return Credentials(doc["AccessKeyId"], doc["SecretAccessKey"], doc.get("Token")), expires
+
+
+def lean_credentials(environ: Mapping[str, str] = os.environ) -> StaticCredentials | ImdsCredentials:
+    """The environment's keys if set, else the instance profile (call :func:`lean_reason` first)."""
+    key, secret = environ.get("AWS_ACCESS_KEY_ID"), environ.get("AWS_SECRET_ACCESS_KEY")
+    if key and secret:
+        return StaticCredentials(Credentials(key, secret, environ.get("AWS_SESSION_TOKEN") or None))
+    return ImdsCredentials(environ.get("AWS_EC2_METADATA_SERVICE_ENDPOINT") or IMDS_DEFAULT)
+
+
+def _config_files(environ: Mapping[str, str]) -> list[Path]:
+    home = Path(environ.get("HOME") or "/nonexistent")
+    return [
+        Path(environ.get("AWS_SHARED_CREDENTIALS_FILE") or home / ".aws" / "credentials"),
+        Path(environ.get("AWS_CONFIG_FILE") or home / ".aws" / "config"),
+        Path(environ.get("BOTO_CONFIG") or "/etc/boto.cfg"),
+        home / ".boto",
+    ]
+
+
+def lean_reason(
+    calls: Iterable[tuple[str, str, str | None]],
+    role_arn: str | None,
+    environ: Mapping[str, str] = os.environ,
+    proxied: Callable[[str], bool] | None = None,
+) -> str | None:
+    """Why the lean path would not do what botocore does here, or None when it would.
+
+    ``calls``: (service, region, endpoint) of each client the processor
+    needs, the endpoint as copier's properties give it (None: AWS's own).
+    ``proxied(url)``: True when an HTTP proxy applies to that URL.
+    """
+    if role_arn is not None:
+        return "copier.targetRoleArn is set (the role is assumed through botocore's STS client)"
+    for name in _BOTOCORE_SETTINGS:
+        if environ.get(name):
+            return f"{name} is set"
+    key, secret = bool(environ.get("AWS_ACCESS_KEY_ID")), bool(environ.get("AWS_SECRET_ACCESS_KEY"))
+    if key != secret:
+        return "only one of AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY is set"
+    if not key and environ.get("AWS_EC2_METADATA_DISABLED", "").lower() == "true":
+        return "no credentials in the environment and AWS_EC2_METADATA_DISABLED is set"
+    for path in _config_files(environ):
+        if path.exists():  # credentials, a profile's endpoint_url, use_fips_endpoint, a proxy...: botocore reads it
+            return f"{path} exists"
+    for service, region, endpoint in calls:
+        url = endpoint or endpoint_for(service, region)
+        if url is None:
+            return f"region {region!r} is in no partition this copier knows"
+        if proxied is not None and proxied(url):
+            return f"an HTTP proxy is configured for {url}"
+    return None
+
+
+@dataclass(frozen=True)
+class _Partition:
+    regions: frozenset[str]
+    pattern: re.Pattern[str]
+    dns_suffix: str
+
+
+def _partitions() -> list[_Partition]:
+    """botocore's partitions.json, read as a file (importing botocore is what the lean path avoids)."""
+    spec = importlib.util.find_spec("botocore")
+    assert spec is not None and spec.submodule_search_locations, "botocore is a dependency of copier"
+    path = Path(next(iter(spec.submodule_search_locations))) / "data" / "partitions.json"
+    doc = json.loads(path.read_text())
+    return [
+        _Partition(frozenset(p["regions"]), re.compile(p["regionRegex"]), p["outputs"]["dnsSuffix"])
+        for p in doc["partitions"]
+    ]
+
+
+_PARTITIONS: list[_Partition] = []
+
+
+def endpoint_for(service: str, region: str) -> str | None:
+    """AWS's standard regional endpoint of ``service`` in ``region`` (None: no partition matches)."""
+    if not _PARTITIONS:
+        _PARTITIONS.extend(_partitions())
+    for partition in _PARTITIONS:  # a region listed by name wins over a pattern (botocore's order)
+        if region in partition.regions:
+            return f"https://{service}.{region}.{partition.dns_suffix}"
+    for partition in _PARTITIONS:
+        if partition.pattern.match(region):
+            return f"https://{service}.{region}.{partition.dns_suffix}"
+    return None
+
+
+def _hmac(key: bytes, text: str) -> bytes:
+    return hmac.new(key, text.encode(), hashlib.sha256).digest()
+
+
+def sign(
+    credentials: Credentials,
+    service: str,
+    region: str,
+    url: str,
+    headers: Mapping[str, str],
+    body: bytes,
+    now: dt.datetime | None = None,
+) -> dict[str, str]:
+    """The headers of a SigV4-signed POST of ``body`` to ``url`` (path "/", no query string).
+
+    ``headers`` are the request's own (X-Amz-Target, Content-Type); the
+    result adds Host, X-Amz-Date, X-Amz-Security-Token (if any) and
+    Authorization, every header signed, as botocore's ``SigV4Auth`` does
+    (``tests/test_awsauth.py`` compares the two).
+    """
+    when = (now or dt.datetime.now(dt.UTC)).strftime("%Y%m%dT%H%M%SZ")
+    parts = urlsplit(url)
+    default_port = 443 if parts.scheme == "https" else 80
+    host = parts.hostname or ""
+    if parts.port and parts.port != default_port:
+        host = f"{host}:{parts.port}"
+    out = {**headers, "X-Amz-Date": when}
+    if credentials.token:
+        out["X-Amz-Security-Token"] = credentials.token
+    signed = {k.lower(): " ".join(v.split()) for k, v in out.items()}
+    signed["host"] = host
+    names = sorted(signed)
+    canonical = "\n".join(
+        [
+            "POST",
+            parts.path or "/",
+            "",
+            "".join(f"{n}:{signed[n]}\n" for n in names),
+            ";".join(names),
+            hashlib.sha256(body).hexdigest(),
+        ]
+    )
+    scope = f"{when[:8]}/{region}/{service}/aws4_request"
+    to_sign = f"AWS4-HMAC-SHA256\n{when}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
+    key = _hmac(f"AWS4{credentials.secret_key}".encode(), when[:8])
+    for part in (region, service, "aws4_request"):
+        key = _hmac(key, part)
+    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    out["Authorization"] = (
+        f"AWS4-HMAC-SHA256 Credential={credentials.access_key}/{scope}, "
+        f"SignedHeaders={';'.join(names)}, Signature={signature}"
+    )
+    return out

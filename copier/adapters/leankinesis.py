@@ -1,0 +1,62 @@
+"""The Kinesis reads of a record processor over the lean JSON client, answering as botocore's client does.
+
+``copier.adapters.kinesis.KinesisStreams`` reads the staging stream (its
+shards, its settings, a range read again) and the target side (what a put
+left there) through a client with botocore's method names; this is that
+client without botocore (``copier.adapters.awsauth``): the same calls, the
+answers in the shape botocore's parser gives them (record data as bytes), and
+transient errors retried a few times with backoff, as botocore's standard
+retry mode would (a read cannot duplicate anything). Puts do not come here:
+``KinesisStreams`` sends them itself, exactly once each.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+from copier.adapters.awsjson import JsonClient
+from copier.core.errors import TransientAwsError
+
+__all__ = ["LeanKinesis"]
+
+READ_ATTEMPTS = 3
+
+
+class LeanKinesis:
+    """ListShards, DescribeStreamSummary, GetShardIterator and GetRecords with botocore's signatures."""
+
+    def __init__(self, client: JsonClient, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.client = client
+        self._sleep = sleep
+
+    def _call(self, operation: str, params: dict[str, Any]) -> dict[str, Any]:
+        body = json.dumps(params).encode()
+        for attempt in range(READ_ATTEMPTS):
+            try:
+                return self.client.call(operation, body)
+            except TransientAwsError:
+                if attempt == READ_ATTEMPTS - 1:
+                    raise
+                self._sleep(random.uniform(0, 0.1 * 2**attempt))  # noqa: S311 - jitter, not secrecy
+        raise AssertionError("unreachable")
+
+    def list_shards(self, **params: Any) -> dict[str, Any]:
+        return self._call("ListShards", params)
+
+    def describe_stream_summary(self, **params: Any) -> dict[str, Any]:
+        return self._call("DescribeStreamSummary", params)
+
+    def get_shard_iterator(self, **params: Any) -> dict[str, Any]:
+        return self._call("GetShardIterator", params)
+
+    def get_records(self, **params: Any) -> dict[str, Any]:
+        """GetRecords; each record's ``Data`` decoded from base64 to bytes, as botocore gives it."""
+        page = self._call("GetRecords", params)
+        for record in page.get("Records", []):
+            record["Data"] = base64.b64decode(record["Data"])
+        return page

@@ -1,0 +1,203 @@
+"""The state table's items as plain values and as DynamoDB JSON, without PynamoDB or botocore.
+
+One definition of what each item holds (:func:`state_fields`,
+:func:`batch_fields` and their inverses), used twice: by the PynamoDB model
+(``copier.adapters.dynamoitems``, for the commands) and as DynamoDB's JSON
+wire format (:func:`to_wire`, :func:`from_wire`) by the lean record processor
+(``copier.adapters.leanstate``), which imports neither PynamoDB nor botocore.
+``tests/test_state_contract.py`` checks that the two write the same items.
+"""
+
+from __future__ import annotations
+
+import base64
+import calendar
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from copier.core.errors import IncompatibleStateError
+from copier.core.packing import pack_digests, pack_uints, unpack_digests, unpack_uints
+from copier.core.positions import Position
+from copier.core.state import STATE_FORMAT, DigestBatch, ShardState
+
+__all__ = [
+    "BATCH_CONDITION",
+    "STATE_SK",
+    "WRITE_CONDITION",
+    "batch_fields",
+    "batch_from_fields",
+    "from_wire",
+    "state_fields",
+    "state_from_fields",
+    "to_wire",
+]
+
+STATE_SK = "state"
+# The conditions of the hot writes (docs/protocol.md): the owner's commit, and a digest batch.
+WRITE_CONDITION = "#epoch = :epoch AND #owner = :owner AND attribute_not_exists(#successor)"
+BATCH_CONDITION = "attribute_not_exists(#sk) OR #epoch <= :epoch"
+TTL_FIELD = "expires_at"  # a TTL attribute: epoch seconds on the wire, a datetime in PynamoDB
+
+
+def _position_str(p: Position | None) -> str | None:
+    return None if p is None else str(p)
+
+
+def _position_from(text: str | None) -> Position | None:
+    if not text:
+        return None
+    seq, _, sub = text.partition("/")
+    return Position(int(seq), int(sub or 0))
+
+
+def state_fields(s: ShardState) -> dict[str, Any]:
+    """The state item's attributes (hash and range key aside) as plain values; None: not written."""
+    return {
+        "fmt": STATE_FORMAT,
+        "epoch": s.epoch,
+        "version": s.version,
+        "owner": s.owner,
+        "lease_until_ms": s.lease_until_ms,
+        "position": _position_str(s.position),
+        "batches": s.batches,
+        "redo_last": _position_str(s.redo_last),
+        "redo": pack_digests(s.redo_digests) or None,
+        "redo_settings": s.redo_settings or None,
+        "redo_suspect": s.redo_suspect or None,
+        "successor": s.successor,
+        "closed": s.closed or None,
+        "counters": dict(s.counters) or None,
+        "updated_ms": s.updated_ms,
+        "behind_ms": s.behind_ms,
+        "window_ids": s.window_ids or None,
+        "window_oldest_ms": s.window_oldest_ms or None,
+        "window_newest_ms": s.window_newest_ms or None,
+        "window_cut": s.window_cut or None,
+        "clock_bound_ms": s.clock_bound_ms,
+    }
+
+
+def state_from_fields(f: Mapping[str, Any], table: str) -> ShardState:
+    """A state item read back (plain values); one in another state format is refused (IncompatibleStateError)."""
+    if f.get("fmt") != STATE_FORMAT:
+        raise IncompatibleStateError(
+            f"{table}: item {f.get('pk')} is in state format {f.get('fmt') or 1}, this copier "
+            f"reads format {STATE_FORMAT}: point copier.stateTableName at a new table (see docs/protocol.md)"
+        )
+    behind, bound = f.get("behind_ms"), f.get("clock_bound_ms")
+    return ShardState(
+        epoch=int(f.get("epoch") or 0),
+        version=int(f.get("version") or 0),
+        owner=f.get("owner"),
+        lease_until_ms=int(f.get("lease_until_ms") or 0),
+        position=_position_from(f.get("position")),
+        batches=int(f.get("batches") or 0),
+        redo_last=_position_from(f.get("redo_last")),
+        redo_digests=tuple(unpack_digests(f.get("redo"))),
+        redo_settings=f.get("redo_settings") or "",
+        redo_suspect=bool(f.get("redo_suspect")),
+        successor=f.get("successor"),
+        closed=bool(f.get("closed")),
+        counters={k: int(v) for k, v in (f.get("counters") or {}).items()},
+        updated_ms=int(f.get("updated_ms") or 0),
+        behind_ms=None if behind is None else int(behind),
+        window_ids=int(f.get("window_ids") or 0),
+        window_oldest_ms=int(f.get("window_oldest_ms") or 0),
+        window_newest_ms=int(f.get("window_newest_ms") or 0),
+        window_cut=bool(f.get("window_cut")),
+        clock_bound_ms=None if bound is None else int(bound),
+    )
+
+
+def batch_fields(b: DigestBatch, ttl_hours: int) -> dict[str, Any]:
+    """A digest batch's attributes (hash and range key aside), expiring at its own time, else ``ttl_hours``
+    after it started (``expires_at``: a datetime, as PynamoDB's TTL attribute takes it)."""
+    return {
+        "epoch": b.epoch,
+        "last": str(b.last),
+        "started_ms": b.started_ms,
+        "arrival_min_ms": b.arrival_min_ms,
+        "arrival_max_ms": b.arrival_max_ms,
+        "keyed": b.keyed or None,
+        "unkeyed": b.unkeyed or None,
+        "deadletter": b.deadletter or None,
+        "shards": pack_uints(b.target_shards) or None,
+        "settings": b.settings or None,
+        "dead_ids": b.dead_ids or None,
+        "redo_ids": b.redo_ids or None,
+        "batch_redo_settings": b.redo_settings or None,
+        "clock_bound_ms": b.clock_bound_ms,
+        TTL_FIELD: datetime.fromtimestamp(b.expires_ms / 1000, UTC)
+        if b.expires_ms
+        else datetime.fromtimestamp(b.started_ms / 1000, UTC) + timedelta(hours=ttl_hours),
+    }
+
+
+def batch_from_fields(f: Mapping[str, Any]) -> DigestBatch:
+    """A digest batch read back (plain values; ``expires_at`` a datetime or None)."""
+    last = _position_from(f.get("last"))
+    assert last is not None
+    bound, expires = f.get("clock_bound_ms"), f.get(TTL_FIELD)
+    return DigestBatch(
+        index=int(str(f["sk"]).partition("#")[2]),
+        epoch=int(f.get("epoch") or 0),
+        last=last,
+        started_ms=int(f.get("started_ms") or 0),
+        keyed=f.get("keyed") or b"",
+        unkeyed=f.get("unkeyed") or b"",
+        deadletter=f.get("deadletter") or b"",
+        arrival_min_ms=int(f.get("arrival_min_ms") or 0),
+        arrival_max_ms=int(f.get("arrival_max_ms") or 0),
+        target_shards=tuple(unpack_uints(f.get("shards"))),
+        settings=f.get("settings") or "",
+        dead_ids=f.get("dead_ids") or b"",
+        redo_ids=f.get("redo_ids") or b"",
+        redo_settings=f.get("batch_redo_settings") or "",
+        expires_ms=int(expires.timestamp() * 1000) if expires else 0,
+        clock_bound_ms=None if bound is None else int(bound),
+    )
+
+
+def _value(value: Any) -> dict[str, Any]:
+    if isinstance(value, bool):
+        return {"BOOL": value}
+    if isinstance(value, int):
+        return {"N": str(value)}
+    if isinstance(value, str):
+        return {"S": value}
+    if isinstance(value, bytes):
+        return {"B": base64.b64encode(value).decode()}
+    if isinstance(value, datetime):  # a TTL attribute: whole epoch seconds, as PynamoDB writes it
+        return {"N": str(calendar.timegm(value.utctimetuple()))}
+    if isinstance(value, dict):
+        return {"M": {k: _value(v) for k, v in value.items()}}
+    raise TypeError(f"no DynamoDB type for {type(value).__name__}")
+
+
+def to_wire(pk: str, sk: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """An item in DynamoDB's JSON (binaries in base64), attributes that are None left out."""
+    item = {"pk": {"S": pk}, "sk": {"S": sk}}
+    item.update((name, _value(v)) for name, v in fields.items() if v is not None)
+    return item
+
+
+def _plain(name: str, value: Mapping[str, Any]) -> Any:
+    ((kind, raw),) = value.items()
+    if kind == "N":
+        number = int(raw) if raw.lstrip("-").isdigit() else float(raw)
+        return datetime.fromtimestamp(number, UTC) if name == TTL_FIELD else number
+    if kind == "B":
+        return base64.b64decode(raw)
+    if kind == "M":
+        return {k: _plain(k, v) for k, v in raw.items()}
+    if kind in ("S", "BOOL"):
+        return raw
+    if kind == "NULL":
+        return None
+    raise ValueError(f"attribute {name}: DynamoDB type {kind} is not one copier writes")
+
+
+def from_wire(item: Mapping[str, Any]) -> dict[str, Any]:
+    """An item from DynamoDB's JSON as plain values (the inverse of :func:`to_wire`)."""
+    return {name: _plain(name, value) for name, value in item.items()}
