@@ -7,6 +7,7 @@ import datetime as dt
 import json
 import random
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -18,6 +19,7 @@ import botocore.session
 import pytest
 from botocore.awsrequest import AWSRequest
 
+from copier.adapters import awsauth
 from copier.adapters.awsauth import (
     MANDATORY_BEFORE_S,
     Credentials,
@@ -40,6 +42,8 @@ NOW = dt.datetime(2026, 11, 24, 7, 30, 15, tzinfo=dt.UTC)
         ("https://kinesis.us-east-1.amazonaws.com/", "kinesis", "us-east-1"),
         ("https://dynamodb.cn-north-1.amazonaws.com.cn/", "dynamodb", "cn-north-1"),
         ("http://127.0.0.1:4566/", "kinesis", "eu-west-1"),
+        ("http://[::1]:4566/", "kinesis", "eu-west-1"),
+        ("https://[fd00:ec2::1]/", "dynamodb", "eu-west-1"),
         ("https://vpce-0a1b.kinesis.eu-central-1.vpce.amazonaws.com:8443/", "kinesis", "eu-central-1"),
     ],
 )
@@ -117,6 +121,10 @@ def test_botocore_is_kept_wherever_it_would_do_otherwise(tmp_path: Path) -> None
         "AWS_ENDPOINT_URL",
         "AWS_ENDPOINT_URL_KINESIS",
         "AWS_USE_FIPS_ENDPOINT",
+        "AWS_CREDENTIAL_FILE",
+        "AWS_CREDENTIAL_EXPIRATION",
+        "AWS_ACCOUNT_ID",
+        "AWS_ACCOUNT_ID_ENDPOINT_MODE",
     ):
         assert lean_reason(here, None, {**keys, name: "x"}) == f"{name} is set"
     assert "only one of" in str(lean_reason(here, None, {"AWS_ACCESS_KEY_ID": "a", "HOME": str(tmp_path)}))
@@ -131,10 +139,44 @@ def test_botocore_is_kept_wherever_it_would_do_otherwise(tmp_path: Path) -> None
     )
 
 
+def test_config_files_are_found_where_botocore_looks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``~`` and ``$VAR`` expanded in the file settings, the password database's home without HOME, and a
+    path that cannot be checked (too long, a directory) read as absent instead of raising."""
+    here = [("kinesis", "us-east-1", None)]
+    keys = {"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"}
+    (tmp_path / "creds").write_text("[default]\n")
+    expected = f"{tmp_path / 'creds'} exists"
+    tilde = {**keys, "HOME": str(tmp_path), "AWS_SHARED_CREDENTIALS_FILE": "~/creds"}
+    assert lean_reason(here, None, tilde) == expected
+    env = {**keys, "HOME": "/nonexistent", "DIR": str(tmp_path), "AWS_CONFIG_FILE": "${DIR}/creds"}
+    assert lean_reason(here, None, env) == expected
+    assert lean_reason(here, None, {**env, "AWS_CONFIG_FILE": "$DIR/creds"}) == expected
+    (tmp_path / ".aws").mkdir()
+    (tmp_path / ".aws" / "config").write_text("[default]\n")
+    monkeypatch.setattr(awsauth.pwd, "getpwuid", lambda uid: mock.Mock(pw_dir=str(tmp_path)))
+    assert lean_reason(here, None, keys) == f"{tmp_path / '.aws' / 'config'} exists", "HOME unset: passwd's home"
+    (tmp_path / ".aws" / "config").unlink()
+    (tmp_path / ".aws" / "config").mkdir()
+    assert lean_reason(here, None, keys) is None, "a directory is no config file"
+    assert lean_reason(here, None, {**keys, "HOME": "/nonexistent", "AWS_CONFIG_FILE": "/" + "a" * 5000}) is None
+
+
 def test_environment_keys_are_used_as_they_are() -> None:
     source = lean_credentials({"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b", "AWS_SESSION_TOKEN": "t"})
     assert isinstance(source, StaticCredentials)
     assert source.get_frozen_credentials() == Credentials("a", "b", "t")
+    keys = {"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"}
+    both = lean_credentials({**keys, "AWS_SECURITY_TOKEN": "old", "AWS_SESSION_TOKEN": "t"})
+    assert both.get_frozen_credentials() == Credentials("a", "b", "old"), "botocore reads AWS_SECURITY_TOKEN first"
+    assert lean_credentials({**keys, "AWS_SECURITY_TOKEN": "old"}).get_frozen_credentials().token == "old"
+
+
+def test_the_instance_profile_endpoint_is_botocores() -> None:
+    default = lean_credentials({})
+    ipv6 = lean_credentials({"AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE": "IPv6"})
+    assert isinstance(default, ImdsCredentials) and isinstance(ipv6, ImdsCredentials)
+    assert (default._host, default._port) == ("169.254.169.254", 80)
+    assert (ipv6._host, ipv6._port) == ("fd00:ec2::254", 80)
 
 
 class _Imds:
@@ -144,6 +186,8 @@ class _Imds:
         self.expiration = NOW + dt.timedelta(hours=6)
         self.serial = 0
         self.down = False
+        self.v1: int | None = None  # an IMDSv1-only service: the token PUT answers this status, GETs need none
+        self.put_delay = 0.0
         self.requests: list[str] = []
         imds = self
 
@@ -159,12 +203,16 @@ class _Imds:
 
             def do_PUT(self) -> None:  # noqa: N802
                 imds.requests.append(f"PUT {self.path}")
+                time.sleep(imds.put_delay)
+                if imds.v1 is not None:
+                    return self._answer(imds.v1, "")
                 ok = self.path == "/latest/api/token" and self.headers["X-aws-ec2-metadata-token-ttl-seconds"]
                 self._answer(200 if ok and not imds.down else 503, "tok")
 
             def do_GET(self) -> None:  # noqa: N802
                 imds.requests.append(f"GET {self.path}")
-                if self.headers.get("X-aws-ec2-metadata-token") != "tok" or imds.down:
+                token_ok = imds.v1 is not None or self.headers.get("X-aws-ec2-metadata-token") == "tok"
+                if not token_ok or imds.down:
                     return self._answer(401, "")
                 base = "/latest/meta-data/iam/security-credentials/"
                 if self.path == base:
@@ -220,3 +268,19 @@ def test_a_failed_refresh_keeps_good_credentials_and_never_uses_expiring_ones(im
         source.get_frozen_credentials()
     imds.down = False
     assert source.get_frozen_credentials().access_key == "ASIA2"
+
+
+@pytest.mark.parametrize("status", [403, 404, 405, None], ids=["403", "404", "405", "put-timeout"])
+def test_an_imds_without_tokens_is_read_over_imdsv1_as_botocore_does(imds: _Imds, status: int | None) -> None:
+    imds.v1 = status or 200
+    imds.put_delay = 0.0 if status else 1.0
+    source = ImdsCredentials(imds.url, clock=lambda: NOW.timestamp(), timeout=0.3)
+    assert source.get_frozen_credentials() == Credentials("ASIA1", "s", "t1")
+    assert imds.requests[0] == "PUT /latest/api/token", "IMDSv2 tried first"
+
+
+def test_an_imds_token_refused_otherwise_is_an_error(imds: _Imds) -> None:
+    imds.v1 = 400
+    source = ImdsCredentials(imds.url, clock=lambda: NOW.timestamp())
+    with pytest.raises(TransientAwsError, match="HTTP 400"):
+        source.get_frozen_credentials()

@@ -9,9 +9,10 @@ processor needs none of it for the calls it makes (``copier.adapters.awsjson``).
 The lean path covers how copier runs in production and in local runs:
 
 * credentials from the environment (``AWS_ACCESS_KEY_ID``, ...), else from
-  the EC2 instance profile over IMDSv2 (refreshed 15 minutes before they
-  expire, as botocore does), the first and the last link of botocore's
-  default chain;
+  the EC2 instance profile over IMDSv2 (IMDSv1 where the token request is
+  refused or unanswered, the IPv6 endpoint where configured, refreshed 15
+  minutes before they expire: all as botocore does), the first and the last
+  link of botocore's default chain;
 * endpoints from copier's properties, else AWS's standard regional endpoint
   of the region's partition (botocore's own ``partitions.json``, read as a
   file).
@@ -32,6 +33,7 @@ import http.client
 import importlib.util
 import json
 import os
+import pwd
 import re
 import threading
 import time
@@ -47,6 +49,7 @@ __all__ = [
     "ImdsCredentials",
     "StaticCredentials",
     "endpoint_for",
+    "host_header",
     "lean_credentials",
     "lean_reason",
     "sign",
@@ -55,6 +58,7 @@ __all__ = [
 REFRESH_BEFORE_S = 15 * 60  # botocore's advisory refresh window for refreshable credentials
 MANDATORY_BEFORE_S = 10 * 60  # within this, credentials that could not be refreshed are not used
 IMDS_DEFAULT = "http://169.254.169.254/"
+IMDS_IPV6 = "http://[fd00:ec2::254]/"  # AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE=IPv6, as botocore
 IMDS_TOKEN_TTL_S = 21_600
 IMDS_TIMEOUT_S = 2.0
 
@@ -71,6 +75,10 @@ _BOTOCORE_SETTINGS = (
     "AWS_ENDPOINT_URL_DYNAMODB",
     "AWS_USE_FIPS_ENDPOINT",
     "AWS_USE_DUALSTACK_ENDPOINT",
+    "AWS_CREDENTIAL_FILE",  # boto2's credentials file, which botocore still reads
+    "AWS_CREDENTIAL_EXPIRATION",  # environment credentials botocore treats as expiring
+    "AWS_ACCOUNT_ID",  # DynamoDB's account-based endpoints
+    "AWS_ACCOUNT_ID_ENDPOINT_MODE",
 )
 
 
@@ -125,7 +133,7 @@ class ImdsCredentials:
                         raise TransientAwsError("IMDS", type(exc).__name__, what) from exc
             return self._credentials
 
-    def _request(self, method: str, path: str, headers: dict[str, str]) -> str:
+    def _request(self, method: str, path: str, headers: dict[str, str]) -> tuple[int, str]:
         connection = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
         try:
             connection.request(method, path, headers=headers)
@@ -133,17 +141,33 @@ class ImdsCredentials:
             body = answer.read().decode()
         finally:
             connection.close()
-        if answer.status != 200:
-            raise http.client.HTTPException(f"{method} {path}: HTTP {answer.status}")
+        return answer.status, body
+
+    def _get(self, path: str, headers: dict[str, str]) -> str:
+        status, body = self._request("GET", path, headers)
+        if status != 200:
+            raise http.client.HTTPException(f"GET {path}: HTTP {status}")
+        return body
+
+    def _token(self) -> str | None:
+        """An IMDSv2 session token; None where botocore falls back to IMDSv1 (the PUT refused or unanswered)."""
+        ttl = {"X-aws-ec2-metadata-token-ttl-seconds": str(IMDS_TOKEN_TTL_S)}
+        try:
+            status, body = self._request("PUT", "/latest/api/token", ttl)
+        except TimeoutError:
+            return None
+        if status in (403, 404, 405):
+            return None
+        if status != 200:
+            raise http.client.HTTPException(f"PUT /latest/api/token: HTTP {status}")
         return body
 
     def _fetch(self) -> tuple[Credentials, float]:
-        ttl = {"X-aws-ec2-metadata-token-ttl-seconds": str(IMDS_TOKEN_TTL_S)}
-        token = self._request("PUT", "/latest/api/token", ttl)
-        headers = {"X-aws-ec2-metadata-token": token}
+        token = self._token()
+        headers = {"X-aws-ec2-metadata-token": token} if token is not None else {}
         base = "/latest/meta-data/iam/security-credentials/"
-        role = self._request("GET", base, headers).splitlines()[0].strip()
-        doc = json.loads(self._request("GET", base + role, headers))
+        role = self._get(base, headers).splitlines()[0].strip()
+        doc = json.loads(self._get(base + role, headers))
         expires = dt.datetime.fromisoformat(doc["Expiration"].replace("Z", "+00:00")).timestamp()
         return Credentials(doc["AccessKeyId"], doc["SecretAccessKey"], doc.get("Token")), expires
 
@@ -152,17 +176,44 @@ def lean_credentials(environ: Mapping[str, str] = os.environ) -> StaticCredentia
     """The environment's keys if set, else the instance profile (call :func:`lean_reason` first)."""
     key, secret = environ.get("AWS_ACCESS_KEY_ID"), environ.get("AWS_SECRET_ACCESS_KEY")
     if key and secret:
-        return StaticCredentials(Credentials(key, secret, environ.get("AWS_SESSION_TOKEN") or None))
-    return ImdsCredentials(environ.get("AWS_EC2_METADATA_SERVICE_ENDPOINT") or IMDS_DEFAULT)
+        # botocore's environment provider reads AWS_SECURITY_TOKEN before AWS_SESSION_TOKEN
+        token = environ.get("AWS_SECURITY_TOKEN") or environ.get("AWS_SESSION_TOKEN") or None
+        return StaticCredentials(Credentials(key, secret, token))
+    endpoint = environ.get("AWS_EC2_METADATA_SERVICE_ENDPOINT")
+    if not endpoint:
+        ipv6 = environ.get("AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE", "").lower() == "ipv6"
+        endpoint = IMDS_IPV6 if ipv6 else IMDS_DEFAULT
+    return ImdsCredentials(endpoint)
 
 
-def _config_files(environ: Mapping[str, str]) -> list[Path]:
-    home = Path(environ.get("HOME") or "/nonexistent")
+def _home(environ: Mapping[str, str]) -> str:
+    """``~`` as botocore expands it: HOME, else the user's home in the password database."""
+    if environ.get("HOME"):
+        return environ["HOME"]
+    try:
+        return pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:
+        return "/nonexistent"
+
+
+def _expand(path: str, environ: Mapping[str, str]) -> str:
+    """``~`` and ``$VAR`` expanded against ``environ``, as botocore expands its file settings."""
+    if path == "~" or path.startswith("~/"):
+        path = _home(environ) + path[1:]
+    return re.sub(
+        r"\$(\w+|\{[^}]*\})",
+        lambda m: environ.get(m.group(1).strip("{}"), m.group(0)),
+        path,
+    )
+
+
+def _config_files(environ: Mapping[str, str]) -> list[str]:
+    home = _home(environ)
     return [
-        Path(environ.get("AWS_SHARED_CREDENTIALS_FILE") or home / ".aws" / "credentials"),
-        Path(environ.get("AWS_CONFIG_FILE") or home / ".aws" / "config"),
-        Path(environ.get("BOTO_CONFIG") or "/etc/boto.cfg"),
-        home / ".boto",
+        _expand(environ.get("AWS_SHARED_CREDENTIALS_FILE") or "~/.aws/credentials", environ),
+        _expand(environ.get("AWS_CONFIG_FILE") or "~/.aws/config", environ),
+        _expand(environ.get("BOTO_CONFIG") or "/etc/boto.cfg", environ),
+        os.path.join(home, ".boto"),
     ]
 
 
@@ -189,7 +240,9 @@ def lean_reason(
     if not key and environ.get("AWS_EC2_METADATA_DISABLED", "").lower() == "true":
         return "no credentials in the environment and AWS_EC2_METADATA_DISABLED is set"
     for path in _config_files(environ):
-        if path.exists():  # credentials, a profile's endpoint_url, use_fips_endpoint, a proxy...: botocore reads it
+        # credentials, a profile's endpoint_url, use_fips_endpoint, a proxy...: botocore reads the file;
+        # isfile (botocore's own check) never raises on a path it cannot look at
+        if os.path.isfile(path):
             return f"{path} exists"
     for service, region, endpoint in calls:
         url = endpoint or endpoint_for(service, region)
@@ -235,6 +288,15 @@ def endpoint_for(service: str, region: str) -> str | None:
     return None
 
 
+def host_header(url: str) -> str:
+    """The Host header a request to ``url`` carries and is signed with: no userinfo, an IPv6 address in
+    brackets, the port only when it is not the scheme's default (botocore's rule)."""
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    default = ":443" if parts.scheme == "https" else ":80"
+    return host[: -len(default)] if host.endswith(default) else host
+
+
 def _hmac(key: bytes, text: str) -> bytes:
     return hmac.new(key, text.encode(), hashlib.sha256).digest()
 
@@ -251,21 +313,17 @@ def sign(
     """The headers of a SigV4-signed POST of ``body`` to ``url`` (path "/", no query string).
 
     ``headers`` are the request's own (X-Amz-Target, Content-Type); the
-    result adds Host, X-Amz-Date, X-Amz-Security-Token (if any) and
-    Authorization, every header signed, as botocore's ``SigV4Auth`` does
-    (``tests/test_awsauth.py`` compares the two).
+    result adds Host (:func:`host_header`: send exactly this one, it is the
+    one signed), X-Amz-Date, X-Amz-Security-Token (if any) and Authorization,
+    every header signed, as botocore's ``SigV4Auth`` does (``tests/test_awsauth.py``
+    compares the two).
     """
     when = (now or dt.datetime.now(dt.UTC)).strftime("%Y%m%dT%H%M%SZ")
     parts = urlsplit(url)
-    default_port = 443 if parts.scheme == "https" else 80
-    host = parts.hostname or ""
-    if parts.port and parts.port != default_port:
-        host = f"{host}:{parts.port}"
-    out = {**headers, "X-Amz-Date": when}
+    out = {**headers, "Host": host_header(url), "X-Amz-Date": when}
     if credentials.token:
         out["X-Amz-Security-Token"] = credentials.token
     signed = {k.lower(): " ".join(v.split()) for k, v in out.items()}
-    signed["host"] = host
     names = sorted(signed)
     canonical = "\n".join(
         [

@@ -10,10 +10,34 @@ from __future__ import annotations
 
 from copier.core.errors import HOST_WIDE_CODES, AwsError, FatalAwsError
 
-__all__ = ["FATAL_CODES", "naming_the_resource", "place"]
+__all__ = ["FATAL_CODES", "RETRIED_CODES", "naming_the_resource", "place"]
 
 #: Codes that retrying cannot fix: host-wide ones, and requests AWS rejects as malformed.
 FATAL_CODES = HOST_WIDE_CODES | {"ValidationException", "SerializationException", "InvalidArgumentException"}
+
+#: Error answers botocore's standard retry mode retries (throttling and transient codes); any other answer is
+#: the caller's to act on at once (an expired iterator wants a new one, not the same request again).
+RETRIED_CODES = frozenset(
+    {
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "ProvisionedThroughputExceededException",
+        "TransactionInProgressException",
+        "RequestLimitExceeded",
+        "BandwidthLimitExceeded",
+        "LimitExceededException",
+        "RequestThrottled",
+        "SlowDown",
+        "PriorRequestNotComplete",
+        "EC2ThrottledException",
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "KMSThrottlingException",
+    }
+)
 
 
 def naming_the_resource(error: AwsError, what: str, where: str, step: str) -> AwsError:

@@ -19,7 +19,7 @@ call through it.
 
 Failures become copier errors here, in the classes copier decides on:
 
-* the connection could not be made (nothing was sent): ``TransientAwsError``;
+* the connection could not be made (nothing was sent): :class:`Unsent`;
 * no answer, or a 5xx (the request may have been applied): :class:`Unanswered`,
   which a PutRecords caller treats as ambiguous and verifies, and a state
   write simply retries (its conditions make it idempotent);
@@ -54,15 +54,19 @@ from copier.adapters.awsauth import sign
 from copier.adapters.awserrors import FATAL_CODES
 from copier.core.errors import AwsError, FatalAwsError, TransientAwsError
 
-__all__ = ["AnswerCallback", "ConditionFailed", "JsonClient", "Unanswered", "ca_bundle", "usable"]
+__all__ = ["AnswerCallback", "ConditionFailed", "JsonClient", "Unanswered", "Unsent", "ca_bundle", "usable"]
 
 _PROTOCOLS = {
     "kinesis": ("Kinesis_20131202", "application/x-amz-json-1.1"),
     "dynamodb": ("DynamoDB_20120810", "application/x-amz-json-1.0"),
 }
 IDLE_RECONNECT_S = 20.0  # servers close idle connections (AWS after about a minute): never send on a stale one
-_NOT_SENT = (ConnectionRefusedError, socket.gaierror)
+_NOT_SENT = (ConnectionRefusedError, socket.gaierror, http.client.NotConnected)
 AnswerCallback = Callable[[int, int, str], None]  # (sent_ms, received_ms, Date header or "")
+
+
+class Unsent(TransientAwsError):
+    """Nothing was sent: the connection could not be made (refused, no such host, a connect timeout)."""
 
 
 class Unanswered(TransientAwsError):
@@ -144,7 +148,16 @@ class JsonClient:
         return cls(service, meta.region_name, meta.endpoint_url, credentials, connect_timeout, read_timeout, on_answer)
 
     def _connect(self) -> http.client.HTTPConnection:
-        if self._connection is not None and time.monotonic() - self._last_used < IDLE_RECONNECT_S:
+        """The kept-alive connection, or a new one with the read timeout on its socket.
+
+        A connection the server closed (an answer with ``Connection: close``)
+        has no socket: it is replaced here, never reopened by http.client's
+        ``auto_open``, which would wait for every answer on it with the
+        connect timeout instead of the read timeout.
+        """
+        live = self._connection is not None and self._connection.sock is not None
+        if live and time.monotonic() - self._last_used < IDLE_RECONNECT_S:
+            assert self._connection is not None
             return self._connection
         self.close()
         if self.https:
@@ -155,6 +168,7 @@ class JsonClient:
             )
         else:
             connection = http.client.HTTPConnection(self.host, self.port, timeout=self.connect_timeout)
+        connection.auto_open = 0  # see above: a closed connection raises NotConnected, nothing sent
         connection.connect()  # nothing is sent if this fails
         assert connection.sock is not None
         connection.sock.settimeout(self.read_timeout)
@@ -180,7 +194,7 @@ class JsonClient:
             connection = self._connect()
         except (OSError, http.client.HTTPException) as exc:
             self.close()
-            raise TransientAwsError(operation, type(exc).__name__, str(exc)) from exc
+            raise Unsent(operation, type(exc).__name__, str(exc)) from exc
         try:
             sent_ms = time.time_ns() // 1_000_000
             connection.request("POST", "/", body=body, headers=headers)
@@ -190,7 +204,7 @@ class JsonClient:
         except (OSError, http.client.HTTPException) as exc:
             self.close()
             if isinstance(exc, _NOT_SENT):
-                raise TransientAwsError(operation, type(exc).__name__, str(exc)) from exc
+                raise Unsent(operation, type(exc).__name__, str(exc)) from exc
             raise Unanswered(operation, type(exc).__name__, str(exc)) from exc
         self._last_used = time.monotonic()
         if self.on_answer is not None:

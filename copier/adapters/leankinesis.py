@@ -5,8 +5,10 @@ shards, its settings, a range read again) and the target side (what a put
 left there) through a client with botocore's method names; this is that
 client without botocore (``copier.adapters.awsauth``): the same calls, the
 answers in the shape botocore's parser gives them (record data as bytes), and
-transient errors retried a few times with backoff, as botocore's standard
-retry mode would (a read cannot duplicate anything). Puts do not come here:
+what botocore's standard retry mode retries (no connection, no answer, a 5xx,
+throttling: :func:`_retried`) retried a few times with backoff (a read cannot
+duplicate anything); any other error answer, an expired iterator among them,
+goes to the caller at once. Puts do not come here:
 ``KinesisStreams`` sends them itself, exactly once each.
 """
 
@@ -19,12 +21,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from copier.adapters.awsjson import JsonClient
-from copier.core.errors import TransientAwsError
+from copier.adapters.awserrors import RETRIED_CODES
+from copier.adapters.awsjson import JsonClient, Unanswered, Unsent
+from copier.core.errors import AwsError
 
 __all__ = ["LeanKinesis"]
 
 READ_ATTEMPTS = 3
+
+
+def _retried(error: AwsError) -> bool:
+    """Whether botocore's standard retry mode would send this request again."""
+    return isinstance(error, (Unsent, Unanswered)) or error.code in RETRIED_CODES
 
 
 class LeanKinesis:
@@ -39,8 +47,8 @@ class LeanKinesis:
         for attempt in range(READ_ATTEMPTS):
             try:
                 return self.client.call(operation, body)
-            except TransientAwsError:
-                if attempt == READ_ATTEMPTS - 1:
+            except AwsError as exc:
+                if attempt == READ_ATTEMPTS - 1 or not _retried(exc):
                     raise
                 self._sleep(random.uniform(0, 0.1 * 2**attempt))  # noqa: S311 - jitter, not secrecy
         raise AssertionError("unreachable")
