@@ -34,9 +34,9 @@ def test_every_part_writes_its_numbers_table_and_plot(smoke: tuple[Path, dict]) 
     out, data = smoke
     text = (out / "benchmarks.md").read_text()
     headings = ("## 1. Processor CPU", "## 2. DynamoDB write units", "## 3. The dedup window", "## 4. End to end")
-    for heading in (*headings, "## 5. Order per partition key"):
+    for heading in (*headings, "## 5. Order per partition key", "## 6. What a shard costs a host"):
         assert heading in text
-    for plot in ("bench-cpu.png", "bench-cost.png", "bench-window.png", "bench-e2e.png"):
+    for plot in ("bench-cpu.png", "bench-cost.png", "bench-window.png", "bench-e2e.png", "bench-host.png"):
         assert (out / plot).stat().st_size > 1000, plot
     assert data["method"]["versions"]["amazon-kclpy"] and data["method"]["machine"]["cores"]
 
@@ -77,3 +77,40 @@ def test_ordering_is_measured_against_none_with_distinct_and_hot_keys(smoke: tup
     cases = {(r["keys"], r["ordering"]): r for r in data["ordering"]}
     assert set(cases) == {(k, o) for k in ("distinct", "hot (5 keys)") for o in ("none", "partitionKey")}
     assert all(r["events"] == 200 and r["events_per_s"] > 0 for r in cases.values())
+
+
+def test_memory_and_the_host_are_measured_on_real_processes(smoke: tuple[Path, dict]) -> None:
+    """The lean path is measured against botocore's (each confirmed by what the processor logged), and the
+    host run counts the daemon and one processor per shard."""
+    _, data = smoke
+    memory = {r["path"]: r for r in data["memory"]}
+    assert set(memory) == {"lean", "botocore"}
+    for row in memory.values():
+        assert 0 < row["uss_mb"] <= row["pss_mb"] <= row["rss_mb"]
+    assert memory["lean"]["rss_mb"] < memory["botocore"]["rss_mb"]
+    (host,) = data["host"]
+    assert host["shards"] == host["processors"] == 1
+    assert host["daemon"]["rss_mb"] > 50, "the JVM is in the tree"
+    assert host["tree"]["rss_mb"] > host["daemon"]["rss_mb"] + host["processor_pss_mb"]
+    assert host["all_first_event_s"] > 0 and host["steady_cpu_percent"] > 0
+
+
+def test_a_partial_run_keeps_the_other_parts(smoke: tuple[Path, dict], tmp_path: Path) -> None:
+    """``--only`` runs the parts named and keeps the others' numbers from the output directory."""
+    out, data = smoke
+    (tmp_path / "benchmarks.json").write_text((out / "benchmarks.json").read_text())
+    done = subprocess.run(
+        [sys.executable, "-m", "copier.bench", "--smoke", "--only", "memory", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    again = json.loads((tmp_path / "benchmarks.json").read_text())
+    for part in ("cpu", "cost", "window", "e2e", "ordering", "host"):
+        assert again[part] == data[part], part
+    assert {r["path"] for r in again["memory"]} == {"lean", "botocore"}
+    assert "--only memory" in again["method"]["reruns"][-1]["command"]
+    assert "Parts run again since" in (tmp_path / "benchmarks.md").read_text()
+    bad = subprocess.run([sys.executable, "-m", "copier.bench", "--only", "nope"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "no part nope" in bad.stderr

@@ -93,6 +93,8 @@ HOSTILE = [
     ("streamName", " staging", "white space"),
     ("copier.targetRoleArn", "*", "does not match"),
     ("regionName", "$(reboot)", "does not match"),
+    ("workerId", "i-0abc\nexecutableName=/bin/sh", "control character"),
+    ("workerId", "i-0abc host", "does not match"),
 ]
 
 
@@ -216,3 +218,17 @@ def test_plain_http_is_for_this_machine_only(endpoint: str, ok: bool) -> None:
     else:
         with pytest.raises(ConfigError, match="kinesisEndpoint"):
             parse_config(text)
+
+
+def test_the_host_s_instance_id_becomes_its_worker_id(tmp_path: Path) -> None:
+    """The user data adds the instance's ID from IMDSv2 as workerId (a restarted daemon then renews its own
+    leases at once); copier configure writes it like any checked parameter."""
+    status, out = _configure(tmp_path, {**GOOD, "workerId": "i-0123456789abcdef0"})
+    assert status == 0
+    assert parse_properties(out.read_text())["workerId"][1] == "i-0123456789abcdef0"
+    user_data = TEMPLATE.read_text().split("UserData:")[1].split("\n  Group:")[0]
+    assert "latest/meta-data/instance-id" in user_data and "X-aws-ec2-metadata-token:" in user_data
+    assert re.search(
+        r'echo "workerId=\$\(printf %s "\$instance_id" \| base64 -w0\)" >> /etc/copier/parameters', user_data
+    )
+    assert user_data.index("workerId=") < user_data.index("copier configure --parameters")

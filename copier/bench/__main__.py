@@ -2,12 +2,15 @@
 
     python -m copier.bench                     # the full run (make bench): docs/benchmarks.md, .json, PNG plots
     python -m copier.bench --smoke --out DIR   # tiny sizes, seconds to minutes (tests/test_bench.py)
+    python -m copier.bench --only memory,host  # these parts again; the others kept from OUT/benchmarks.json
 
 Parts: processor CPU per event against a plain at-least-once copier
 (``copier.bench.cpu``), DynamoDB write units per million events against
 per-record idempotency (``copier.bench.cost``), the dedup window's memory,
-takeover time and CPU as it grows (``copier.bench.window``), and the real
-daemon end to end against the plain copier (``copier.bench.e2e``).
+takeover time and CPU as it grows (``copier.bench.window``), the real
+daemon end to end against the plain copier (``copier.bench.e2e``), and what a
+shard costs a host: memory per processor, a many-shard host, and the time to
+start, restart and take over (``copier.bench.host``).
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FULL", "SMOKE", "Profile", "main", "run"]
+__all__ = ["FULL", "PARTS", "SMOKE", "Profile", "main", "run"]
+
+PARTS = ("cpu", "window", "ordering", "e2e", "memory", "host", "startup", "rolling", "cost")
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,11 @@ class Profile:
     e2e_burst: int
     ordering_events: int
     ordering_hot_keys: int
+    host_shards: tuple[int, ...]
+    host_rate: int
+    host_measure_s: float
+    startup_shards: int  # 0: no startup part
+    rolling: tuple[int, int, int, float]  # (workers, shards, events/s, seconds between restarts); 0 workers: none
 
 
 FULL = Profile(
@@ -58,6 +68,11 @@ FULL = Profile(
     e2e_burst=10_000,
     ordering_events=10_000,
     ordering_hot_keys=20,
+    host_shards=(8, 64),
+    host_rate=640,
+    host_measure_s=30.0,
+    startup_shards=8,
+    rolling=(3, 8, 80, 30.0),
 )
 SMOKE = Profile(
     cpu_cases=((200, 100, 3000), (200, 1000, 5000)),  # at least ~40 ms of CPU each: ticks are 10 ms
@@ -73,6 +88,11 @@ SMOKE = Profile(
     e2e_burst=100,
     ordering_events=200,
     ordering_hot_keys=5,
+    host_shards=(1,),
+    host_rate=10,
+    host_measure_s=2.0,
+    startup_shards=0,
+    rolling=(0, 0, 0, 0.0),
 )
 
 
@@ -83,6 +103,10 @@ class Results:
     window: list[dict[str, Any]] = field(default_factory=list)
     e2e: list[dict[str, Any]] = field(default_factory=list)
     ordering: list[dict[str, Any]] = field(default_factory=list)
+    memory: list[dict[str, Any]] = field(default_factory=list)
+    host: list[dict[str, Any]] = field(default_factory=list)
+    startup: list[dict[str, Any]] = field(default_factory=list)
+    rolling: list[dict[str, Any]] = field(default_factory=list)
     method: dict[str, Any] = field(default_factory=dict)
 
 
@@ -108,11 +132,11 @@ def _machine() -> dict[str, Any]:
     return {"platform": platform.platform(), "cpu": cpu, "cores": os.cpu_count(), "memory": memory}
 
 
-def run(profile: Profile, workdir: Path, command: str) -> Results:
-    """Every part, in order; returns the raw numbers."""
+def run(profile: Profile, workdir: Path, command: str, parts: tuple[str, ...] = PARTS) -> Results:
+    """The parts asked for (every part by default), in order; returns the raw numbers."""
     from copier.adapters.dynamo import DynamoStateStore
     from copier.adapters.kinesis import paged_shards
-    from copier.bench import cost, cpu, e2e, ordering, window
+    from copier.bench import cost, cpu, e2e, host, ordering, window
     from copier.core.config import load_config
     from copier.local.backend import DUMMY_ENV, LocalBackend
     from copier.local.multilang import COPIER
@@ -129,7 +153,7 @@ def run(profile: Profile, workdir: Path, command: str) -> Results:
 
         kinesis = boto3.session.Session(region_name="us-east-1").client("kinesis", endpoint_url=backend.endpoint)
         # A copier processor looks its shard up in ListShards: each processor gets a real shard of its own.
-        shards = len(profile.cpu_cases) * profile.cpu_repeats * 3 + len(profile.windows) + 4
+        shards = len(profile.cpu_cases) * profile.cpu_repeats * 3 + len(profile.windows) + 6
         for name, count in (("bench-staging", shards), ("bench-target", 4)):
             kinesis.create_stream(StreamName=name, ShardCount=count)
             kinesis.get_waiter("stream_exists").wait(StreamName=name)
@@ -156,17 +180,17 @@ def run(profile: Profile, workdir: Path, command: str) -> Results:
         store.create_table()
         plain = [sys.executable, "-m", "copier.bench.plain", "--properties", str(props)]
         shard_ids = iter(sorted(s["ShardId"] for s in paged_shards(kinesis.list_shards, "bench-staging")))
-        for payload_bytes, batch, events in profile.cpu_cases:
+        for payload_bytes, batch, events in profile.cpu_cases if "cpu" in parts else ():
             _say(f"cpu: {payload_bytes} B, batches of {batch}, {events} events, x{profile.cpu_repeats} each")
             case = cpu.CpuCase(payload_bytes, batch, events)
             alone = uncoalesced if config.coalescing and batch < config.coalesce_events else None
             results.cpu.append(cpu.run_case(props, alone, plain, case, profile.cpu_repeats, shard_ids).to_json())
-        for size, shard in zip(profile.windows, shard_ids, strict=False):
+        for size, shard in zip(profile.windows if "window" in parts else (), shard_ids, strict=False):
             _say(f"window: {size} IDs")
             results.window.append(
                 window.measure_window(props, store, "bench-staging", shard, size, profile.window_events).to_json()
             )
-        for hot_keys in (0, profile.ordering_hot_keys):
+        for hot_keys in (0, profile.ordering_hot_keys) if "ordering" in parts else ():
             for mode in ("none", "partitionKey"):
                 _say(f"ordering {mode}: {profile.ordering_events} events, {hot_keys or 'distinct'} keys")
                 order_props = properties(f"bench-order-{mode}", ordering=mode, coalesceEvents="1")
@@ -179,7 +203,7 @@ def run(profile: Profile, workdir: Path, command: str) -> Results:
                     min(1000, profile.ordering_events),
                 )
                 results.ordering.append(measured.to_json())
-        for shards_count in profile.e2e_shards:
+        for shards_count in profile.e2e_shards if "e2e" in parts else ():
             for kind in ("plain", "copier"):
                 _say(f"end to end: {kind}, {shards_count} shards")
                 outcome = e2e.run_e2e(
@@ -192,6 +216,52 @@ def run(profile: Profile, workdir: Path, command: str) -> Results:
                     profile.e2e_burst,
                 )
                 results.e2e.append(outcome.to_json())
+        for botocore in (False, True) if "memory" in parts else ():
+            _say(f"memory: one processor, {'botocore' if botocore else 'lean'} path")
+            used = host.processor_memory(props, next(shard_ids), workdir / f"home-{botocore}", botocore)
+            results.memory.append(used)
+        for shards_count in profile.host_shards if "host" in parts else ():
+            _say(f"host: one worker, {shards_count} shards, then {profile.host_rate} events/s")
+            results.host.append(
+                host.run_host(
+                    backend.endpoint,
+                    workdir / f"host-{shards_count}",
+                    shards_count,
+                    profile.host_rate,
+                    profile.host_measure_s,
+                )
+            )
+        variants = [(s, w) for s in ("local", "production") for w in (None, "copier-host-a")]
+        for settings, worker_id in variants if "startup" in parts and profile.startup_shards else ():
+            named = "a stable workerId" if worker_id else "a new workerId each run"
+            _say(f"startup: {settings} settings, {named}, {profile.startup_shards} shards: fresh, restart, crash")
+            results.startup.append(
+                host.run_startups(
+                    backend.endpoint,
+                    workdir / f"startup-{settings}-{bool(worker_id)}",
+                    profile.startup_shards,
+                    settings,
+                    worker_id,
+                )
+            )
+        workers, rolling_shards, rolling_rate, settle_s = profile.rolling
+        for in_place in (True, False) if "rolling" in parts and workers else ():
+            how = "in place" if in_place else "new workers"
+            _say(f"rolling deploy, {how}: {workers} workers, {rolling_shards} shards, {rolling_rate} events/s")
+            results.rolling.append(
+                host.run_rolling(
+                    backend.endpoint,
+                    workdir / f"rolling-{in_place}",
+                    workers,
+                    rolling_shards,
+                    rolling_rate,
+                    settle_s,
+                    in_place,
+                )
+            )
+        if "cost" not in parts:
+            results.method["minutes"] = round((time.monotonic() - started) / 60, 1)
+            return results
     _say(f"cost: batches {profile.cost_batches}, coalesced {profile.cost_coalesced}, {profile.cost_events} events each")
     cost_dir = workdir / "cost"
     cost_dir.mkdir(exist_ok=True)
@@ -206,7 +276,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m copier.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks that every part runs")
     parser.add_argument("--out", default="docs", help="where benchmarks.md, benchmarks.json and the plots go")
+    parser.add_argument(
+        "--only",
+        type=lambda text: tuple(text.split(",")),
+        default=PARTS,
+        help=f"comma-separated parts to run ({','.join(PARTS)}); the others are kept from OUT/benchmarks.json",
+    )
     args = parser.parse_args(argv)
+    unknown = set(args.only) - set(PARTS)
+    if unknown:
+        parser.error(f"--only: no part {', '.join(sorted(unknown))} (parts: {', '.join(PARTS)})")
     from copier.adapters.logs import configure_logging
     from copier.bench.report import write
 
@@ -215,9 +294,18 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     command = "python -m copier.bench " + " ".join(argv if argv is not None else sys.argv[1:])
     with tempfile.TemporaryDirectory(prefix="copier-bench-") as workdir:
-        results = run(SMOKE if args.smoke else FULL, Path(workdir), command.strip())
-    (out / "benchmarks.json").write_text(json.dumps(results.__dict__, indent=1) + "\n")
-    write(results.__dict__, out)
+        results = run(SMOKE if args.smoke else FULL, Path(workdir), command.strip(), args.only)
+    data = results.__dict__
+    previous = out / "benchmarks.json"
+    if args.only != PARTS and previous.exists():  # the parts not run again keep their last numbers
+        kept = json.loads(previous.read_text())
+        for part in set(PARTS) - set(args.only):
+            data[part] = kept.get(part, data[part])
+        rerun = {key: data["method"].get(key) for key in ("command", "date", "minutes")}
+        data["method"] = kept.get("method", data["method"])
+        data["method"]["reruns"] = [*data["method"].get("reruns", []), rerun]
+    (out / "benchmarks.json").write_text(json.dumps(data, indent=1) + "\n")
+    write(data, out)
     _say(f"wrote {out / 'benchmarks.md'}")
     return 0
 

@@ -34,7 +34,7 @@ from typing import Any
 from copier.adapters.streamreader import Progress, StreamReader
 from copier.local.pipeline import LocalPipeline
 
-__all__ = ["E2EResult", "run_e2e"]
+__all__ = ["E2EResult", "bench_pipeline", "run_e2e"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,20 @@ class E2EResult:
 
     def to_json(self) -> dict[str, Any]:
         return self.__dict__.copy()
+
+
+def bench_pipeline(endpoint: str, workdir: Path, run: str, kcl: dict[str, str]) -> LocalPipeline:
+    """A pipeline of its own for one measurement: streams and application named after ``run``, copier's
+    log at WARNING (a benchmark reads numbers, not logs)."""
+    return LocalPipeline(
+        endpoint,
+        workdir,
+        staging=f"{run}-s",
+        target=f"{run}-t",
+        application=run,
+        kcl=kcl,
+        copier={"logLevel": "WARNING"},
+    )
 
 
 def _put(kinesis: Any, stream: str, events: list[str]) -> None:
@@ -92,15 +106,7 @@ def run_e2e(kind: str, shards: int, endpoint: str, workdir: Path, rate: int, sec
     kcl: dict[str, str] = {}
     if kind == "plain":
         kcl["executableName"] = f"{sys.executable} -m copier.bench.plain --properties {workdir / 'copier.properties'}"
-    pipeline = LocalPipeline(
-        endpoint,
-        workdir,
-        staging=f"{run}-s",
-        target=f"{run}-t",
-        application=run,
-        kcl=kcl,
-        copier={"logLevel": "WARNING"},
-    )
+    pipeline = bench_pipeline(endpoint, workdir, run, kcl)
     reader = StreamReader(pipeline.kinesis, Progress(io.StringIO()))
     try:
         pipeline.create(shards, shards)

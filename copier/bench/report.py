@@ -15,6 +15,13 @@ __all__ = ["write"]
 CPU_GOAL_RATIO = 1.25
 CPU_GOAL_EVENTS = 30_000
 COST_GOAL = 130
+MEMORY_GOAL_MB = 40  # RSS of an idle copier process on the lean path
+RESTART_GOAL_S = 10
+FRESH_GOAL_S = 30
+# Measured before the lean path and the startup settings (the week issue 25 was filed, the same machine):
+# an idle copier process with boto3's clients; copier run with properties/copier.properties as shipped then,
+# to the first event, and after a crash.
+BEFORE = {"processor_rss_mb": 87.0, "fresh_s": 105.7, "crash_s": 180.0}
 
 
 def _cpu_table(rows: list[dict[str, Any]]) -> list[str]:
@@ -63,6 +70,138 @@ def _verdicts(data: dict[str, Any]) -> list[str]:
             + ", ".join(f"{v}x with batches of {k}" for k, v in cost["coalesced_times_fewer"].items())
             + f" (goal at least {COST_GOAL}x)."
         )
+    for row in data.get("memory", []):
+        lines.append(
+            f"- Memory: an idle `copier process` on the {row['path']} path holds {row['rss_mb']} MB RSS, "
+            f"{row['pss_mb']} MB PSS" + (f" (goal at most {MEMORY_GOAL_MB} MB RSS)." if row["path"] == "lean" else ".")
+        )
+    for row in data.get("rolling", []):
+        lines.append(
+            f"- Rolling deploy ({row['workers']} workers, {row['shards']} shards, {row['restart']}): "
+            "longest pause of a shard "
+            f"{row['longest_pause_s']} s (goal at most {RESTART_GOAL_S} s), {row['lost']} lost, "
+            f"{row['duplicated']} duplicated."
+        )
+    for row in data.get("startup", []):
+        lines.append(
+            f"- Start with {row['settings']} settings ({row.get('worker_id', 'new each run')} workerId), "
+            f"{row['shards']} shards, to every shard's first event: "
+            f"fresh lease table {row['fresh_s']} s, restart {row['restart_s']} s, crash takeover "
+            f"{row['crash_s']} s (goals {FRESH_GOAL_S}, {RESTART_GOAL_S}, {FRESH_GOAL_S} s)."
+        )
+    return lines
+
+
+def _before_after(data: dict[str, Any]) -> list[str]:
+    """Before and after rows for what issue 25 promised, where this run measured the after."""
+    rows = []
+    lean = next((r for r in data.get("memory", []) if r["path"] == "lean"), None)
+    if lean:
+        rows.append(f"| idle `copier process` RSS (MB) | {BEFORE['processor_rss_mb']} | {lean['rss_mb']} |")
+    window = data.get("window") or []
+    if window:
+        rows.append(f"| bytes per remembered ID | 20 | {window[-1]['bytes_per_id']} |")
+    shipped = {r.get("worker_id"): r for r in data.get("startup", []) if r["settings"] == "production"}
+    new, stable = shipped.get("new each run"), shipped.get("stable")
+    if new and stable:
+        rows += [
+            f"| first event, fresh lease table, production sample (s) | {BEFORE['fresh_s']} | {stable['fresh_s']} |",
+            f"| restart after SIGTERM, production sample (s) | {new['restart_s']} | {stable['restart_s']} |",
+            f"| crash, then a new daemon on the host, production sample (s) | {BEFORE['crash_s']} | "
+            f"{stable['crash_s']} |",
+        ]
+    if not rows:
+        return []
+    return [
+        "Before and after: before is the measurement that opened the work (an idle processor with boto3's",
+        "clients; `copier run` with the sample properties as then shipped); for a restart, the same run with",
+        "the KCL's default workerId (a new one each run). After is this run, with a stable workerId.",
+        "",
+        "| figure | before | after |",
+        "|---|---|---|",
+        *rows,
+        "",
+    ]
+
+
+def _host_section(data: dict[str, Any]) -> list[str]:
+    """Section 6: memory per processor, a many-shard host, starting and restarting."""
+    lines = [
+        "## 6. What a shard costs a host",
+        "",
+        "One `copier process` runs per staging shard (`copier.bench.host`). Memory per processor: one",
+        "processor after `initialize` and a batch of 100 events, on the lean path and on botocore's (forced",
+        "by a shared AWS config file in its HOME). RSS counts shared library pages in every process; PSS",
+        "divides them among the processes sharing them (what N processors add up to); USS is what only",
+        "that process holds.",
+        "",
+        "| path | RSS (MB) | PSS (MB) | USS (MB) |",
+        "|---|---|---|---|",
+        *(f"| {r['path']} | {r['rss_mb']} | {r['pss_mb']} | {r['uss_mb']} |" for r in data.get("memory", [])),
+        "",
+    ]
+    if data.get("host"):
+        lines += [
+            "A many-shard host: one `copier run` worker holding every shard (the local runs' KCL timings with",
+            "the production sample's `failoverTimeMillis` 10000 and `idleTimeBetweenReadsInMillis` 1000:",
+            "`copier.bench.host.HOST_KCL`), an event waiting in each when it starts; then idle (after the",
+            "leases settle), then events at a steady rate spread over the shards. Memory is the whole tree's:",
+            "`copier run`, the daemon JVM and every processor. CPU is the tree's, in percent of one core",
+            "(the local backend runs in the benchmark's own process and is not counted).",
+            "",
+            "| shards | all first events (s) | tree RSS (MB) | tree PSS (MB) | daemon RSS (MB) "
+            "| processor PSS (MB) | idle CPU % | steady rate (events/s) | steady CPU % | CPU µs/event |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+            *(
+                f"| {r['shards']} | {r['all_first_event_s']} | {r['tree']['rss_mb']} | {r['tree']['pss_mb']} | "
+                f"{r['daemon']['rss_mb']} | {r['processor_pss_mb']} | {r['idle_cpu_percent']} | {r['steady_rate']} | "
+                f"{r['steady_cpu_percent']} | {r['steady_cpu_us_per_event']} |"
+                for r in data["host"]
+            ),
+            "",
+            "![A many-shard host](bench-host.png)",
+            "",
+        ]
+    if data.get("startup"):
+        lines += [
+            "Starting and restarting: seconds from `copier run` to every shard's first event in the target,",
+            "an event waiting in each shard. Fresh: a new application (no lease table). Restart: the worker",
+            "stopped with SIGTERM, a new one started (the lease table exists, the leases released). Crash: the",
+            "worker's process group SIGKILLed while it held every lease, a new worker started (it waits for",
+            "the leases to expire, then copier sleeps out the dead owner's lease). `local` is the local runs'",
+            "KCL timings (`copier.local.pipeline.FAST_KCL`); `production` is `properties/copier.properties` as",
+            "shipped, pointed at the local backend. workerId: the KCL's default, a new ID for each run of the",
+            "daemon, or one kept across a host's restarts (`workerId` in the properties).",
+            "",
+            "| settings | workerId | shards | fresh (s) | restart (s) | crash takeover (s) |",
+            "|---|---|---|---|---|---|",
+            *(
+                f"| {r['settings']} | {r.get('worker_id', 'new each run')} | {r['shards']} | {r['fresh_s']} | "
+                f"{r['restart_s']} | {r['crash_s']} |"
+                for r in data["startup"]
+            ),
+            "",
+        ]
+    lines += _before_after(data)
+    if data.get("rolling"):
+        lines += [
+            "A rolling deploy: workers of one pipeline restarted one at a time (SIGTERM, wait for the exit,",
+            "start a new worker, wait the given seconds) while events arrive at a steady rate spread over the",
+            "shards. A shard's pause is the longest gap between consecutive arrivals in the target of its",
+            "events during the deploy; every event written is counted in the target (lost: never arrived;",
+            "duplicated: arrived more than once).",
+            "",
+            "| workers | restarted as | shards | events/s | events | longest pause (s) | median shard's pause (s) "
+            "| lost | duplicated |",
+            "|---|---|---|---|---|---|---|---|---|",
+            *(
+                f"| {r['workers']} | {r['restart']} | {r['shards']} | {r['rate']} | {r['events']:,} | "
+                f"{r['longest_pause_s']} | "
+                f"{r['median_pause_s']} | {r['lost']} | {r['duplicated']} |"
+                for r in data["rolling"]
+            ),
+            "",
+        ]
     return lines
 
 
@@ -185,19 +324,18 @@ def write(data: dict[str, Any], out: Path) -> None:
             ),
             "",
         ]
+    if data.get("memory") or data.get("host") or data.get("startup") or data.get("rolling"):
+        lines += _host_section(data)
+    for rerun in method.get("reruns", []):
+        lines.insert(3, f"Parts run again since: `{rerun['command']}`, {rerun['date']}, {rerun['minutes']} minutes.")
     (out / "benchmarks.md").write_text("\n".join(lines))
     _plots(data, out)
 
 
-def _plots(data: dict[str, Any], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def _cpu_plot(cpu: list[dict[str, Any]], out: Path, plt: Any) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
-    for payload in sorted({r["payload_bytes"] for r in data["cpu"]}):
-        rows = sorted((r for r in data["cpu"] if r["payload_bytes"] == payload), key=lambda r: r["batch"])
+    for payload in sorted({r["payload_bytes"] for r in cpu}):
+        rows = sorted((r for r in cpu if r["payload_bytes"] == payload), key=lambda r: r["batch"])
         batches = [r["batch"] for r in rows]
         ax.plot(batches, [r["plain_us_per_event"] for r in rows], "o--", label=f"plain copier, {payload} B")
         ax.plot(batches, [r["copier_us_per_event"] for r in rows], "o-", label=f"copier, {payload} B")
@@ -209,6 +347,16 @@ def _plots(data: dict[str, Any], out: Path) -> None:
     fig.tight_layout()
     fig.savefig(out / "bench-cpu.png", dpi=110)
     plt.close(fig)
+
+
+def _plots(data: dict[str, Any], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if data["cpu"]:
+        _cpu_plot(data["cpu"], out, plt)
 
     if data["cost"]:
         cost = data["cost"]
@@ -255,4 +403,22 @@ def _plots(data: dict[str, Any], out: Path) -> None:
         axes[1].legend()
         fig.tight_layout()
         fig.savefig(out / "bench-e2e.png", dpi=110)
+        plt.close(fig)
+
+    if data.get("host"):
+        rows = sorted(data["host"], key=lambda r: r["shards"])
+        shards = [r["shards"] for r in rows]
+        fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
+        axes[0].plot(shards, [r["tree"]["rss_mb"] for r in rows], "o-", label="tree RSS")
+        axes[0].plot(shards, [r["tree"]["pss_mb"] for r in rows], "s--", label="tree PSS")
+        axes[0].set(xlabel="shards on the host", ylabel="MB", title="Memory")
+        axes[0].legend()
+        axes[1].plot(shards, [r["idle_cpu_percent"] for r in rows], "o-", label="idle")
+        axes[1].plot(shards, [r["steady_cpu_percent"] for r in rows], "s--", label="steady rate")
+        axes[1].set(xlabel="shards on the host", ylabel="% of one core", title="CPU")
+        axes[1].legend()
+        axes[2].plot(shards, [r["all_first_event_s"] for r in rows], "o-")
+        axes[2].set(xlabel="shards on the host", ylabel="seconds", title="Until every shard forwarded")
+        fig.tight_layout()
+        fig.savefig(out / "bench-host.png", dpi=110)
         plt.close(fig)

@@ -44,6 +44,7 @@ _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
 _ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
 _EXTERNAL_ID = re.compile(r"^[\w+=,.@:/-]{2,1224}$")
 _SESSION_NAME = re.compile(r"^[\w+=,.@-]{2,64}$")
+_WORKER_ID = re.compile(r"^[a-zA-Z0-9_.:-]{1,128}$")  # an EC2 instance ID, a host name
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _LOOPBACK_HOSTS = ("localhost", "[::1]")
 
@@ -60,6 +61,7 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     "copier.targetRegionName": _REGION,
     "copier.metricsNamespace": _NAMESPACE,
     "copier.dedupKey": _DEDUP_KEY,
+    "workerId": _WORKER_ID,  # the host's own (its EC2 instance ID), written by the user data
 }
 
 
