@@ -101,6 +101,23 @@ def test_a_requested_stop_is_a_clean_exit_with_nothing_added(tmp_path: Path) -> 
         assert "copier: the KCL daemon" not in text
 
 
+def test_a_stop_asked_again_while_the_supervisor_exits_is_still_a_clean_exit(tmp_path: Path) -> None:
+    """A second SIGTERM (an operator's second Ctrl-C, a test's stop after its terminate) that lands after the
+    daemon ended, while the supervisor's interpreter shuts down, must not kill it by that signal (status -15):
+    a requested stop is status 0 however often it is asked for."""
+    for attempt in range(10):
+        proc, err = _start(tmp_path, "wait")
+        _wait_ready(proc)
+        proc.send_signal(signal.SIGTERM)
+        while proc.poll() is None:  # keep asking, once a millisecond, until it is gone: some land in its exit
+            try:
+                proc.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                break
+            time.sleep(0.001)
+        assert proc.wait(30) == 0, (attempt, proc.returncode, err.read_text()[-2000:])
+
+
 def test_a_daemon_exit_status_of_its_own_is_kept_and_explained(tmp_path: Path) -> None:
     proc, err = _start(tmp_path, "exit", "3")
     assert proc.wait(30) == 3

@@ -176,24 +176,34 @@ def supervise(command: Sequence[str], out: BinaryIO, prefix: bool) -> int:
     """Run ``command`` (the daemon's java command line) to its end; ``copier run``'s exit status."""
     relay = Relay(out, prefix)
     requested: list[int] = []
-    proc = subprocess.Popen(list(command), stderr=subprocess.PIPE, preexec_fn=_die_with_parent)  # noqa: PLW1509
+    started: list[subprocess.Popen[bytes]] = []
 
     def forward(signum: int, _frame: object) -> None:
         if signum in STOP_SIGNALS and not requested:
             requested.append(signum)
-        try:
-            proc.send_signal(signum)
-        except ProcessLookupError:  # pragma: no cover - it ended between the check and the kill
-            pass
+        for proc in started:  # none yet: a stop asked before the JVM exists is sent to it once it does
+            try:
+                proc.send_signal(signum)
+            except ProcessLookupError:  # pragma: no cover - it ended between the check and the kill
+                pass
 
+    # The handlers come first: a stop asked while the JVM is being spawned is remembered, not fatal.
     for signum in (*STOP_SIGNALS, *PASS_SIGNALS):
         signal.signal(signum, forward)
+    proc = subprocess.Popen(list(command), stderr=subprocess.PIPE, preexec_fn=_die_with_parent)  # noqa: PLW1509
+    started.append(proc)
+    if requested:
+        forward(requested[0], None)
     assert proc.stderr is not None
     # The relay reads in a thread and the main thread waits for the JVM: a child that outlives the daemon
     # (a processor orphaned by a SIGKILL) and kept a copy of its stderr must not hold ``copier run`` up.
     reader = threading.Thread(target=relay.copy, args=(proc.stderr,), name="relay", daemon=True)
     reader.start()
     returncode = proc.wait()
+    # Nothing is left to stop. Ignored from here on, a stop asked again cannot kill this process by its signal
+    # (status -15) while the interpreter exits: its shutdown puts a handler back to SIG_DFL, not SIG_IGN.
+    for signum in (*STOP_SIGNALS, *PASS_SIGNALS):
+        signal.signal(signum, signal.SIG_IGN)
     reader.join(RELAY_DRAIN_S)
     end = end_of(returncode, requested[0] if requested else None, relay.reason)
     if end.line:
