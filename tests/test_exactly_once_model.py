@@ -9,8 +9,9 @@ refuses), the batches the daemon delivers, the chunk size, whether each
 committed position gets checkpointed, and the faults: throttled entries,
 ambiguous puts with any subset landed, crashes before or after any state write
 or digest batch write or in the middle of a put, frozen writers whose digest
-writes land later, lease races with a fenced processor holding what it gets,
-target reshards while a put is ambiguous and stale shard maps refreshed at any
+writes land later, owner writes whose unanswered first attempt lands after
+their retry, lease races (the owner told that its lease moved, or not) with a
+fenced processor holding what it gets, target reshards while a put is ambiguous and stale shard maps refreshed at any
 point, outages past the digest TTL and the target's and the staging stream's
 retention, verifications slower than the lease with a rival taking over
 meanwhile, identical records from another staging shard, and a new
@@ -81,15 +82,39 @@ def covered(entry: dict[str, object]) -> str:
         return f"fenced in {entry.get('where')}"
     if name in ("possible_duplicates", "rerouted", "reading_again", "verification_beyond_retention", "took_back"):
         return name
+    if name == "released":
+        return f"released on {entry.get('why')}" + (" under an announced successor" if entry.get("successor") else "")
+    if name == "waiting_for_lease":
+        return "waited for a lease"
     return ""
 
 
-TRACED = {"took_over", "took_back", "verified_pending", "fenced", "possible_duplicates", "rerouted", "reading_again"}
+TRACED = {
+    "took_over",
+    "took_back",
+    "released",
+    "verified_pending",
+    "fenced",
+    "possible_duplicates",
+    "rerouted",
+    "reading_again",
+}
 
 
 def trace(logs: list[dict[str, object]]) -> str:
     """The protocol events of a run, one line each: what a failing example's message shows."""
-    keep = ("epoch", "batch", "landed", "to_redo", "unkeyed_resent", "redo_until", "event_ids", "where", "reason")
+    keep = (
+        "why",
+        "epoch",
+        "batch",
+        "landed",
+        "to_redo",
+        "unkeyed_resent",
+        "redo_until",
+        "event_ids",
+        "where",
+        "reason",
+    )
     return "\n".join(
         f"{e['event']} " + " ".join(f"{k}={e[k]}" for k in keep if k in e) for e in logs if e["event"] in TRACED
     )

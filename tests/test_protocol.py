@@ -11,6 +11,7 @@ import json
 import threading
 import time
 from collections import Counter
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -205,22 +206,55 @@ def test_takeover_while_the_first_processor_still_gets_records(pipeline: Pipelin
     assert first.close() == 0
 
 
+def test_a_processor_told_its_lease_moved_releases_it_to_the_successor_waiting_for_it(
+    pipeline: Pipeline, processors: Any
+) -> None:
+    """A lease move without the KCL's handoff: the new owner's processor starts first, announces itself and
+    waits; the old one gets leaseLost, releases copier's lease under that announcement, and the new one
+    takes over at its next look, long before the lease (10 s here) would have run out."""
+    pipeline.write_properties(leaseMillis=10_000)
+    first = processors(pipeline, "first")
+    first.initialize(SHARD)
+    first.process([event(1, "a"), event(2, "b")])
+    second = processors(pipeline, "second")
+    thread = threading.Thread(target=lambda: second.initialize(SHARD, seq="2"))
+    thread.start()
+    (waiting,) = second.wait_for("waiting_for_lease", timeout=30)
+    assert waiting["wait_ms"] > 8_000
+    first.lease_lost()
+    (released,) = first.wait_for("released")
+    assert released["why"] == "lease_lost" and released["successor"] is not None, released
+    thread.join(timeout=30)
+    (took_over,) = second.wait_for("took_over")
+    assert took_over["epoch"] == 2
+    waited_s = _at(took_over) - _at(waiting)
+    assert waited_s * 1000 < waiting["wait_ms"] / 2, f"took over {waited_s:.1f} s after it began to wait"
+    second.process([event(3, "c")])
+    assert target_ids(pipeline) == exactly_once(["a", "b", "c"])
+    assert first.close() == 0 and second.close() == 0
+
+
+def _at(entry: dict[str, Any]) -> float:
+    """A log line's timestamp, in seconds."""
+    return datetime.fromisoformat(str(entry["timestamp"]).replace("Z", "+00:00")).timestamp()
+
+
 def test_a_fenced_processor_asked_to_end_the_shard_takes_it_back_and_checkpoints(
     pipeline: Pipeline, processors: Any
 ) -> None:
     """Chaos seed 36 over the real protocol: a rival took copier's lease, then its daemon lost the shard.
 
     The first processor, fenced, is asked for the shard's end (the daemon asks once). It must not answer
-    until the shard is done: it sleeps out the rival's lease, takes the shard back, forwards what it held,
-    and checkpoints with no arguments. (Before: it answered without a checkpoint, and the daemon held the
-    lease with no processor behind it, forever.)
+    until the shard is done: it waits for the rival's lease to end (released here), takes the shard back,
+    forwards what it held, and checkpoints with no arguments. (Before: it answered without a checkpoint, and
+    the daemon held the lease with no processor behind it, forever.)
     """
     first = processors(pipeline, "first")
     first.initialize(SHARD)
     first.process([event(1, "a")])
     rival = processors(pipeline, "rival")
     rival.initialize(SHARD, seq="1")  # sleeps out the first's lease, takes over
-    rival.lease_lost()  # stops without giving copier's lease up
+    rival.lease_lost()  # releases copier's lease and stops: first, fenced, need not sleep it out
     first.process([event(2, "b")])
     first.wait_for("fenced")
     checkpoints_before = list(first.checkpoints)

@@ -14,7 +14,9 @@ from copier.core.identity import id_digest
 from copier.core.packing import pack_digests
 from copier.core.plan import SourceRecord
 from copier.core.positions import Position
-from copier.core.state import DigestBatch, shard_key
+from copier.core.state import DigestBatch, ShardState, shard_key
+from copier.shard.ownership import RELEASE_POLL_MS
+from copier.testing import InMemoryStateStore
 from tests.support.fakes import SHARD, SimulatedCrash, World, config, rec
 
 KEY = shard_key("staging", SHARD)
@@ -27,7 +29,7 @@ def test_a_successor_announces_itself_and_the_owner_stops_forwarding() -> None:
     owner = world.worker()
     owner.process([rec(1, "a")])
     successor = world.worker()  # announces, sleeps out the lease on the fake clock, takes over
-    assert world.clock.slept and world.clock.slept[0] >= 5000
+    assert sum(world.clock.slept) >= 5000, "the lease slept out, a look at a time"
     assert owner.process([rec(2, "b")]) is None
     assert owner.fenced
     assert world.target_ids() == Counter({"a": 1})
@@ -421,6 +423,159 @@ def test_an_ambiguous_put_is_verified_in_its_own_shards_first_then_in_every_shar
     assert world.target_ids() == Counter({"k1": 1, "k1x": 1})
 
 
+# -- an owner's own write, sent twice ----------------------------------------------------------------
+
+
+def _lose_answer_of_commit(world: World, batches: int, applied: bool) -> list[tuple[str, ShardState, ShardState]]:
+    """The owner's commit of digest batch ``batches`` gets no answer (the client times out and retries); its
+    first attempt went through (``applied``) or is still on its way: the returned list holds it, for the test
+    to apply late."""
+    held: list[tuple[str, ShardState, ShardState]] = []
+    inner = world.store.write
+
+    def write(key: str, owner: ShardState, new: ShardState) -> None:
+        if new.batches == batches and not held:
+            held.append((key, owner, new))
+            if applied:
+                inner(key, owner, new)
+            raise TransientAwsError("PutItem", "RequestTimeout", "no answer")
+        inner(key, owner, new)
+
+    world.store.write = write  # type: ignore[method-assign]
+    return held
+
+
+def test_a_late_copy_of_an_owners_commit_cannot_roll_the_state_back() -> None:
+    """Adversarial review: a commit's first attempt, given up on by the client, reaches the table after its
+    retry and two later commits. Applied, it would set the item back to batch 2; the next owner would treat
+    committed batch 3 as in flight and forget batch 4's IDs, and forward d again with nothing said. The
+    version in the write's condition refuses it."""
+    world = World(config(), chunk_events=1)
+    owner = world.worker()
+    held = _lose_answer_of_commit(world, 2, applied=False)
+    for i, name in enumerate("abcd", start=1):
+        owner.process([rec(i, name)])
+    stored = world.store.get(KEY)
+    assert held and stored is not None and stored.batches == 4
+    with pytest.raises(FencedError):
+        InMemoryStateStore.write(world.store, *held[0])  # the late first attempt
+    assert world.store.get(KEY) == stored
+    assert owner.release() is not None
+    successor = world.worker()
+    successor.process([rec(3, "c"), rec(4, "d"), rec(5, "e")])  # the KCL checkpoint was at 2
+    assert world.target_ids() == Counter({k: 1 for k in "abcde"})
+
+
+def test_a_retried_commit_whose_first_attempt_went_through_is_not_a_fence() -> None:
+    """The retry of a write that went through is refused by the same version condition: the owner reads the
+    item back, finds its own write there, and carries on as owner."""
+    world = World(config(), chunk_events=1)
+    owner = world.worker()
+    held = _lose_answer_of_commit(world, 2, applied=True)
+    assert owner.process([rec(1, "a"), rec(2, "b")]) == Position(2)
+    assert held and not owner.fenced
+    assert owner.process([rec(3, "c")]) == Position(3)
+    stored = world.store.get(KEY)
+    assert stored is not None and stored.batches == 3 and stored.owner == owner.owner
+    assert world.target_ids() == Counter({k: 1 for k in "abc"})
+
+
+# -- a lease move: the old processor gives copier's lease up when the daemon says the KCL's moved ------------
+
+
+def test_a_processor_told_its_lease_moved_releases_it_and_the_new_owner_starts_at_once() -> None:
+    """lease_lost comes between the daemon's calls: everything put is committed and nothing more will be, so
+    the processor releases copier's lease and the next owner takes over without sleeping it out."""
+    world = World()
+    first = world.worker()
+    first.process([rec(1, "a")])
+    with capture_logs() as logs:
+        assert first.lose_lease() is True
+    assert [(e["event"], e.get("why")) for e in logs if e["event"] == "released"] == [("released", "lease_lost")]
+    slept = len(world.clock.slept)
+    second = world.worker()
+    assert world.clock.slept[slept:] == [], "a released lease is not slept out"
+    assert second.process([rec(1, "a"), rec(2, "b")]) == Position(2)
+    assert first.fenced and first.process([rec(3, "c")]) is None, "the old processor forwards nothing more"
+    assert world.target_ids() == Counter({"a": 1, "b": 1})
+
+
+def test_a_successor_waiting_out_a_lease_takes_over_once_the_owner_releases_it() -> None:
+    """The new owner's processor often starts before the old one hears that the lease moved: it announces
+    itself and waits. The old processor's release goes through under the announcement, and the waiting one
+    sees it at its next look instead of sleeping out the whole lease."""
+    world = World()
+    first = world.worker()
+    first.process([rec(1, "a")])
+    sleep = world.clock.sleep_ms
+    told = []
+
+    def first_is_told_meanwhile(ms: int) -> None:
+        sleep(ms)
+        if not told:
+            stored = world.store.get(KEY)
+            assert stored is not None and stored.successor is not None, "the successor announced itself first"
+            told.append(first.lose_lease())
+
+    world.clock.sleep_ms = first_is_told_meanwhile  # type: ignore[method-assign]
+    with capture_logs() as logs:
+        second = world.worker()
+    assert told == [True], "released under the announcement"
+    waited = sum(world.clock.slept)
+    assert 0 < waited <= RELEASE_POLL_MS * 2 < world.config.lease_millis, waited
+    assert [e["event"] for e in logs if e["event"] in ("waiting_for_lease", "took_over")] == [
+        "waiting_for_lease",
+        "took_over",
+    ]
+    state = world.store.get(KEY)
+    assert state is not None and state.owner == second.owner and state.epoch == 2 and state.successor is None
+    assert second.process([rec(2, "b")]) == Position(2)
+    assert world.target_ids() == Counter({"a": 1, "b": 1})
+
+
+def test_a_processor_told_late_that_its_lease_moved_leaves_the_new_owners_lease_alone() -> None:
+    """lease_lost can reach the old processor after the new one took over: its release must not touch the new
+    owner's lease (a third processor would take over at once while the new owner puts)."""
+    world = World()
+    first = world.worker()
+    first.process([rec(1, "a")])
+    second = world.worker()  # sleeps out the first's lease: first was never told
+    second.process([rec(2, "b")])
+    assert second.state is not None
+    held = second.state.lease_until_ms
+    assert first.lose_lease() is False
+    state = world.store.get(KEY)
+    assert state is not None and (state.owner, state.epoch, state.lease_until_ms) == (second.owner, 2, held)
+    slept = len(world.clock.slept)
+    third = world.worker()
+    assert sum(world.clock.slept[slept:]) > 0, "the new owner's lease is slept out"
+    assert third.state is not None and third.state.epoch == 3
+
+
+def test_a_fenced_processor_told_its_lease_moved_releases_nothing() -> None:
+    """A processor whose write failed (a successor announced itself) may have a chunk in flight: it must not
+    shorten the successor's wait, which also covers that chunk's puts."""
+    world = World()
+    first = world.worker()
+    first.process([rec(1, "a")])
+    sleep = world.clock.sleep_ms
+    fenced = []
+
+    def first_writes_meanwhile(ms: int) -> None:
+        if not fenced:
+            fenced.append(first.process([rec(2, "b")]))  # its digest batch is written, its commit refused
+            assert first.fenced
+            assert first.lose_lease() is False
+        sleep(ms)
+
+    world.clock.sleep_ms = first_writes_meanwhile  # type: ignore[method-assign]
+    second = world.worker()
+    assert sum(world.clock.slept) >= world.config.lease_millis, "the whole lease slept out"
+    assert second.state is not None and second.state.epoch == 2
+    second.process([rec(2, "b"), rec(3, "c")])
+    assert world.target_ids() == Counter({"a": 1, "b": 1, "c": 1})
+
+
 def test_a_fenced_processor_that_keeps_the_daemons_lease_takes_the_shard_back() -> None:
     """Two workers both believed they had the shard; the one that took copier's lease then lost the KCL's.
 
@@ -432,7 +587,7 @@ def test_a_fenced_processor_that_keeps_the_daemons_lease_takes_the_shard_back() 
     first = world.worker()
     first.process([rec(1, "a")])
     rival = world.worker()  # announces, sleeps out the first's lease, takes over
-    rival.lose_lease()  # its daemon did not have the shard after all: it stops, without releasing
+    del rival  # its daemon did not have the shard after all, and its host died before it could release
     assert first.process([rec(2, "b")]) is None and first.fenced
     assert first.process([rec(3, "c")]) is None, "the rival's lease is still valid: held, not forwarded"
     assert world.target_ids() == Counter({"a": 1})
@@ -457,7 +612,7 @@ def test_a_fenced_processor_at_the_shards_end_waits_to_take_the_shard_back_and_c
     first = world.worker()
     first.process([rec(1, "a")])
     rival = world.worker()
-    rival.lose_lease()  # its daemon did not have the shard after all: it stops, without releasing
+    del rival  # its daemon did not have the shard after all, and its host died before it could release
     assert first.process([rec(2, "b")]) is None and first.fenced
     slept = len(world.clock.slept)
     with capture_logs() as logs:
@@ -509,8 +664,8 @@ def test_a_fenced_processor_past_its_cap_reads_what_it_dropped_again_from_stagin
     world.streams.add_staging(SHARD, records)
     first = world.worker()
     first.process(records[:1])
-    rival = world.worker()  # takes copier's lease, then loses the daemon's
-    rival.lose_lease()
+    rival = world.worker()  # takes copier's lease, then loses the daemon's, and its host dies unreleased
+    del rival
     with capture_logs() as logs:
         assert first.process(records[1:7]) is None  # 6 held: over the cap, dropped, its range kept
         assert first.process(records[7:]) is None  # held after the range

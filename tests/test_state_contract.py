@@ -191,6 +191,23 @@ def test_owner_writes_are_fenced_by_epoch_owner_and_successor(store: StateStore)
     assert store.get(KEY) == announced
 
 
+def test_an_owners_older_write_arriving_late_is_refused(store: StateStore) -> None:
+    """A first attempt the client gave up on can reach the table after its retry and after later writes: it
+    must not roll the item back (the next owner would forget what was committed since). Nor may a retry of a
+    write that went through be applied twice: it is refused too, and the writer reads the item back."""
+    v1 = owned()
+    store.replace_if_unchanged(KEY, None, v1)
+    v2 = replace(v1, version=2, batches=1, position=Position(10))
+    store.write(KEY, v1, v2)
+    v3 = replace(v2, version=3, batches=2, position=Position(20))
+    store.write(KEY, v2, v3)
+    with pytest.raises(FencedError):
+        store.write(KEY, v1, v2)  # the late first attempt of the write of v2
+    with pytest.raises(FencedError):
+        store.write(KEY, v2, v3)  # a resend of the write of v3, which went through
+    assert store.get(KEY) == v3
+
+
 def test_a_digest_batch_round_trips_every_field(store: StateStore) -> None:
     """Packed digests of each kind, the arrival range, the target shard numbers, the plan settings, the redo
     identities, the expiry (in whole seconds, as DynamoDB's TTL keeps it) and the writer's clock bound survive."""
@@ -244,6 +261,7 @@ def test_a_full_chunk_fits_in_one_item(store: StateStore) -> None:
     stored = store.get_batch(KEY, 1)
     assert stored is not None and stored.keyed_count == MAX_CHUNK_EVENTS
     store.replace_if_unchanged(KEY, None, owned())
-    big = replace(owned(), redo_digests=tuple(unpack_digests(digests(MAX_CHUNK_EVENTS))), redo_last=Position(5))
+    redo = tuple(unpack_digests(digests(MAX_CHUNK_EVENTS)))
+    big = replace(owned(), version=2, redo_digests=redo, redo_last=Position(5))
     store.write(KEY, owned(), big)
     assert store.get(KEY) == big

@@ -156,6 +156,7 @@ class DynamoStateStore(StateStore):
         fenced = FencedError(f"{key}: epoch {owner.epoch} of {owner.owner} is fenced")
         m = self.model
         condition = (m.epoch == owner.epoch) & (m.owner == owner.owner) & m.successor.does_not_exist()
+        condition &= m.version < new.version  # stateitems.WRITE_CONDITION says why
         self._conditional_put(state_item(self.model, key, new), condition, fenced)
 
     def put_batch(self, key: str, batch: DigestBatch) -> None:

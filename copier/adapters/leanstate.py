@@ -132,7 +132,7 @@ class LeanStateStore(StateStore):
     def write(self, key: str, owner: ShardState, new: ShardState) -> None:
         fenced = FencedError(f"{key}: epoch {owner.epoch} of {owner.owner} is fenced")
         who = {"S": owner.owner} if owner.owner is not None else {"NULL": True}
-        values = {":epoch": {"N": str(owner.epoch)}, ":owner": who}
+        values = {":epoch": {"N": str(owner.epoch)}, ":owner": who, ":version": {"N": str(new.version)}}
         self._put(to_wire(key, STATE_SK, state_fields(new)), WRITE_CONDITION, values, fenced)
 
     def put_batch(self, key: str, batch: DigestBatch) -> None:

@@ -34,8 +34,10 @@ __all__ = [
 ]
 
 STATE_SK = "state"
-# The conditions of the hot writes (docs/protocol.md): the owner's commit, and a digest batch.
-WRITE_CONDITION = "#epoch = :epoch AND #owner = :owner AND attribute_not_exists(#successor)"
+# The conditions of the hot writes (docs/protocol.md): the owner's commit, and a digest batch. The version
+# term refuses an owner's own older write that arrives late (a first attempt the client gave up on, applied
+# after its retry and later commits): it would roll the item back to a position and index since passed.
+WRITE_CONDITION = "#epoch = :epoch AND #owner = :owner AND attribute_not_exists(#successor) AND #version < :version"
 BATCH_CONDITION = "attribute_not_exists(#sk) OR #epoch <= :epoch"
 TTL_FIELD = "expires_at"  # a TTL attribute: epoch seconds on the wire, a datetime in PynamoDB
 

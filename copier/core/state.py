@@ -175,8 +175,12 @@ class StateStore(abc.ABC):
     def write(self, key: str, owner: ShardState, new: ShardState) -> None:
         """Replace the state as its owner.
 
-        Conditioned on the item still having ``owner.epoch`` and ``owner.owner``
-        and no announced successor; otherwise :class:`~copier.core.errors.FencedError`.
+        Conditioned on the item still having ``owner.epoch`` and ``owner.owner``,
+        no announced successor, and a version below ``new.version`` (a late
+        copy of an older write must not roll the item back); otherwise
+        :class:`~copier.core.errors.FencedError`. A retry of a write that went
+        through is refused too: the caller reads the item back
+        (``ShardSession.write``).
         """
 
     @abc.abstractmethod

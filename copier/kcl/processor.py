@@ -184,10 +184,10 @@ class CopierRecordProcessor(processor.RecordProcessorBase):  # type: ignore[misc
 
     def lease_lost(self, lease_lost_input: Any) -> None:
         if self.worker is not None:
-            released = self.worker.state is not None and self.worker.state.lease_until_ms == 0
-            self.worker.lose_lease()
+            already = self.worker.state is not None and self.worker.state.lease_until_ms == 0
+            released = self.worker.lose_lease()  # copier's lease too, so the new owner starts at once
             # After a graceful release the daemon says so too: expected, not news.
-            (self.worker.log.debug if released else self.worker.log.info)("lease_lost")
+            (self.worker.log.debug if already else self.worker.log.info)("lease_lost", released=released)
         else:
             self.log.info("lease_lost")
 

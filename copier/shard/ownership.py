@@ -6,8 +6,11 @@ fence: ``ShardSession.fence``). A successor that finds a valid lease
 announces itself (so the owner's next write fails and it yields), sleeps out
 the lease plus the clock margin, and only then takes over. A fenced
 processor takes the shard back, the same way, once the owner that fenced it
-is gone. On a requested shutdown the lease is given up so that a successor
-need not sleep.
+is gone. When the processor will put nothing more (a requested shutdown,
+the daemon's word that the KCL lease moved) the lease is given up, even
+under an announced successor, and a waiting successor sees that at its next
+look (every ``RELEASE_POLL_MS``): a lease move costs the new owner the time
+until the old processor is told, not a whole lease.
 
 Only the state item's transitions live here; what follows a takeover
 (verifying a chunk in flight, loading the window) is the caller's.
@@ -15,6 +18,7 @@ Only the state item's transitions live here; what follows a takeover
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from copier.core.errors import AwsError, FencedError
@@ -22,7 +26,11 @@ from copier.core.positions import Position
 from copier.core.state import ShardState, StateConflict
 from copier.shard.session import ShardSession
 
-__all__ = ["Ownership"]
+__all__ = ["RELEASE_POLL_MS", "Ownership"]
+
+# How often a successor waiting out a lease reads the state item again: a release ends its wait then. One
+# strongly consistent read a second per waiting processor, only while it waits.
+RELEASE_POLL_MS = 1000
 
 
 class Ownership:
@@ -45,13 +53,14 @@ class Ownership:
         stepped back during it makes the wait longer, never shorter).
         """
         s = self.s
+        told: tuple[str | None, int] | None = None  # the lease last reported waiting for
         while True:
             seen = self.read()
             now = s.clock.now_ms()
             margin = s.margins.between(seen.clock_bound_ms if seen is not None else None)
             held = seen is not None and seen.owner not in (None, s.owner) and seen.lease_until_ms + margin > now
             if seen is not None and held:
-                if seen.successor != s.owner:
+                if seen.successor is None:  # announced already (by us or a rival): the owner cannot renew
                     try:
                         announced = replace(seen, successor=s.owner, version=seen.version + 1)
                         s.retrying("announce", lambda: s.store.replace_if_unchanged(s.key, seen, announced))
@@ -59,8 +68,10 @@ class Ownership:
                         continue
                     seen = announced
                 wait = seen.lease_until_ms + margin - now
-                s.log.info("waiting_for_lease", owner=seen.owner, epoch=seen.epoch, wait_ms=wait)
-                s.clock.sleep_ms(wait)
+                if told != (seen.owner, seen.epoch):
+                    told = (seen.owner, seen.epoch)
+                    s.log.info("waiting_for_lease", owner=seen.owner, epoch=seen.epoch, wait_ms=wait)
+                s.clock.sleep_ms(min(wait, RELEASE_POLL_MS))  # then read again: released, or still held
                 continue
             new = self._next_epoch(seen or ShardState(), now)
             try:
@@ -110,32 +121,69 @@ class Ownership:
             clock_bound_ms=s.margins.own_bound(),
         )
 
-    def release(self, retry: bool = True) -> Position | None:
-        """On a requested shutdown: give the lease up so a successor need not sleep; return the position.
+    def release(self, retry: bool = True, why: str = "shutdown_requested") -> Position | None:
+        """Give the lease up so a successor need not sleep it out; return the position.
+
+        Only between the daemon's calls, from a processor that is not fenced:
+        its last state write succeeded, so every chunk it put is committed and
+        no put of it is under way (an ambiguous one was waited out and read
+        back before the batch ended), and it puts nothing more. That is what
+        ``lease_until = 0`` promises a successor. A successor may have
+        announced itself meanwhile (its wait is what the release shortens):
+        the release then goes on the item as announced, conditioned on its
+        version, as long as it still names this processor's epoch as owner.
 
         ``retry=False`` when the process is on its way out (the daemon is
-        gone): one attempt, and a failure only costs the successor the wait.
+        gone, or said the lease moved): one attempt, and a failure only costs
+        the successor the wait.
         """
         s = self.s
         if s.fenced or s.state is None or s.state.lease_until_ms == 0:
             return None
         owner = s.state
         position = owner.position
-        released = replace(owner, lease_until_ms=0, version=owner.version + 1)
         try:
-            if retry:
-                s.retrying("release", lambda: s.store.write(s.key, owner, released))
-            else:
-                s.store.write(s.key, owner, released)
-        except FencedError:
-            s.fence("shutdown_requested")
-            return None
+            released = self._released(owner, retry)
         except AwsError as exc:
             if retry:
                 raise
             s.log.warning("release_failed", error=str(exc), detail="the next owner sleeps out the lease")
             return None
+        if released is None:
+            s.fence(why)
+            return None
         s.emit(now=True)
         s.state = released
-        s.log.info("released", position=str(position) if position else None)
+        s.log.info("released", position=str(position) if position else None, why=why, successor=released.successor)
         return position
+
+    def _released(self, owner: ShardState, retry: bool) -> ShardState | None:
+        """Write the release of ``owner``'s lease; the state written, or None if another epoch owns the shard."""
+        s = self.s
+
+        def attempt(fn: Callable[[], None]) -> None:
+            if retry:
+                s.retrying("release", fn)
+            else:
+                fn()
+
+        released = replace(owner, lease_until_ms=0, version=owner.version + 1)
+        try:
+            attempt(lambda: s.store.write(s.key, owner, released))
+            return released
+        except FencedError:
+            pass  # a successor announced itself, or took over
+        current = self.read() if retry else s.store.get(s.key)
+        if current is None or current.owner != owner.owner or current.epoch != owner.epoch:
+            return None
+        if current.lease_until_ms == 0:
+            return current  # the first write went through; its answer was lost
+        released = replace(current, lease_until_ms=0, version=current.version + 1)  # its successor kept
+        try:
+            attempt(lambda: s.store.replace_if_unchanged(s.key, current, released))
+        except StateConflict:
+            again = s.store.get(s.key)
+            if again is not None and (again.owner, again.epoch, again.lease_until_ms) == (owner.owner, owner.epoch, 0):
+                return again  # our own write went through before an answer was lost
+            return None  # it changed again: the successor took over
+        return released

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from copier.adapters.metrics import MetricsEmitter, ShardMetrics
 from copier.core.clockcheck import ClockBounds
 from copier.core.config import Config
-from copier.core.errors import AwsError, FatalAwsError, IncompatibleStateError, TransientAwsError
+from copier.core.errors import AwsError, FatalAwsError, FencedError, IncompatibleStateError, TransientAwsError
 from copier.core.identity import content_digest, identity_of
 from copier.core.limits import MAX_RECORD_BYTES
 from copier.core.plan import PlanSettings
@@ -151,7 +151,12 @@ class ShardSession:
         lease = max(now + self.config.lease_millis, owner.lease_until_ms)
         bound = self.margins.own_bound()
         new = replace(new, version=owner.version + 1, lease_until_ms=lease, updated_ms=now, clock_bound_ms=bound)
-        self.retrying("write_state", lambda: self.store.write(self.key, owner, new))
+        try:
+            self.retrying("write_state", lambda: self.store.write(self.key, owner, new))
+        except FencedError:
+            # Refused: fenced, or a retry of ours whose first attempt went through (its answer was lost).
+            if self.retrying("get_state", lambda: self.store.get(self.key)) != new:
+                raise
         self.state = new
         self.margins.note()
         return new

@@ -22,7 +22,7 @@ import structlog
 from copier.adapters.metrics import MetricsEmitter
 from copier.core.clockcheck import ClockBounds
 from copier.core.config import Config
-from copier.core.errors import FencedError
+from copier.core.errors import CopierError, FencedError
 from copier.core.limits import MAX_CHUNK_EVENTS
 from copier.core.plan import SourceRecord
 from copier.core.ports import Clock, Streams
@@ -190,8 +190,16 @@ class ShardWorker:
         """On a requested shutdown: give the lease up so a successor need not sleep; return the position."""
         return self.ownership.release(retry)
 
-    def lose_lease(self) -> None:
-        """The daemon says another worker has the shard: stop, and drop what is held (it is replayed there)."""
+    def lose_lease(self) -> bool:
+        """The daemon says another worker has the shard: give copier's lease up (this processor puts nothing
+        more, so the new owner need not sleep it out), stop, and drop what is held (it is replayed there).
+        True if the lease was released now."""
+        try:
+            released = self.ownership.release(retry=False, why="lease_lost") is not None
+        except CopierError as exc:  # the state cannot be read as this version knows it: the wait stays whole
+            self.log.warning("release_failed", error=str(exc), detail="the next owner sleeps out the lease")
+            released = False
         self.session.fenced = True
         self.holding.drop()
         self.coalescer.take()
+        return released

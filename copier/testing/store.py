@@ -65,7 +65,13 @@ class InMemoryStateStore(StateStore):
         with self._lock:
             self.write_requests += 1
             current = self._items.get(key)
-            if current is None or current.epoch != owner.epoch or current.owner != owner.owner or current.successor:
+            if (
+                current is None
+                or current.epoch != owner.epoch
+                or current.owner != owner.owner
+                or current.successor
+                or current.version >= new.version
+            ):
                 raise FencedError(f"{key}: epoch {owner.epoch} of {owner.owner} is fenced")
             self._items[key] = new
 

@@ -10,7 +10,7 @@ from email.utils import formatdate
 from copier.adapters.metrics import MetricsEmitter
 from copier.core.clockcheck import ClockBounds
 from copier.core.config import Config, parse_config
-from copier.core.errors import FatalAwsError, FencedError
+from copier.core.errors import FatalAwsError, FencedError, TransientAwsError
 from copier.core.plan import SourceRecord
 from copier.core.ports import Clock
 from copier.core.positions import Position
@@ -53,6 +53,8 @@ class CrashingStore(InMemoryStateStore):
 
     ``crash_hook(phase, call)``: phase ``before`` or ``after``, call
     ``put_batch`` (a chunk's intent) or ``write`` (a commit or a lease renewal).
+    ``lose_next_answer``: the next owner write gets no answer (the client retries) and its first attempt
+    stays on its way, to land whenever ``land_late`` says.
     """
 
     def __init__(self, clock: FakeClock | None = None, ttl_ms: int | None = None) -> None:
@@ -60,6 +62,17 @@ class CrashingStore(InMemoryStateStore):
         self.crash_hook: Callable[[str, str], bool] = lambda phase, call: False
         self.hold_next = False
         self.held: list[tuple[str, DigestBatch]] = []
+        self.lose_next_answer = False
+        self.late: list[tuple[str, ShardState, ShardState]] = []
+
+    def land_late(self) -> None:
+        """The first attempts still on their way reach the table now (applied, or refused by its condition)."""
+        for key, owner, new in self.late:
+            try:
+                super().write(key, owner, new)
+            except FencedError:
+                pass
+        self.late.clear()
 
     def release_held(self) -> None:
         """The frozen writer wakes up and its digest batch write lands now (or is refused: it is fenced)."""
@@ -71,6 +84,10 @@ class CrashingStore(InMemoryStateStore):
         self.held.clear()
 
     def write(self, key: str, owner: ShardState, new: ShardState) -> None:
+        if self.lose_next_answer:
+            self.lose_next_answer = False
+            self.late.append((key, owner, new))
+            raise TransientAwsError("PutItem", "RequestTimeout", "no answer: the request is still on its way")
         if self.crash_hook("before", "write"):
             raise SimulatedCrash("before write")
         super().write(key, owner, new)

@@ -99,6 +99,7 @@ NEW_FAULTS = [
     "outage",
     "slow_verify",
     "other_copy",
+    "late_write",
 ]  # other_copy: drawn each round, beside the fault
 
 
@@ -277,6 +278,7 @@ class Driver:
         world = self.world
         world.store.crash_hook = lambda p, c: False
         world.store.hold_next = False
+        world.store.lose_next_answer = False
         world.streams.fault = lambda s, e: ([True] * len(e), None)
         world.streams.read_page = 0
         world.streams.page_ms = 0
@@ -314,6 +316,8 @@ class Driver:
                     worker.release()
                     worker = self.restart()
             wake_in -= 1
+            if world.store.late and data.draw(st.booleans(), label="an owner write's first attempt lands now"):
+                world.store.land_late()
             if self.position >= len(self.records):
                 break
             if world.streams.map_max_age_ms is not None and data.draw(st.booleans(), label="shard map refreshed"):
@@ -324,7 +328,7 @@ class Driver:
             if fault != "none":
                 fault_budget -= 1
             if fault == "race":
-                self.race(worker)
+                worker = self.race(worker)
                 fault = "none"
             if fault == "staging_auto":
                 self.staging_auto()
@@ -406,6 +410,7 @@ class Driver:
         call = data.draw(st.sampled_from(["put_batch", "write"]), label="crash at")
         world.store.crash_hook = lambda p, c: fault == "crash_store" and p == phase and c == call
         world.store.hold_next = fault == "pause" and not world.store.held
+        world.store.lose_next_answer = fault == "late_write"
 
     def reshard(self) -> None:
         """Split or merge the target now, and let the processor's shard map see it at once."""
@@ -418,12 +423,34 @@ class Driver:
             streams.split("target", self.data.draw(st.sampled_from(opened), label="shard split"))
         streams.refresh_map("target")
 
-    def race(self, worker: ShardWorker) -> None:
-        """A rival takes copier's lease, forwards a few batches from the checkpoint, then loses the daemon's lease."""
+    def race(self, worker: ShardWorker) -> ShardWorker:
+        """A rival takes copier's lease, forwards a few batches from the checkpoint, then loses the daemon's lease
+        (and releases copier's). The owner may be told that its lease moved (lease_lost: it releases copier's
+        lease, under the rival's announcement if the rival waits by then); then the daemon's next processor
+        carries on from the checkpoint. Else the owner goes on, fenced, and takes the shard back. The processor
+        that carries on is returned."""
         data = self.data
         held_cap = data.draw(st.sampled_from(self.held_caps), label="records a fenced one holds")
         copier.shard.holding.MAX_HELD_RECORDS = held_cap
-        rival = self.new_worker()
+        told = data.draw(st.sampled_from(["no", "while the rival waits", "after"]), label="owner told lease_lost")
+        clock = self.world.clock
+        sleep = clock.sleep_ms
+
+        def owner_told_meanwhile(ms: int) -> None:
+            sleep(ms)
+            clock.sleep_ms = sleep  # type: ignore[method-assign]
+            worker.lose_lease()
+
+        if told == "while the rival waits":
+            clock.sleep_ms = owner_told_meanwhile  # type: ignore[method-assign]
+        try:
+            rival = self.new_worker()
+        finally:
+            if clock.sleep_ms is owner_told_meanwhile:  # the rival did not wait: the owner is told now
+                clock.sleep_ms = sleep  # type: ignore[method-assign]
+                told = "after"
+        if told == "after":
+            worker.lose_lease()
         replay = self.checkpoint
         for _ in range(data.draw(st.integers(0, 2), label="batches the rival forwards")):
             size = data.draw(st.integers(1, 6), label="rival batch size")
@@ -439,6 +466,7 @@ class Driver:
         rival.lose_lease()
         if data.draw(st.booleans(), label="time passes before the next batch"):
             self.world.clock.advance(self.config.lease_millis + self.config.clock_skew_millis)
+        return worker if told == "no" else self.restart()
 
     def arm_slow_verification(self) -> None:
         """The successor's verification reads slowly, and a rival takes the shard over in the middle of it."""
