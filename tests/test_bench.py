@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from copier.bench.host import _pause_restart
+
 pytestmark = [pytest.mark.protocol, pytest.mark.timeout(900)]
 
 
@@ -114,3 +116,12 @@ def test_a_partial_run_keeps_the_other_parts(smoke: tuple[Path, dict], tmp_path:
     assert "Parts run again since" in (tmp_path / "benchmarks.md").read_text()
     bad = subprocess.run([sys.executable, "-m", "copier.bench", "--only", "nope"], capture_output=True, text=True)
     assert bad.returncode == 2 and "no part nope" in bad.stderr
+
+
+def test_a_rolling_deploys_longest_pause_is_put_on_the_restart_that_caused_it() -> None:
+    """A pause whose last event came a second before a SIGTERM belongs to that restart, not the one before;
+    a pause after every SIGTERM belongs to the last; one before any restart to none."""
+    restarts = [0.0, 100.0, 200.0]
+    assert _pause_restart((18.0, 99.0), restarts) == {"longest_pause_restart": 2, "longest_pause_from_sigterm_s": -1.0}
+    assert _pause_restart((5.0, 250.0), restarts) == {"longest_pause_restart": 3, "longest_pause_from_sigterm_s": 50.0}
+    assert _pause_restart((1.0, -5.0), restarts) == {"longest_pause_restart": 0, "longest_pause_from_sigterm_s": None}

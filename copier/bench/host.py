@@ -364,14 +364,16 @@ def run_rolling(
         producer.start()
         if not pipeline.wait(lambda: sum(pipeline.shards_owned().values()) == shards, 300):
             raise RuntimeError(f"the {workers} workers did not take all {shards} shards within 300 s")
-        time.sleep(settle_s)
+        _until_settled(pipeline, settle_s)  # the KCL's first balancing moves are not the deploy's
         deploy_from = time.time()
+        restarts: list[float] = []
         for n in range(workers):
             old = running[n]
+            restarts.append(time.time())
             old.terminate()
             old.stop(60)
             running[n] = pipeline.start_worker(f"w{n}-new", own[n])
-            time.sleep(settle_s)
+            _until_settled(pipeline, settle_s)
         deploy_to = time.time()
         producer.stop()
         wanted = set(producer.written)
@@ -392,10 +394,9 @@ def run_rolling(
         counts[event_id] = counts.get(event_id, 0) + 1
         if event_id in wanted and deploy_from <= at <= deploy_to + 120:
             arrivals.setdefault(producer.shard_of(event_id), []).append(at)
-    pauses = {
-        shard: max((b - a for a, b in zip(sorted(ats), sorted(ats)[1:], strict=False)), default=0.0)
-        for shard, ats in arrivals.items()
-    }
+    gaps = {shard: _longest_gap(ats) for shard, ats in arrivals.items()}
+    pauses = {shard: gap for shard, (gap, _at) in gaps.items()}
+    longest = max(gaps.values(), default=(0.0, deploy_from))
     return {
         "workers": workers,
         "restart": "in place, own workerId" if in_place else "new worker",
@@ -407,4 +408,34 @@ def run_rolling(
         "longest_pause_s": round(max(pauses.values(), default=0.0), 1),
         "median_pause_s": round(sorted(pauses.values())[len(pauses) // 2], 1) if pauses else 0.0,
         "deploy_s": round(deploy_to - deploy_from, 1),
+        "settle_s": settle_s,
+        **_pause_restart(longest, restarts),
     }
+
+
+def _pause_restart(longest: tuple[float, float], restarts: list[float]) -> dict[str, Any]:
+    """Which restart the longest pause belongs to (the last SIGTERM before it ended) and when it began,
+    in seconds from that SIGTERM (negative: the last event before it was forwarded before the SIGTERM)."""
+    gap, began = longest
+    n = sum(1 for r in restarts if r <= began + gap)
+    if not n:
+        return {"longest_pause_restart": 0, "longest_pause_from_sigterm_s": None}
+    return {"longest_pause_restart": n, "longest_pause_from_sigterm_s": round(began - restarts[n - 1], 1)}
+
+
+def _longest_gap(arrivals: list[float]) -> tuple[float, float]:
+    """The longest gap between consecutive arrivals, and when it began."""
+    ordered = sorted(arrivals)
+    return max(((b - a, a) for a, b in zip(ordered, ordered[1:], strict=False)), default=(0.0, 0.0))
+
+
+def _until_settled(pipeline: LocalPipeline, quiet_s: float, limit_s: float = 300) -> None:
+    """Wait until no shard has changed hands for ``quiet_s`` seconds (at most ``limit_s``): the KCL balances
+    leases for a while after a worker joins, and a restart measured meanwhile would count its moves too."""
+    deadline = time.monotonic() + limit_s
+    seen, since = pipeline.owners(), time.monotonic()
+    while time.monotonic() < deadline and time.monotonic() - since < quiet_s:
+        time.sleep(1)
+        now = pipeline.owners()
+        if now != seen or None in now.values():
+            seen, since = now, time.monotonic()

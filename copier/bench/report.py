@@ -22,6 +22,9 @@ FRESH_GOAL_S = 30
 # an idle copier process with boto3's clients; copier run with properties/copier.properties as shipped then,
 # to the first event, and after a crash.
 BEFORE = {"processor_rss_mb": 87.0, "fresh_s": 105.7, "crash_s": 180.0}
+# The first rolling-deploy run (2026-11-24): a processor told lease_lost kept copier's lease, so every lease
+# move was slept out, and the deploy began while the KCL was still balancing.
+BEFORE_ROLLING = {"in place, own workerId": 105.4, "new worker": 161.0}
 
 
 def _cpu_table(rows: list[dict[str, Any]]) -> list[str]:
@@ -110,12 +113,19 @@ def _before_after(data: dict[str, Any]) -> list[str]:
             f"| crash, then a new daemon on the host, production sample (s) | {BEFORE['crash_s']} | "
             f"{stable['crash_s']} |",
         ]
+    for row in data.get("rolling", []):
+        if row["restart"] in BEFORE_ROLLING:
+            rows.append(
+                f"| rolling deploy, {row['restart']}: longest pause of a shard (s) | "
+                f"{BEFORE_ROLLING[row['restart']]} | {row['longest_pause_s']} |"
+            )
     if not rows:
         return []
     return [
         "Before and after: before is the measurement that opened the work (an idle processor with boto3's",
         "clients; `copier run` with the sample properties as then shipped); for a restart, the same run with",
-        "the KCL's default workerId (a new one each run). After is this run, with a stable workerId.",
+        "the KCL's default workerId (a new one each run); for a rolling deploy, its first run, before a",
+        "processor told lease_lost released copier's lease. After is this run, with a stable workerId.",
         "",
         "| figure | before | after |",
         "|---|---|---|",
@@ -186,23 +196,37 @@ def _host_section(data: dict[str, Any]) -> list[str]:
     if data.get("rolling"):
         lines += [
             "A rolling deploy: workers of one pipeline restarted one at a time (SIGTERM, wait for the exit,",
-            "start a new worker, wait the given seconds) while events arrive at a steady rate spread over the",
-            "shards. A shard's pause is the longest gap between consecutive arrivals in the target of its",
-            "events during the deploy; every event written is counted in the target (lost: never arrived;",
-            "duplicated: arrived more than once).",
+            f"start a new worker, then wait until no shard has changed hands for {_settle(data)} s; the deploy "
+            "starts once",
+            "the KCL's first balancing has settled the same way) while events arrive at a steady rate spread",
+            "over the shards. A shard's pause is the longest gap between consecutive arrivals in the target of",
+            "its events during the deploy; every event written is counted in the target (lost: never arrived;",
+            "duplicated: arrived more than once). *Began*: when the longest pause began, in seconds from the",
+            "SIGTERM of the restart it belongs to (the last one before it ended; negative: before the SIGTERM).",
             "",
-            "| workers | restarted as | shards | events/s | events | longest pause (s) | median shard's pause (s) "
-            "| lost | duplicated |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| workers | restarted as | shards | events/s | events | longest pause (s) | began | median shard's "
+            "pause (s) | lost | duplicated |",
+            "|---|---|---|---|---|---|---|---|---|---|",
             *(
                 f"| {r['workers']} | {r['restart']} | {r['shards']} | {r['rate']} | {r['events']:,} | "
-                f"{r['longest_pause_s']} | "
+                f"{r['longest_pause_s']} | {_began(r)} | "
                 f"{r['median_pause_s']} | {r['lost']} | {r['duplicated']} |"
                 for r in data["rolling"]
             ),
             "",
         ]
     return lines
+
+
+def _settle(data: dict[str, Any]) -> Any:
+    return data["rolling"][0].get("settle_s", "the given")
+
+
+def _began(row: dict[str, Any]) -> str:
+    """When a rolling deploy's longest pause began, if the run recorded it."""
+    if row.get("longest_pause_from_sigterm_s") is None:
+        return "-"
+    return f"{row['longest_pause_from_sigterm_s']:+} s from restart {row['longest_pause_restart']}'s SIGTERM"
 
 
 def write(data: dict[str, Any], out: Path) -> None:
