@@ -17,7 +17,7 @@ from copier.core.positions import Position
 from copier.core.state import DigestBatch, ShardState, shard_key
 from copier.shard.ownership import RELEASE_POLL_MS
 from copier.testing import InMemoryStateStore
-from tests.support.fakes import SHARD, SimulatedCrash, World, config, rec
+from tests.support.fakes import SHARD, SimulatedCrash, World, config, once_asleep, rec
 
 KEY = shard_key("staging", SHARD)
 MINUTE = 60_000
@@ -507,18 +507,13 @@ def test_a_successor_waiting_out_a_lease_takes_over_once_the_owner_releases_it()
     world = World()
     first = world.worker()
     first.process([rec(1, "a")])
-    sleep = world.clock.sleep_ms
-    told = []
 
-    def first_is_told_meanwhile(ms: int) -> None:
-        sleep(ms)
-        if not told:
-            stored = world.store.get(KEY)
-            assert stored is not None and stored.successor is not None, "the successor announced itself first"
-            told.append(first.lose_lease())
+    def first_is_told() -> bool:
+        stored = world.store.get(KEY)
+        assert stored is not None and stored.successor is not None, "the successor announced itself first"
+        return first.lose_lease()
 
-    world.clock.sleep_ms = first_is_told_meanwhile  # type: ignore[method-assign]
-    with capture_logs() as logs:
+    with capture_logs() as logs, once_asleep(world.clock, first_is_told) as told:
         second = world.worker()
     assert told == [True], "released under the announcement"
     waited = sum(world.clock.slept)
@@ -558,18 +553,15 @@ def test_a_fenced_processor_told_its_lease_moved_releases_nothing() -> None:
     world = World()
     first = world.worker()
     first.process([rec(1, "a")])
-    sleep = world.clock.sleep_ms
-    fenced = []
 
-    def first_writes_meanwhile(ms: int) -> None:
-        if not fenced:
-            fenced.append(first.process([rec(2, "b")]))  # its digest batch is written, its commit refused
-            assert first.fenced
-            assert first.lose_lease() is False
-        sleep(ms)
+    def first_writes() -> None:
+        first.process([rec(2, "b")])  # its digest batch is written, its commit refused
+        assert first.fenced
+        assert first.lose_lease() is False
 
-    world.clock.sleep_ms = first_writes_meanwhile  # type: ignore[method-assign]
-    second = world.worker()
+    with once_asleep(world.clock, first_writes) as wrote:
+        second = world.worker()
+    assert wrote, "first wrote while the successor waited"
     assert sum(world.clock.slept) >= world.config.lease_millis, "the whole lease slept out"
     assert second.state is not None and second.state.epoch == 2
     second.process([rec(2, "b"), rec(3, "c")])

@@ -167,13 +167,16 @@ class Ownership:
             else:
                 fn()
 
+        def look() -> ShardState | None:
+            return self.read() if retry else s.store.get(s.key)
+
         released = replace(owner, lease_until_ms=0, version=owner.version + 1)
         try:
             attempt(lambda: s.store.write(s.key, owner, released))
             return released
         except FencedError:
             pass  # a successor announced itself, or took over
-        current = self.read() if retry else s.store.get(s.key)
+        current = look()
         if current is None or current.owner != owner.owner or current.epoch != owner.epoch:
             return None
         if current.lease_until_ms == 0:
@@ -182,7 +185,7 @@ class Ownership:
         try:
             attempt(lambda: s.store.replace_if_unchanged(s.key, current, released))
         except StateConflict:
-            again = s.store.get(s.key)
+            again = look()
             if again is not None and (again.owner, again.epoch, again.lease_until_ms) == (owner.owner, owner.epoch, 0):
                 return again  # our own write went through before an answer was lost
             return None  # it changed again: the successor took over

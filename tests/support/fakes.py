@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from email.utils import formatdate
 
 from copier.adapters.metrics import MetricsEmitter
@@ -128,6 +129,25 @@ class StallingStreams(InMemoryStreams):
             raise
         self.rejections = 0
         return out
+
+
+@contextmanager
+def once_asleep(clock: FakeClock, act: Callable[[], object]) -> Iterator[list[object]]:
+    """Within the block, ``act`` runs once, right after the first sleep on ``clock`` (another processor acting
+    while one waits out a lease); the yielded list holds its result, and stays empty if nothing slept."""
+    sleep = clock.sleep_ms
+    done: list[object] = []
+
+    def then_act(ms: int) -> None:
+        sleep(ms)
+        if not done:
+            done.append(act())
+
+    clock.sleep_ms = then_act  # type: ignore[method-assign]
+    try:
+        yield done
+    finally:
+        clock.sleep_ms = sleep  # type: ignore[method-assign]
 
 
 class OffsetClock:

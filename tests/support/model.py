@@ -81,6 +81,7 @@ from tests.support.fakes import (
     World,
     config,
     measured,
+    once_asleep,
 )
 
 MINUTE = 60_000
@@ -433,22 +434,13 @@ class Driver:
         held_cap = data.draw(st.sampled_from(self.held_caps), label="records a fenced one holds")
         copier.shard.holding.MAX_HELD_RECORDS = held_cap
         told = data.draw(st.sampled_from(["no", "while the rival waits", "after"]), label="owner told lease_lost")
-        clock = self.world.clock
-        sleep = clock.sleep_ms
-
-        def owner_told_meanwhile(ms: int) -> None:
-            sleep(ms)
-            clock.sleep_ms = sleep  # type: ignore[method-assign]
-            worker.lose_lease()
-
         if told == "while the rival waits":
-            clock.sleep_ms = owner_told_meanwhile  # type: ignore[method-assign]
-        try:
-            rival = self.new_worker()
-        finally:
-            if clock.sleep_ms is owner_told_meanwhile:  # the rival did not wait: the owner is told now
-                clock.sleep_ms = sleep  # type: ignore[method-assign]
+            with once_asleep(self.world.clock, worker.lose_lease) as done:
+                rival = self.new_worker()
+            if not done:  # the rival did not wait: the owner is told now
                 told = "after"
+        else:
+            rival = self.new_worker()
         if told == "after":
             worker.lose_lease()
         replay = self.checkpoint
