@@ -33,8 +33,10 @@ $(STAMP): setup.cfg pyproject.toml
 		$$sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q systemd; }
 	touch $@
 
+# Two pytest workers (pytest-xdist): most tests wait on leases, timeouts and child processes, so two
+# share the 2 cores of a CI machine well; each worker starts its own local backend.
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist worksteal
 
 demo: install
 	$(BIN)/copier demo
