@@ -116,6 +116,7 @@ class Config:
     metrics_interval_seconds: int = 60
     progress_interval_seconds: int = 60  # a progress line per shard this often at INFO (0: none)
     daemon_log_level: str = "WARN"  # the MultiLangDaemon's own log (its chatter) below copier's lines
+    jvm_class_archive: str = "auto"  # where the daemon JVM's class-data archive lives (copier.kcl.classarchive)
     ordering: Literal["partitionKey", "none"] = "partitionKey"
     target_region: str = ""  # region of the target and dead-letter streams (default regionName)
     target_role_arn: str | None = None  # assumed to reach the target (another account)
@@ -174,6 +175,13 @@ def _one_of(*choices: str) -> Callable[[str], str]:
     return parse
 
 
+def _archive_setting(value: str) -> str:
+    """``auto``, ``none`` or an absolute directory."""
+    if value in ("auto", "none") or value.startswith("/"):
+        return value
+    raise ValueError("must be auto, none or an absolute directory")
+
+
 def _boolean(value: str) -> bool:
     if value.lower() not in ("true", "false"):
         raise ValueError(f"expected true or false, got {value!r}")
@@ -227,6 +235,7 @@ DEFAULTS: dict[str, str | None] = {
     "copier.progressIntervalSeconds": "60",
     "copier.daemonLogLevel": "WARN",
     "copier.jvmArgs": "",
+    "copier.jvmClassArchive": "auto",
     "copier.metrics": "none",
     "copier.metricsAgentEndpoint": "tcp://127.0.0.1:25888",
     "copier.metricsNamespace": "copier",
@@ -364,6 +373,7 @@ def parse_config(text: str, path: str = "<string>") -> Config:
         progress_interval_seconds=r.copier_need("copier.progressIntervalSeconds", _int_between(0, 86_400)),
         daemon_log_level=r.copier_need("copier.daemonLogLevel", _one_of("ERROR", "WARN", "INFO", "DEBUG")),
         jvm_args=tuple((r.copier("copier.jvmArgs", str) or "").split()),
+        jvm_class_archive=r.copier_need("copier.jvmClassArchive", _archive_setting),
         executable_name=r.get("executableName", str, ""),
         shutdown_grace_millis=r.need("shutdownGraceMillis", _int_between(0, _DAY_MS), "0"),
         coalesce_events=r.copier_need("copier.coalesceEvents", _int_between(1, 10_000)),

@@ -2,7 +2,8 @@
 
 The daemon is Java; its jars come with amazon-kclpy (``copier.kcl.jars``). The
 JVM gets the system properties of ``copier.jvmArgs`` and of the environment
-variable ``COPIER_JAVA_OPTS``, and a logback configuration that sends the
+variable ``COPIER_JAVA_OPTS``, a class-data archive of the KCL's classes
+(``copier.kcl.classarchive``), and a logback configuration that sends the
 daemon's own log to stderr at ``copier.daemonLogLevel`` (WARN by default). ``copier run`` then replaces itself with
 a small parent of the JVM (``copier.kcl.supervisor``, a fresh interpreter that imports nothing heavy), which
 forwards a supervisor's SIGTERM to the daemon (with ``shutdownGraceMillis`` set, processors get
@@ -22,6 +23,7 @@ from pathlib import Path
 from copier.adapters.journal import say
 from copier.core.config import Config
 from copier.core.errors import ConfigError
+from copier.kcl.classarchive import archive_dir, archive_options
 from copier.kcl.jars import MULTILANG_JAR_PREFIX, jar_dir, jars
 
 __all__ = ["MAIN_CLASS", "daemon_command", "daemon_warnings", "run_daemon"]
@@ -37,8 +39,10 @@ def daemon_command(config: Config, properties: str, env: Mapping[str, str], java
     classpath = jars()
     if not any(p.name.startswith(MULTILANG_JAR_PREFIX) for p in classpath):
         raise ConfigError(config.path, "-", f"the KCL jars are missing from {jar_dir()}: run `make install`")
+    archive = archive_options(java, classpath, archive_dir(config.jvm_class_archive, env), os.getpid())
     options = [
         f"-Dcopier.daemonLogLevel={config.daemon_log_level}",  # logback.xml's root level
+        *archive,  # the KCL's classes mapped, not loaded (copier.kcl.classarchive)
         *config.jvm_args,
         *shlex.split(env.get("COPIER_JAVA_OPTS", "")),
     ]

@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from typing import BinaryIO
 
 from copier.adapters.journal import DEBUG, ERROR, INFO, WARNING, journal_wanted
+from copier.kcl.classarchive import publish
 
 __all__ = ["DaemonEnd", "Relay", "end_of", "main", "priority_of", "supervise"]
 
@@ -200,6 +201,9 @@ def supervise(command: Sequence[str], out: BinaryIO, prefix: bool) -> int:
     reader = threading.Thread(target=relay.copy, args=(proc.stderr,), name="relay", daemon=True)
     reader.start()
     returncode = proc.wait()
+    # The class-data archive a first run wrote at exit: kept from a run that was stopped (it loaded what a
+    # running daemon loads), not from one that ended on its own (it may never have got that far).
+    publish(command, keep=bool(requested) and returncode >= 0)
     # Nothing is left to stop. Ignored from here on, a stop asked again cannot kill this process by its signal
     # (status -15) while the interpreter exits: its shutdown puts a handler back to SIG_DFL, not SIG_IGN.
     for signum in (*STOP_SIGNALS, *PASS_SIGNALS):

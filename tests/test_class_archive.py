@@ -1,0 +1,116 @@
+"""The daemon JVM's class-data archive: written by a first run, mapped by the next, never half a file."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from copier.core.config import parse_config
+from copier.core.errors import ConfigError
+from copier.kcl.classarchive import PENDING_SUFFIX, archive_dir, archive_options, publish
+from copier.kcl.daemon import MAIN_CLASS
+from copier.kcl.jars import jars
+from copier.local.pipeline import local_properties
+from tests.support.backend import free_port
+from tests.test_config import BASE
+
+JAVA = "/usr/bin/java"  # a path: only its name and status go into the archive's name
+
+
+def test_the_archive_lives_in_systemds_cache_directory_else_the_users_cache() -> None:
+    """auto: $CACHE_DIRECTORY (systemd's CacheDirectory=), then $XDG_CACHE_HOME, then ~/.cache; none: no archive."""
+    assert archive_dir("auto", {"CACHE_DIRECTORY": "/var/cache/copier:/x", "HOME": "/h"}) == Path("/var/cache/copier")
+    assert archive_dir("auto", {"XDG_CACHE_HOME": "/c", "HOME": "/h"}) == Path("/c/copier")
+    assert archive_dir("auto", {"HOME": "/h"}) == Path("/h/.cache/copier")
+    assert archive_dir("auto", {}) is None
+    assert archive_dir("none", {"HOME": "/h"}) is None
+    assert archive_dir("/srv/jsa", {"HOME": "/h"}) == Path("/srv/jsa")
+
+
+def test_the_setting_is_auto_none_or_an_absolute_directory() -> None:
+    base = BASE
+    assert parse_config(base).jvm_class_archive == "auto"
+    assert parse_config(base + "copier.jvmClassArchive = /var/lib/x\n").jvm_class_archive == "/var/lib/x"
+    with pytest.raises(ConfigError) as info:
+        parse_config(base + "copier.jvmClassArchive = relative/dir\n")
+    assert info.value.key == "copier.jvmClassArchive"
+
+
+def test_a_first_run_writes_the_archive_under_a_name_of_its_own_and_later_runs_map_it(tmp_path: Path) -> None:
+    """No archive: the JVM writes one at exit (pending, per process); once in place, it is mapped."""
+    classpath = jars()
+    first = archive_options(JAVA, classpath, tmp_path / "cache", 4242)
+    assert first[0].startswith("-XX:ArchiveClassesAtExit=") and first[0].endswith(f".4242{PENDING_SUFFIX}")
+    assert (tmp_path / "cache").is_dir()
+    final = Path(first[0].split("=", 1)[1][: -len(f".4242{PENDING_SUFFIX}")])
+    final.write_bytes(b"x")
+    assert archive_options(JAVA, classpath, tmp_path / "cache", 4243)[0] == f"-XX:SharedArchiveFile={final}"
+
+
+def test_another_jar_or_java_gets_another_archive(tmp_path: Path) -> None:
+    """The name covers the java binary and every jar (path, size, mtime): an upgrade never maps a stale archive."""
+    jar = tmp_path / "a.jar"
+    jar.write_bytes(b"1")
+    before = archive_options(JAVA, [jar], tmp_path, 1)[0]
+    jar.write_bytes(b"22")
+    assert archive_options(JAVA, [jar], tmp_path, 1)[0] != before
+
+
+def test_a_cache_that_cannot_be_written_means_no_archive(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    assert archive_options(JAVA, jars(), blocker / "cache", 1) == []
+    assert archive_options(JAVA, jars(), None, 1) == []
+
+
+def test_only_the_archive_of_a_jvm_stopped_on_request_is_put_in_place(tmp_path: Path) -> None:
+    """A killed JVM's file may be half written, and one that ended on its own may hold few classes."""
+    pending = tmp_path / f"kcl-1.jsa.7{PENDING_SUFFIX}"
+    command = ["java", f"-XX:ArchiveClassesAtExit={pending}", "Main"]
+    pending.write_bytes(b"half")
+    publish(command, keep=False)
+    assert not pending.exists() and not (tmp_path / "kcl-1.jsa").exists()
+    pending.write_bytes(b"whole")
+    publish(command, keep=True)
+    assert not pending.exists() and (tmp_path / "kcl-1.jsa").read_bytes() == b"whole"
+
+
+@pytest.mark.protocol
+@pytest.mark.timeout(300)
+def test_the_supervised_jvm_writes_an_archive_that_the_next_jvm_maps(tmp_path: Path) -> None:
+    """The real daemon under ``copier.kcl.supervisor``, stopped with SIGTERM while it tries to reach a backend
+    that is not there: the supervisor publishes what the JVM wrote at exit, and a JVM that must map that
+    archive (-Xshare:on fails the start if it cannot) starts. A daemon that ends on its own leaves none."""
+    classpath = jars()
+    java = shutil.which("java")
+    assert java, "Java 17 is on every machine make test runs on"
+    cp = ["-cp", os.pathsep.join(str(p) for p in classpath), MAIN_CLASS]
+    props = local_properties(tmp_path / "c.properties", f"http://127.0.0.1:{free_port()}", "jsa", "s", "t", "copier")
+    cache = tmp_path / "cache"
+    supervisor = [sys.executable, "-m", "copier.kcl.supervisor"]
+
+    alone = subprocess.run([*supervisor, java, *archive_options(java, classpath, cache, 1), *cp], capture_output=True)
+    assert alone.returncode != 0 and not list(cache.iterdir()), "ended on its own (no properties file): nothing kept"
+
+    options = archive_options(java, classpath, cache, 2)
+    daemon = [java, *options, *cp, "--properties-file", str(props)]
+    proc = subprocess.Popen([*supervisor, *daemon], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(8)  # the daemon has loaded its classes and retries the backend
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    archives = list(cache.glob("kcl-*.jsa"))
+    assert len(archives) == 1 and archives[0].stat().st_size > 10_000_000, list(cache.iterdir())
+    assert not list(cache.glob(f"*{PENDING_SUFFIX}"))
+    mapped = archive_options(java, classpath, cache, 3)
+    assert mapped[0] == f"-XX:SharedArchiveFile={archives[0]}"
+    run = subprocess.run([java, "-Xshare:on", *mapped, *cp], capture_output=True, text=True, timeout=120)
+    assert "Properties file missing" in run.stderr, run.stdout + run.stderr
+    assert "shared archive" not in (run.stdout + run.stderr).lower()
