@@ -26,6 +26,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import threading
 import time
 import uuid
@@ -35,6 +36,8 @@ from typing import Any
 
 from copier.adapters.streamreader import Progress, StreamReader
 from copier.bench.e2e import bench_pipeline
+from copier.kcl.classarchive import archive_dir, archive_options
+from copier.kcl.jars import jars
 from copier.local.multilang import COPIER, Processor, event
 from copier.local.pipeline import LocalPipeline, Worker, child_pids, local_properties
 
@@ -287,6 +290,14 @@ def run_host(endpoint: str, workdir: Path, shards: int, rate: int, measure_s: fl
     }
 
 
+def _class_archive_in_place(pipeline: LocalPipeline) -> bool:
+    """Will the daemon JVM map a class-data archive (``copier.kcl.classarchive``), or write one at its exit?"""
+    java = shutil.which("java") or "java"
+    directory = archive_dir(pipeline.config.jvm_class_archive, os.environ)
+    options = archive_options(java, jars(), directory, os.getpid())
+    return bool(options) and options[0].startswith("-XX:SharedArchiveFile=")
+
+
 def run_startups(
     endpoint: str, workdir: Path, shards: int, settings: str, worker_id: str | None = None
 ) -> dict[str, Any]:
@@ -307,6 +318,7 @@ def run_startups(
         "worker_id": "stable" if worker_id else "new each run",
         "shards": shards,
     }
+    out["class_archive"] = "mapped" if _class_archive_in_place(pipeline) else "written by the fresh start"
     try:
         pipeline.create(shards, min(shards, 4))
         for case in ("fresh", "restart", "crash"):
