@@ -54,6 +54,19 @@ def test_a_first_run_writes_the_archive_under_a_name_of_its_own_and_later_runs_m
     assert archive_options(JAVA, classpath, tmp_path / "cache", 4243)[0] == f"-XX:SharedArchiveFile={final}"
 
 
+def test_a_pending_archive_of_a_supervisor_that_is_gone_is_removed(tmp_path: Path) -> None:
+    """A host killed while its JVM wrote the archive leaves a partial file: the next first run removes it,
+    and leaves a live supervisor's alone."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    orphan = tmp_path / f"kcl-0123.jsa.{gone.pid}{PENDING_SUFFIX}"
+    live = tmp_path / f"kcl-0123.jsa.{os.getpid()}{PENDING_SUFFIX}"
+    orphan.write_bytes(b"half")
+    live.write_bytes(b"being written")
+    archive_options(JAVA, [tmp_path / "a.jar"], tmp_path, 1)
+    assert not orphan.exists() and live.exists()
+
+
 def test_another_jar_or_java_gets_another_archive(tmp_path: Path) -> None:
     """The name covers the java binary and every jar (path, size, mtime): an upgrade never maps a stale archive."""
     jar = tmp_path / "a.jar"

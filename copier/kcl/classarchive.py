@@ -72,7 +72,21 @@ def archive_options(java: str, classpath: Sequence[Path], directory: Path | None
         return []
     if not os.access(directory, os.W_OK | os.X_OK):
         return []
+    _remove_orphans(directory)
     return [f"-XX:ArchiveClassesAtExit={archive}.{pid}{PENDING_SUFFIX}", QUIET]
+
+
+def _remove_orphans(directory: Path) -> None:
+    """Pending archives of supervisors that are gone (a host killed while its JVM wrote one)."""
+    for pending in directory.glob(f"kcl-*.jsa.*{PENDING_SUFFIX}"):
+        try:
+            os.kill(int(pending.name.rsplit(".", 2)[1]), 0)
+        except ValueError:
+            continue  # not one of ours
+        except ProcessLookupError:
+            pending.unlink(missing_ok=True)
+        except OSError:  # alive under another user, or the file went meanwhile
+            continue
 
 
 def publish(command: Sequence[str], keep: bool) -> None:
