@@ -36,7 +36,7 @@ from typing import Any
 
 from copier.adapters.streamreader import Progress, StreamReader
 from copier.bench.e2e import bench_pipeline
-from copier.kcl.classarchive import archive_dir, archive_options
+from copier.kcl.classarchive import archive_dir, archive_path
 from copier.kcl.jars import jars
 from copier.local.multilang import COPIER, Processor, event
 from copier.local.pipeline import LocalPipeline, Worker, child_pids, local_properties
@@ -292,10 +292,8 @@ def run_host(endpoint: str, workdir: Path, shards: int, rate: int, measure_s: fl
 
 def _class_archive_in_place(pipeline: LocalPipeline) -> bool:
     """Will the daemon JVM map a class-data archive (``copier.kcl.classarchive``), or write one at its exit?"""
-    java = shutil.which("java") or "java"
     directory = archive_dir(pipeline.config.jvm_class_archive, os.environ)
-    options = archive_options(java, jars(), directory, os.getpid())
-    return bool(options) and options[0].startswith("-XX:SharedArchiveFile=")
+    return directory is not None and archive_path(shutil.which("java") or "java", jars(), directory).is_file()
 
 
 def run_startups(

@@ -184,7 +184,7 @@ def _host_section(data: dict[str, Any]) -> list[str]:
             "daemon, or one kept across a host's restarts (`workerId` in the properties). JVM class archive:",
             "whether the daemon JVM mapped copier's class-data archive of the KCL's classes from the first start",
             "on (`copier.jvmClassArchive`; a host's first start ever writes it when it is stopped, and starts",
-            "about 1.2 s slower).",
+            "about 1 s slower).",
             "",
             "| settings | workerId | shards | JVM class archive | fresh (s) | restart (s) | crash takeover (s) |",
             "|---|---|---|---|---|---|---|",

@@ -1,13 +1,14 @@
 """The daemon JVM's class-data archive: a restarted host's JVM maps the KCL's classes instead of loading them.
 
-The MultiLangDaemon loads some 10,000 classes (the KCL, the AWS SDK, Netty)
+The MultiLangDaemon loads the classes of the KCL, the AWS SDK and Netty
 before it takes a lease; on 2 cores that is over a second of every start.
 JDK 17's dynamic CDS archive holds them ready to map: the first ``copier
 run`` on a host has the JVM write one when it exits
 (``-XX:ArchiveClassesAtExit``), and every later run maps it
 (``-XX:SharedArchiveFile``). Measured on the local backend with 8 shards and
-a stable workerId: KCL initialization 3.4 s -> 2.2-2.6 s, a restart to
-every shard's first event 10.0 s -> 8.2-9.0 s (docs/benchmarks.md).
+a stable workerId, alternating runs with and without it: KCL initialization
+3.4-3.5 s -> 2.2-2.6 s, a restart to every shard's first event 10.0-10.1 s
+-> 8.2-9.0 s (docs/benchmarks.md, section 6, has the bench's figures).
 
 Safe by construction: the JVM checks an archive against its own build and
 the classpath and ignores one that does not match (``-Xshare:auto``, the
@@ -29,7 +30,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["PENDING_SUFFIX", "archive_dir", "archive_options", "publish"]
+__all__ = ["PENDING_SUFFIX", "archive_dir", "archive_options", "archive_path", "publish"]
 
 PENDING_SUFFIX = ".pending"
 QUIET = "-Xlog:cds*=off"  # the dump lists every class it skips, at warning, on the JVM's stdout
@@ -47,7 +48,8 @@ def archive_dir(setting: str, env: Mapping[str, str]) -> Path | None:
     return Path(base) / "copier" if base else None
 
 
-def _archive_name(java: str, classpath: Sequence[Path]) -> str:
+def archive_path(java: str, classpath: Sequence[Path], directory: Path) -> Path:
+    """The archive for this java binary and these jars (it may not exist yet)."""
     digest = hashlib.sha256()
     for path in (Path(java).resolve(), *classpath):
         try:
@@ -55,7 +57,7 @@ def _archive_name(java: str, classpath: Sequence[Path]) -> str:
         except OSError:
             status = None
         digest.update(f"{path}\0{status and status.st_size}\0{status and status.st_mtime_ns}\n".encode())
-    return f"kcl-{digest.hexdigest()[:16]}.jsa"
+    return directory / f"kcl-{digest.hexdigest()[:16]}.jsa"
 
 
 def archive_options(java: str, classpath: Sequence[Path], directory: Path | None, pid: int) -> list[str]:
@@ -63,7 +65,7 @@ def archive_options(java: str, classpath: Sequence[Path], directory: Path | None
     directory cannot be written: the JVM then starts as it would without)."""
     if directory is None:
         return []
-    archive = directory / _archive_name(java, classpath)
+    archive = archive_path(java, classpath, directory)
     if archive.is_file():
         return [f"-XX:SharedArchiveFile={archive}", QUIET]
     try:
