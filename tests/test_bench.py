@@ -125,3 +125,24 @@ def test_a_rolling_deploys_longest_pause_is_put_on_the_restart_that_caused_it() 
     assert _pause_restart((18.0, 99.0), restarts) == {"longest_pause_restart": 2, "longest_pause_from_sigterm_s": -1.0}
     assert _pause_restart((5.0, 250.0), restarts) == {"longest_pause_restart": 3, "longest_pause_from_sigterm_s": 50.0}
     assert _pause_restart((1.0, -5.0), restarts) == {"longest_pause_restart": 0, "longest_pause_from_sigterm_s": None}
+
+
+def test_the_before_and_after_table_compares_cpu_and_write_units_with_the_run_before_the_work() -> None:
+    """Every CPU case and write-unit batch the earlier run measured gets a row with both figures; a case it
+    did not measure gets none (no before to compare with)."""
+    from copier.bench.report import BEFORE_CPU, BEFORE_UNITS, _before_after_cost
+
+    cpu = [
+        {"payload_bytes": 2048, "batch": 100, "copier_us_per_event": 47.5, "ratio": 1.2},
+        {"payload_bytes": 512, "batch": 100, "copier_us_per_event": 30.0, "ratio": 1.0},
+    ]
+    cost = {"copier_units_per_million": {"100": 29_000, "7": 1}, "coalesced_units_per_million": {"10": 13_000}}
+    rows = _before_after_cost({"cpu": cpu, "cost": cost})
+    before_us, before_ratio = BEFORE_CPU[(2048, 100)]
+    assert rows == [
+        f"| CPU per event, 2048 B, batches of 100: µs (ratio to the plain copier) | {before_us} ({before_ratio}) "
+        "| 47.5 (1.2) |",
+        f"| DynamoDB write units per 1,000,000 events, batches of 100 | {BEFORE_UNITS['100']:,} | 29,000 |",
+        "| DynamoDB write units per 1,000,000 events, batches of 10, coalesced | 14,000 | 13,000 |",
+    ]
+    assert _before_after_cost({}) == []

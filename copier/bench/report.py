@@ -25,6 +25,19 @@ BEFORE = {"processor_rss_mb": 87.0, "fresh_s": 105.7, "crash_s": 180.0}
 # The first rolling-deploy run (2026-11-24): a processor told lease_lost kept copier's lease, so every lease
 # move was slept out, and the deploy began while the KCL was still balancing.
 BEFORE_ROLLING = {"in place, own workerId": 105.4, "new worker": 161.0}
+# The last full `make bench` before the host-scale work (2026-11-22, commit 2bde6e3): copier's CPU per event and
+# its ratio to the plain copier, by (payload bytes, batch), and DynamoDB write units per million events by batch.
+BEFORE_CPU = {
+    (200, 10): (24.0, 0.17),
+    (200, 100): (21.0, 0.698),
+    (200, 1000): (13.67, 0.854),
+    (200, 10000): (21.33, 1.123),
+    (2048, 100): (49.0, 1.241),
+    (2048, 1000): (34.5, 0.867),
+    (2048, 10000): (41.5, 0.991),
+}
+BEFORE_UNITS = {"10": 200_000, "100": 30_000, "500": 14_000, "1000": 11_000, "10000": 9_900}
+BEFORE_COALESCED_UNITS = {"10": 14_000, "100": 14_000}
 
 
 def _cpu_table(rows: list[dict[str, Any]]) -> list[str]:
@@ -119,19 +132,45 @@ def _before_after(data: dict[str, Any]) -> list[str]:
                 f"| rolling deploy, {row['restart']}: longest pause of a shard (s) | "
                 f"{BEFORE_ROLLING[row['restart']]} | {row['longest_pause_s']} |"
             )
+    rows += _before_after_cost(data)
     if not rows:
         return []
     return [
         "Before and after: before is the measurement that opened the work (an idle processor with boto3's",
         "clients; `copier run` with the sample properties as then shipped); for a restart, the same run with",
         "the KCL's default workerId (a new one each run); for a rolling deploy, its first run, before a",
-        "processor told lease_lost released copier's lease. After is this run, with a stable workerId.",
+        "processor told lease_lost released copier's lease; for CPU and write units per event, the last full",
+        "`make bench` before that work (2026-11-22; sections 1 and 2). After is this run, with a stable workerId.",
         "",
         "| figure | before | after |",
         "|---|---|---|",
         *rows,
         "",
     ]
+
+
+def _before_after_cost(data: dict[str, Any]) -> list[str]:
+    """Rows for CPU per event (section 1) and write units per event (section 2) against ``BEFORE_CPU``/``_UNITS``."""
+    rows = []
+    for r in data.get("cpu", []):
+        before = BEFORE_CPU.get((r["payload_bytes"], r["batch"]))
+        if before:
+            rows.append(
+                f"| CPU per event, {r['payload_bytes']} B, batches of {r['batch']}: µs (ratio to the plain copier) | "
+                f"{before[0]} ({before[1]}) | {r['copier_us_per_event']} ({r['ratio']}) |"
+            )
+    cost = data.get("cost") or {}
+    for label, before_units, after_units in (
+        ("", BEFORE_UNITS, cost.get("copier_units_per_million", {})),
+        (", coalesced", BEFORE_COALESCED_UNITS, cost.get("coalesced_units_per_million", {})),
+    ):
+        for batch, units in after_units.items():
+            if batch in before_units:
+                rows.append(
+                    f"| DynamoDB write units per 1,000,000 events, batches of {batch}{label} | "
+                    f"{before_units[batch]:,} | {units:,} |"
+                )
+    return rows
 
 
 def _host_section(data: dict[str, Any]) -> list[str]:
