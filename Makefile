@@ -10,11 +10,19 @@ CHECKOV := $(VENV)/checkov/bin/checkov
 
 .PHONY: install test test-fast test-dist model-long demo lint chaos bench dist clean
 
+# copier's launcher of the KCL daemon (copier/kcl/launcher.py), compiled against the KCL jars with javac;
+# the wheel (and the release bundle) ships the jar, so hosts need no JDK.
+LAUNCHER := copier/kcl/copier-kcl-launcher.jar
+LAUNCHER_SOURCES := $(shell find copier/kcl/java -name '*.java')
+
 # libfaketime puts chaos seeds' processors off AWS time (copier/chaos/clocks.py; Debian's faketime package),
 # installed if missing: here rather than in $(STAMP)'s recipe, so that an existing .venv gets it too.
-install: $(STAMP) $(CHECKOV)
+install: $(STAMP) $(CHECKOV) $(LAUNCHER)
 	command -v faketime >/dev/null 2>&1 || { sudo=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
 		$$sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q faketime; }
+
+$(LAUNCHER): $(STAMP) $(LAUNCHER_SOURCES) copier/kcl/launcher.py
+	$(BIN)/python -m copier.kcl.launcher --build
 
 $(CHECKOV):
 	$(PYTHON) -m venv $(VENV)/checkov
@@ -82,4 +90,4 @@ lint: install
 	$(BIN)/mypy copier
 
 clean:
-	rm -rf dist build *.egg-info $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache
+	rm -rf dist build *.egg-info $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache $(LAUNCHER)

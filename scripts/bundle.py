@@ -9,7 +9,8 @@ x86_64 and aarch64 hosts with CPython 3.11, reviewed when the lock changes),
 builds amazon-kclpy's wheel from its locked sdist (its build fetches the KCL
 jars from Maven Central with no checksum: each jar is then checked against
 scripts/kcl-jars.sha256, and the build stops on any difference), builds
-copier's wheel, and writes into the bundle:
+copier's wheel (with the daemon launcher that make install compiled: the
+build stops without it), and writes into the bundle:
 
 - ``wheels/``: every wheel a host installs;
 - ``requirements.lock``: each of them with its SHA-256 (``pip install
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import re
 import shutil
 import subprocess
@@ -42,6 +44,7 @@ PLATFORMS = {
     "x86_64": ["manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64"],
     "aarch64": ["manylinux_2_28_aarch64", "manylinux_2_17_aarch64", "manylinux2014_aarch64"],
 }
+LAUNCHER_IN_WHEEL = "copier/kcl/copier-kcl-launcher.jar"
 SDISTS = ("amazon-kclpy",)  # built here (no wheel on PyPI)
 SHIPPED = (
     "scripts/install.sh",
@@ -159,6 +162,25 @@ def check_jars(wheel: Path, jars_lock: Path) -> None:
         raise BundleError(f"{wheel.name}: the KCL jars differ from {jars_lock.name}: " + "; ".join(problems))
 
 
+def check_launcher(wheel: Path, expected: str | None = None) -> None:
+    """copier's wheel must carry the daemon launcher (copier/kcl/launcher.py) compiled from the Java sources
+    of this tree (``expected``: their digest) by make install: a host without it runs the stock daemon, whose
+    every start and stop pauses shards longer, and a stale one is not the code that was tested."""
+    from copier.kcl.launcher import jar_digest, sources_digest
+
+    expected = expected or sources_digest()
+    with zipfile.ZipFile(wheel) as z:
+        if LAUNCHER_IN_WHEEL not in z.namelist():
+            raise BundleError(f"{wheel.name} has no {LAUNCHER_IN_WHEEL}: run `make install` (it compiles it) first")
+        with zipfile.ZipFile(io.BytesIO(z.read(LAUNCHER_IN_WHEEL))) as jar:
+            built_from = jar_digest(jar)
+    if built_from != expected:
+        raise BundleError(
+            f"{wheel.name}: {LAUNCHER_IN_WHEEL} was built from other Java sources ({built_from}) than "
+            f"copier/kcl/java's ({expected}): run `make install` (it recompiles it), then build again"
+        )
+
+
 def build(out: Path, lock: Path = LOCK, jars_lock: Path = JARS_LOCK) -> Path:
     """The bundle directory ``out`` (replaced); returns it."""
     if out.exists():
@@ -175,6 +197,7 @@ def build(out: Path, lock: Path = LOCK, jars_lock: Path = JARS_LOCK) -> Path:
     (kclpy,) = wheels.glob("amazon_kclpy-*.whl")
     check_jars(kclpy, jars_lock)
     _pip("wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(ROOT))
+    check_launcher(next(wheels.glob("copier-*.whl")))
     built = sorted(wheels.glob("*.whl"))
     missing = set(_locked(lock)) - {_name_version(w.name)[0] for w in built}
     if missing:

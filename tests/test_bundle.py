@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import io
 import os
 import re
 import shutil
@@ -114,6 +115,8 @@ def test_the_bundle_installs_offline_twice_and_keeps_the_config(release: Path, t
     assert "keeping the existing" in second.stderr
     assert config.read_text().endswith("# edited by the operator\n"), "an existing config is never overwritten"
     assert config.stat().st_mode & 0o777 == 0o640, "but always made 0640"
+    (launcher,) = (root / "opt/copier/venv/lib").glob("python3*/site-packages/copier/kcl/copier-kcl-launcher.jar")
+    assert zipfile.ZipFile(launcher).getinfo("software/amazon/kinesis/multilang/CopierMultiLangDaemon.class")
     copier = root / "opt/copier/venv/bin/copier"
     help_text = subprocess.run([str(copier), "--help"], capture_output=True, text=True, check=True).stdout
     assert "scale-in-watch" in help_text and "configure" in help_text
@@ -161,6 +164,24 @@ def test_the_build_refuses_jars_other_than_the_locked_ones(tmp_path: Path) -> No
         z.writestr("amazon_kclpy/jars/c.jar", b"c")
     with pytest.raises(bundle.BundleError, match=r"a\.jar: SHA-256 .*c\.jar: not in the lock"):
         bundle.check_jars(wheel, lock)
+
+
+def test_the_build_refuses_a_copier_wheel_without_the_daemon_launcher(tmp_path: Path) -> None:
+    """A wheel built before make install compiled the launcher would give hosts the stock daemon, and one with a
+    jar compiled from other sources untested code: both refused."""
+    wheel = tmp_path / "copier-0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("copier/kcl/logback.xml", b"<configuration/>")
+    with pytest.raises(bundle.BundleError, match="no copier/kcl/copier-kcl-launcher.jar: run `make install`"):
+        bundle.check_launcher(wheel)
+    stale = io.BytesIO()
+    with zipfile.ZipFile(stale, "w") as jar:
+        jar.writestr("META-INF/copier-launcher-sources", "0123456789abcdef\n")
+    with zipfile.ZipFile(wheel, "a") as z:
+        z.writestr("copier/kcl/copier-kcl-launcher.jar", stale.getvalue())
+    with pytest.raises(bundle.BundleError, match=r"built from other Java sources \(0123456789abcdef\)"):
+        bundle.check_launcher(wheel)
+    bundle.check_launcher(wheel, expected="0123456789abcdef")
 
 
 def test_the_lock_pins_every_dependency_for_both_architectures() -> None:

@@ -15,8 +15,9 @@ import pytest
 from copier.core.config import parse_config
 from copier.core.errors import ConfigError
 from copier.kcl.classarchive import PENDING_SUFFIX, archive_dir, archive_options, publish
-from copier.kcl.daemon import MAIN_CLASS
+from copier.kcl.daemon import daemon_classpath
 from copier.kcl.jars import jars
+from copier.kcl.launcher import LAUNCHER_CLASS
 from copier.local.pipeline import local_properties
 from tests.support.backend import free_port
 from tests.test_config import BASE
@@ -101,10 +102,10 @@ def test_the_supervised_jvm_writes_an_archive_that_the_next_jvm_maps(tmp_path: P
     """The real daemon under ``copier.kcl.supervisor``, stopped with SIGTERM while it tries to reach a backend
     that is not there: the supervisor publishes what the JVM wrote at exit, and a JVM that must map that
     archive (-Xshare:on fails the start if it cannot) starts. A daemon that ends on its own leaves none."""
-    classpath = jars()
+    classpath = daemon_classpath()  # the KCL's jars and copier's launcher, as copier run starts the daemon
     java = shutil.which("java")
     assert java, "Java 17 is on every machine make test runs on"
-    cp = ["-cp", os.pathsep.join(str(p) for p in classpath), MAIN_CLASS]
+    cp = ["-cp", os.pathsep.join(str(p) for p in classpath), LAUNCHER_CLASS]
     props = local_properties(tmp_path / "c.properties", f"http://127.0.0.1:{free_port()}", "jsa", "s", "t", "copier")
     cache = tmp_path / "cache"
     supervisor = [sys.executable, "-m", "copier.kcl.supervisor"]

@@ -11,19 +11,22 @@ from copier.commands.status import render, rows
 from copier.core.errors import ConfigError
 from copier.core.positions import Position
 from copier.core.state import ShardState
-from copier.kcl.daemon import MAIN_CLASS, daemon_command
+from copier.kcl.daemon import daemon_command
 from copier.kcl.jars import jars
+from copier.kcl.launcher import DISPATCH_PROPERTY, LAUNCHER_CLASS, LAUNCHER_JAR
 from tests.support.fakes import config
 
 
 def test_the_daemon_command_has_the_kcl_classpath_jvm_options_and_the_file(tmp_path: Path) -> None:
-    """java, copier.jvmArgs then COPIER_JAVA_OPTS, every KCL jar, the main class and the properties file."""
+    """java, copier's own options, copier.jvmArgs then COPIER_JAVA_OPTS, every KCL jar and copier's launcher, its
+    main class and the properties file."""
     cfg = replace(config(), executable_name="copier process", jvm_args=("-Daws.cborEnabled=false",))
     command = daemon_command(cfg, str(tmp_path / "p.properties"), {"COPIER_JAVA_OPTS": "-Xmx512m -Dx=y"}, "java")
-    assert command[:5] == ["java", "-Dcopier.daemonLogLevel=WARN", "-Daws.cborEnabled=false", "-Xmx512m", "-Dx=y"]
+    assert command[:2] == ["java", "-Dcopier.daemonLogLevel=WARN"]
+    assert command[2:6] == ["-Daws.cborEnabled=false", "-Xmx512m", "-Dx=y", f"-D{DISPATCH_PROPERTY}=200"]
     classpath = command[command.index("-cp") + 1].split(":")
-    assert classpath == [str(p) for p in jars()] and len(classpath) > 50
-    assert command[command.index(MAIN_CLASS) + 1 :][:2] == ["--properties-file", str(tmp_path / "p.properties")]
+    assert classpath == [*(str(p) for p in jars()), str(LAUNCHER_JAR)] and len(classpath) > 50
+    assert command[command.index(LAUNCHER_CLASS) + 1 :][:2] == ["--properties-file", str(tmp_path / "p.properties")]
     assert Path(command[-1]).name == "logback.xml" and Path(command[-1]).is_file()
 
 

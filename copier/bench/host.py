@@ -37,7 +37,7 @@ from typing import Any
 from copier.adapters.streamreader import Progress, StreamReader
 from copier.bench.e2e import bench_pipeline
 from copier.kcl.classarchive import archive_dir, archive_path
-from copier.kcl.jars import jars
+from copier.kcl.daemon import daemon_classpath
 from copier.local.multilang import COPIER, Processor, event
 from copier.local.pipeline import LocalPipeline, Worker, child_pids, local_properties
 
@@ -293,7 +293,8 @@ def run_host(endpoint: str, workdir: Path, shards: int, rate: int, measure_s: fl
 def _class_archive_in_place(pipeline: LocalPipeline) -> bool:
     """Will the daemon JVM map a class-data archive (``copier.kcl.classarchive``), or write one at its exit?"""
     directory = archive_dir(pipeline.config.jvm_class_archive, os.environ)
-    return directory is not None and archive_path(shutil.which("java") or "java", jars(), directory).is_file()
+    java = shutil.which("java") or "java"
+    return directory is not None and archive_path(java, daemon_classpath(), directory).is_file()
 
 
 def run_startups(

@@ -86,8 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
+SOURCE_SUFFIXES = (".py", ".java", ".xml")  # what copier runs: Python, the daemon launcher, the daemon's logback
+
+
 def code_digest() -> str:
-    """What a seed's verdict depends on: the copier package's source and the pinned versions (setup.cfg).
+    """What a seed's verdict depends on: the copier package's source (Python, the daemon's Java launcher, the
+    logback configuration) and the pinned versions (setup.cfg).
 
     ``copier/bench`` is left out: nothing a seed runs imports it.
     """
@@ -96,7 +100,7 @@ def code_digest() -> str:
     files = sorted(
         p
         for p in package.rglob("*")
-        if p.suffix in (".py", ".xml") and "__pycache__" not in p.parts and p.relative_to(package).parts[0] != "bench"
+        if p.suffix in SOURCE_SUFFIXES and "__pycache__" not in p.parts and p.relative_to(package).parts[0] != "bench"
     )
     for path in [*files, package.parent / "setup.cfg"]:
         if path.is_file():

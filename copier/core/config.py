@@ -117,6 +117,7 @@ class Config:
     progress_interval_seconds: int = 60  # a progress line per shard this often at INFO (0: none)
     daemon_log_level: str = "WARN"  # the MultiLangDaemon's own log (its chatter) below copier's lines
     jvm_class_archive: str = "auto"  # where the daemon JVM's class-data archive lives (copier.kcl.classarchive)
+    dispatch_millis: int = 200  # how often the KCL's scheduler advances shard consumers (copier.kcl.launcher)
     ordering: Literal["partitionKey", "none"] = "partitionKey"
     target_region: str = ""  # region of the target and dead-letter streams (default regionName)
     target_role_arn: str | None = None  # assumed to reach the target (another account)
@@ -236,6 +237,7 @@ DEFAULTS: dict[str, str | None] = {
     "copier.daemonLogLevel": "WARN",
     "copier.jvmArgs": "",
     "copier.jvmClassArchive": "auto",
+    "copier.shardConsumerDispatchPollIntervalMillis": "200",
     "copier.metrics": "none",
     "copier.metricsAgentEndpoint": "tcp://127.0.0.1:25888",
     "copier.metricsNamespace": "copier",
@@ -374,6 +376,7 @@ def parse_config(text: str, path: str = "<string>") -> Config:
         daemon_log_level=r.copier_need("copier.daemonLogLevel", _one_of("ERROR", "WARN", "INFO", "DEBUG")),
         jvm_args=tuple((r.copier("copier.jvmArgs", str) or "").split()),
         jvm_class_archive=r.copier_need("copier.jvmClassArchive", _archive_setting),
+        dispatch_millis=r.copier_need("copier.shardConsumerDispatchPollIntervalMillis", _int_between(50, 10_000)),
         executable_name=r.get("executableName", str, ""),
         shutdown_grace_millis=r.need("shutdownGraceMillis", _int_between(0, _DAY_MS), "0"),
         coalesce_events=r.copier_need("copier.coalesceEvents", _int_between(1, 10_000)),

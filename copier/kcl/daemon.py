@@ -1,6 +1,8 @@
 """``copier run``: the KCL MultiLangDaemon command line, built from the properties file.
 
-The daemon is Java; its jars come with amazon-kclpy (``copier.kcl.jars``). The
+The daemon is Java; its jars come with amazon-kclpy (``copier.kcl.jars``), and
+it runs under copier's launcher (``copier.kcl.launcher``: the stock daemon with
+a shorter shard-consumer dispatch interval) when copier was built with it. The
 JVM gets the system properties of ``copier.jvmArgs`` and of the environment
 variable ``COPIER_JAVA_OPTS``, a class-data archive of the KCL's classes
 (``copier.kcl.classarchive``), and a logback configuration that sends the
@@ -25,33 +27,43 @@ from copier.core.config import Config
 from copier.core.errors import ConfigError
 from copier.kcl.classarchive import archive_dir, archive_options
 from copier.kcl.jars import MULTILANG_JAR_PREFIX, jar_dir, jars
+from copier.kcl.launcher import DISPATCH_PROPERTY, LAUNCHER_CLASS, launcher_jar
 
-__all__ = ["MAIN_CLASS", "daemon_command", "daemon_warnings", "run_daemon"]
+__all__ = ["MAIN_CLASS", "daemon_classpath", "daemon_command", "daemon_warnings", "run_daemon"]
 
 MAIN_CLASS = "software.amazon.kinesis.multilang.MultiLangDaemon"
 LOGBACK = Path(__file__).resolve().parent / "logback.xml"
+
+
+def daemon_classpath() -> list[Path]:
+    """The daemon JVM's classpath: the KCL jars, then copier's launcher when it was built."""
+    launcher = launcher_jar()
+    return [*jars(), *([launcher] if launcher else [])]
 
 
 def daemon_command(config: Config, properties: str, env: Mapping[str, str], java: str = "java") -> list[str]:
     """The java command line that runs the daemon on ``properties``; checks what would fail later."""
     if not config.executable_name:
         raise ConfigError(config.path, "executableName", "required key is missing (the processor the daemon spawns)")
-    classpath = jars()
+    classpath = daemon_classpath()
     if not any(p.name.startswith(MULTILANG_JAR_PREFIX) for p in classpath):
         raise ConfigError(config.path, "-", f"the KCL jars are missing from {jar_dir()}: run `make install`")
+    launcher = launcher_jar() is not None
     archive = archive_options(java, classpath, archive_dir(config.jvm_class_archive, env), os.getpid())
     options = [
         f"-Dcopier.daemonLogLevel={config.daemon_log_level}",  # logback.xml's root level
         *archive,  # the KCL's classes mapped, not loaded (copier.kcl.classarchive)
         *config.jvm_args,
         *shlex.split(env.get("COPIER_JAVA_OPTS", "")),
+        # last, so that the validated key is what the launcher reads (the JVM keeps the last -D of a name)
+        *([f"-D{DISPATCH_PROPERTY}={config.dispatch_millis}"] if launcher else []),
     ]
     return [
         java,
         *options,
         "-cp",
         os.pathsep.join(str(p) for p in classpath),
-        MAIN_CLASS,
+        LAUNCHER_CLASS if launcher else MAIN_CLASS,
         "--properties-file",
         str(Path(properties).resolve()),
         "--log-configuration",
@@ -72,6 +84,13 @@ def daemon_warnings(config: Config) -> list[str]:
             f"{config.path}: isGracefulLeaseHandoffEnabled is true (the KCL 3.x default): KCL 3.1.3 can leave "
             "a lease stuck in a handoff that never completes, and its shard is then never processed "
             "(docs/protocol.md, 'Lease moves'); set isGracefulLeaseHandoffEnabled = false"
+        )
+    if launcher_jar() is None:
+        warnings.append(
+            "copier was installed without its KCL launcher (copier/kcl/copier-kcl-launcher.jar, built by "
+            "`make install` and in the release bundle): the stock daemon advances shard consumers once a second, "
+            f"so starts and stops pause shards longer and {config.path}'s "
+            "copier.shardConsumerDispatchPollIntervalMillis is not applied"
         )
     return warnings
 

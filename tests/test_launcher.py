@@ -1,0 +1,146 @@
+"""copier's launcher of the KCL MultiLangDaemon (copier.kcl.launcher): built from its Java sources, put on the
+daemon's command line with the configured dispatch interval, and taken up by the real KCL scheduler."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from copier.core.config import load_config, parse_config
+from copier.core.errors import ConfigError, CopierError
+from copier.kcl import daemon as daemon_module
+from copier.kcl import launcher
+from copier.kcl.daemon import MAIN_CLASS, daemon_command, daemon_warnings
+from copier.kcl.jars import jars
+from copier.local.pipeline import local_properties
+from tests.support.backend import free_port
+from tests.support.fakes import config
+from tests.test_config import BASE
+
+CLASSES = (
+    "software/amazon/kinesis/multilang/CopierMultiLangDaemon.class",
+    "software/amazon/kinesis/multilang/config/CopierSchedulerBuilder.class",
+)
+
+
+def test_the_interval_defaults_to_200_ms_and_out_of_range_values_are_refused() -> None:
+    """50 to 10000 ms: below 50 the scheduler would spin for nothing, above 10 s every start crawls."""
+    assert parse_config(BASE).dispatch_millis == 200
+    key = "copier.shardConsumerDispatchPollIntervalMillis"
+    assert parse_config(BASE + f"{key} = 1000\n").dispatch_millis == 1000
+    for bad in ("10", "20000", "fast"):
+        with pytest.raises(ConfigError) as info:
+            parse_config(BASE + f"{key} = {bad}\n")
+        assert info.value.key == key
+
+
+def test_the_build_compiles_both_classes_into_the_same_jar_every_time(tmp_path: Path) -> None:
+    """Fixed entry times: two builds of the same sources give the same bytes (the release bundle is locked)."""
+    first = launcher.build(tmp_path / "a.jar")
+    second = launcher.build(tmp_path / "b.jar")
+    assert first.read_bytes() == second.read_bytes()
+    assert set(CLASSES) <= set(zipfile.ZipFile(first).namelist())
+    assert launcher.jar_digest(zipfile.ZipFile(first)) == launcher.sources_digest()
+    assert not list(tmp_path.glob("*.tmp")), "written under a name of its own, then renamed"
+
+
+def test_the_jar_in_the_tree_was_built_from_the_sources_in_the_tree() -> None:
+    """make install recompiles it when a source changes; a stale jar (a source edited, added or removed since)
+    would run code no test saw."""
+    jar = launcher.launcher_jar()
+    assert jar is not None, "make install compiles it"
+    with zipfile.ZipFile(jar) as z:
+        assert launcher.jar_digest(z) == launcher.sources_digest()
+        assert set(CLASSES) <= set(z.namelist())
+
+
+def test_the_build_says_what_is_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No javac (a host with a JRE only), and a compile error, each get a message, in copier's error tree."""
+    with monkeypatch.context() as m:
+        m.setattr(launcher.shutil, "which", lambda name: None)
+        with pytest.raises(launcher.LauncherBuildError, match="javac is not on PATH: building copier needs a JDK"):
+            launcher.build(tmp_path / "x.jar")
+    with pytest.raises(launcher.LauncherBuildError, match="cannot run /nonexistent/javac"):
+        launcher.build(tmp_path / "x.jar", javac="/nonexistent/javac")
+    broken = tmp_path / "java"
+    (broken / "p").mkdir(parents=True)
+    (broken / "p" / "Broken.java").write_text("package p; public class Broken { int x = ; }\n")
+    monkeypatch.setattr(launcher, "SOURCES", broken)
+    with pytest.raises(CopierError, match=r"(?s)javac failed on .*Broken\.java:1: error"):
+        launcher.build(tmp_path / "y.jar")
+    assert not (tmp_path / "y.jar").exists()
+
+
+def test_the_daemon_runs_under_the_launcher_with_the_configured_interval(tmp_path: Path) -> None:
+    """The launcher's jar after the KCL's on the classpath, its class as the main class, the interval passed."""
+    assert launcher.launcher_jar() is not None, "make install compiles it"
+    cfg = replace(config(), executable_name="copier process", dispatch_millis=350)
+    command = daemon_command(cfg, str(tmp_path / "p.properties"), {}, "java")
+    classpath = command[command.index("-cp") + 1].split(os.pathsep)
+    assert classpath == [*map(str, jars()), str(launcher.LAUNCHER_JAR)]
+    assert command[command.index("-cp") + 2] == launcher.LAUNCHER_CLASS
+    assert f"-D{launcher.DISPATCH_PROPERTY}=350" in command[: command.index("-cp")]
+    assert not any("launcher" in w for w in daemon_warnings(cfg))
+
+
+def test_without_the_jar_the_stock_daemon_runs_and_copier_warns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """copier installed without make install or the bundle still runs, on the KCL's own 1 s, and says so."""
+    monkeypatch.setattr(daemon_module, "launcher_jar", lambda: None)
+    cfg = replace(config(), executable_name="copier process")
+    command = daemon_command(cfg, str(tmp_path / "p.properties"), {}, "java")
+    assert command[command.index("-cp") + 2] == MAIN_CLASS
+    assert not any(launcher.DISPATCH_PROPERTY in part for part in command)
+    assert str(launcher.LAUNCHER_JAR) not in command[command.index("-cp") + 1]
+    (warning,) = [w for w in daemon_warnings(cfg) if "launcher" in w]
+    assert "once a second" in warning and "make install" in warning
+
+
+@pytest.mark.protocol
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("millis", [120, 650])
+def test_the_real_kcl_scheduler_takes_the_interval(millis: int, tmp_path: Path) -> None:
+    """The daemon JVM as copier run starts it (its command line, under the supervisor), on a backend that is not
+    there: the scheduler the launcher built reports the configured interval (the KCL's own getter), and the
+    daemon still stops on SIGTERM with the stock shutdown hook."""
+    props = local_properties(tmp_path / "c.properties", f"http://127.0.0.1:{free_port()}", "l", "s", "t", "copier")
+    props.write_text(
+        props.read_text()
+        + "copier.daemonLogLevel = INFO\ncopier.jvmClassArchive = none\n"
+        + f"copier.shardConsumerDispatchPollIntervalMillis = {millis}\n"
+    )
+    java = shutil.which("java")
+    assert java, "Java 17 is on every machine make test runs on"
+    command = daemon_command(load_config(props), str(props), {}, java)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "copier.kcl.supervisor", *command],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    wanted = f"copier: the KCL scheduler advances shard consumers every {millis} ms"
+    seen: list[str] = []
+    deadline = time.monotonic() + 90
+    try:
+        for line in proc.stderr:
+            seen.append(line)
+            if wanted in line or time.monotonic() > deadline:
+                break
+        assert any(wanted in line for line in seen), "".join(seen[-40:])
+        time.sleep(3)  # the shutdown hook is registered right after the scheduler is built
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, rest = proc.communicate(timeout=120)
+    assert proc.returncode == 0, rest[-2000:]
+    assert "Process terminated, will initiate shutdown." in rest, "the stock shutdown hook ran"
