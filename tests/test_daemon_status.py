@@ -13,7 +13,7 @@ from copier.core.positions import Position
 from copier.core.state import ShardState
 from copier.kcl.daemon import daemon_command
 from copier.kcl.jars import jars
-from copier.kcl.launcher import DISPATCH_PROPERTY, LAUNCHER_CLASS, LAUNCHER_JAR
+from copier.kcl.launcher import DISPATCH_PROPERTY, EMPTY_TABLE_WAIT_PROPERTY, LAUNCHER_CLASS, LAUNCHER_JAR
 from tests.support.fakes import config
 
 
@@ -23,7 +23,13 @@ def test_the_daemon_command_has_the_kcl_classpath_jvm_options_and_the_file(tmp_p
     cfg = replace(config(), executable_name="copier process", jvm_args=("-Daws.cborEnabled=false",))
     command = daemon_command(cfg, str(tmp_path / "p.properties"), {"COPIER_JAVA_OPTS": "-Xmx512m -Dx=y"}, "java")
     assert command[:2] == ["java", "-Dcopier.daemonLogLevel=WARN"]
-    assert command[2:6] == ["-Daws.cborEnabled=false", "-Xmx512m", "-Dx=y", f"-D{DISPATCH_PROPERTY}=200"]
+    assert command[2:7] == [
+        "-Daws.cborEnabled=false",
+        "-Xmx512m",
+        "-Dx=y",
+        f"-D{DISPATCH_PROPERTY}=200",
+        f"-D{EMPTY_TABLE_WAIT_PROPERTY}=3000",
+    ]
     classpath = command[command.index("-cp") + 1].split(":")
     assert classpath == [*(str(p) for p in jars()), str(LAUNCHER_JAR)] and len(classpath) > 50
     assert command[command.index(LAUNCHER_CLASS) + 1 :][:2] == ["--properties-file", str(tmp_path / "p.properties")]

@@ -21,7 +21,8 @@ from copier.kcl import daemon as daemon_module
 from copier.kcl import launcher
 from copier.kcl.daemon import MAIN_CLASS, daemon_command, daemon_warnings
 from copier.kcl.jars import jars
-from copier.local.pipeline import local_properties
+from copier.local.pipeline import LocalPipeline, local_properties
+from copier.local.producer import produce
 from tests.support.backend import free_port
 from tests.support.fakes import config
 from tests.test_config import BASE
@@ -29,21 +30,32 @@ from tests.test_config import BASE
 CLASSES = (
     "software/amazon/kinesis/multilang/CopierMultiLangDaemon.class",
     "software/amazon/kinesis/multilang/config/CopierSchedulerBuilder.class",
+    "software/amazon/kinesis/coordinator/CopierScheduler.class",
 )
 
 
-def test_the_interval_defaults_to_200_ms_and_out_of_range_values_are_refused() -> None:
-    """50 to 10000 ms: below 50 the scheduler would spin for nothing, above 10 s every start crawls."""
-    assert parse_config(BASE).dispatch_millis == 200
-    key = "copier.shardConsumerDispatchPollIntervalMillis"
-    assert parse_config(BASE + f"{key} = 1000\n").dispatch_millis == 1000
-    for bad in ("10", "20000", "fast"):
+@pytest.mark.parametrize(
+    ("key", "field", "default", "good", "bad"),
+    [
+        # below 50 the scheduler would spin for nothing, above 10 s every start crawls
+        ("copier.shardConsumerDispatchPollIntervalMillis", "dispatch_millis", 200, 1000, ("10", "20000", "fast")),
+        # 0 syncs at once; over 30000 would wait longer than the KCL itself
+        ("copier.emptyLeaseTableWaitMillis", "empty_table_wait_millis", 3000, 0, ("-1", "30001", "soon")),
+    ],
+)
+def test_the_launchers_settings_have_defaults_and_refuse_values_out_of_range(
+    key: str, field: str, default: int, good: int, bad: tuple[str, ...]
+) -> None:
+    """Each key the launcher applies: its default, a value in range taken, and each bad value refused by name."""
+    assert getattr(parse_config(BASE), field) == default
+    assert getattr(parse_config(BASE + f"{key} = {good}\n"), field) == good
+    for value in bad:
         with pytest.raises(ConfigError) as info:
-            parse_config(BASE + f"{key} = {bad}\n")
+            parse_config(BASE + f"{key} = {value}\n")
         assert info.value.key == key
 
 
-def test_the_build_compiles_both_classes_into_the_same_jar_every_time(tmp_path: Path) -> None:
+def test_the_build_compiles_every_class_into_the_same_jar_every_time(tmp_path: Path) -> None:
     """Fixed entry times: two builds of the same sources give the same bytes (the release bundle is locked)."""
     first = launcher.build(tmp_path / "a.jar")
     second = launcher.build(tmp_path / "b.jar")
@@ -83,12 +95,13 @@ def test_the_build_says_what_is_missing(tmp_path: Path, monkeypatch: pytest.Monk
 def test_the_daemon_runs_under_the_launcher_with_the_configured_interval(tmp_path: Path) -> None:
     """The launcher's jar after the KCL's on the classpath, its class as the main class, the interval passed."""
     assert launcher.launcher_jar() is not None, "make install compiles it"
-    cfg = replace(config(), executable_name="copier process", dispatch_millis=350)
+    cfg = replace(config(), executable_name="copier process", dispatch_millis=350, empty_table_wait_millis=0)
     command = daemon_command(cfg, str(tmp_path / "p.properties"), {}, "java")
     classpath = command[command.index("-cp") + 1].split(os.pathsep)
     assert classpath == [*map(str, jars()), str(launcher.LAUNCHER_JAR)]
     assert command[command.index("-cp") + 2] == launcher.LAUNCHER_CLASS
     assert f"-D{launcher.DISPATCH_PROPERTY}=350" in command[: command.index("-cp")]
+    assert f"-D{launcher.EMPTY_TABLE_WAIT_PROPERTY}=0" in command[: command.index("-cp")]
     assert not any("launcher" in w for w in daemon_warnings(cfg))
 
 
@@ -100,7 +113,7 @@ def test_without_the_jar_the_stock_daemon_runs_and_copier_warns(
     cfg = replace(config(), executable_name="copier process")
     command = daemon_command(cfg, str(tmp_path / "p.properties"), {}, "java")
     assert command[command.index("-cp") + 2] == MAIN_CLASS
-    assert not any(launcher.DISPATCH_PROPERTY in part for part in command)
+    assert not any(launcher.DISPATCH_PROPERTY in part or launcher.EMPTY_TABLE_WAIT_PROPERTY in part for part in command)
     assert str(launcher.LAUNCHER_JAR) not in command[command.index("-cp") + 1]
     (warning,) = [w for w in daemon_warnings(cfg) if "launcher" in w]
     assert "once a second" in warning and "make install" in warning
@@ -144,3 +157,31 @@ def test_the_real_kcl_scheduler_takes_the_interval(millis: int, tmp_path: Path) 
         _, rest = proc.communicate(timeout=120)
     assert proc.returncode == 0, rest[-2000:]
     assert "Process terminated, will initiate shutdown." in rest, "the stock shutdown hook ran"
+
+
+@pytest.mark.protocol
+@pytest.mark.timeout(300)
+def test_a_new_application_syncs_its_shards_without_the_kcls_wait(endpoint: str, tmp_path: Path) -> None:
+    """copier.emptyLeaseTableWaitMillis = 0 on a new application (no lease table): the real scheduler finds the
+    table empty, creates the leases itself at once (the KCL's own code would first wait 1 to 30 s, "Lease table is
+    still empty. Checking again in 3000 ms"), and every shard's events are forwarded."""
+    pipeline = LocalPipeline(
+        endpoint,
+        tmp_path,
+        staging="staging-bootstrap",
+        target="target-bootstrap",
+        application="copier-bootstrap",
+        copier={"daemonLogLevel": "INFO", "emptyLeaseTableWaitMillis": "0"},
+    )
+    try:
+        pipeline.create(staging_shards=2, target_shards=1)
+        produced = produce(pipeline.kinesis, pipeline.staging, 40, run="bootstrap", seed=3)
+        worker = pipeline.start_worker("a")
+        assert pipeline.wait(lambda: pipeline.caught_up(produced.last), 180), f"not caught up; see {tmp_path}"
+        log = worker.log_path.read_text()
+    finally:
+        pipeline.stop_all()
+    assert "copier: on an empty lease table this worker waits at most 0 ms before it creates the leases" in log
+    assert "copier: the lease table is empty; waiting 0 ms for another worker to create the leases" in log
+    assert "is initiating the lease sync" in log, "this worker created the leases"
+    assert "Lease table is still empty. Checking again" not in log, "the KCL's own wait did not run"

@@ -16,7 +16,15 @@ from copier.core.errors import AmbiguousPutError, TransientAwsError
 from copier.core.limits import MAX_RECORD_BYTES
 from copier.core.plan import SourceRecord
 from copier.core.shardmap import hash_key
-from copier.core.streamsettings import AUTO, PARTITION_KEY, StreamSettings, blocking, judge
+from copier.core.streamsettings import (
+    AUTO,
+    PARTITION_KEY,
+    SUMMARY_MAX_AGE_S,
+    SUMMARY_RETRY_S,
+    StreamSettings,
+    blocking,
+    judge,
+)
 from copier.local.backend import DUMMY_ENV
 from tests.conftest import Pipeline
 from tests.support.fakes import SimulatedCrash, World, config
@@ -151,6 +159,43 @@ def test_an_ordered_copier_stops_while_the_target_ignores_keys_and_goes_on_after
     blocks = [e for e in logs if e["event"] == "stream_settings_block"]
     assert len(blocks) == 2 and "keeps no order" in blocks[0]["detail"]
     assert ids(world) == Counter({"a": 1})
+
+
+def test_a_blocked_copier_sees_the_target_switched_back_within_the_retry_interval_not_the_cache_age() -> None:
+    """The settings cached as the real adapter caches them (a forwarding processor asks DescribeStreamSummary
+    every SUMMARY_MAX_AGE_S): a processor that read the target as AUTO and stopped asks again after
+    SUMMARY_RETRY_S, so a target switched back 20 s later is forwarded to again within that and a backoff,
+    not 5 minutes later. (Chaos smoke seed 8: a processor that started during a target AUTO switch stalled its
+    shard, and the children waiting on it, past the run's 240 s.)"""
+    world = World(target_shards=2)
+    world.streams.cache_settings = True
+    start = world.clock.now_ms()
+    world.streams.auto.add("target")
+    world.streams.auto_until["target"] = start + 20_000
+    worker = world.worker()
+    with capture_logs() as logs:
+        worker.process([keyed_event(1, "a", start)])
+    assert ids(world) == Counter({"a": 1})
+    assert [e["event"] for e in logs if e["event"].startswith("stream_settings")][-1] == "stream_settings_ok"
+    waited = world.clock.now_ms() - (start + 20_000)
+    assert 0 < waited <= SUMMARY_RETRY_S * 1000 + world.config.max_backoff_millis, waited
+    assert SUMMARY_RETRY_S * 1000 + world.config.max_backoff_millis < SUMMARY_MAX_AGE_S * 1000 - 20_000
+
+
+def test_the_cached_settings_of_the_in_memory_streams_age_as_the_real_adapters_do() -> None:
+    """What the test above relies on: a switch is not seen within SUMMARY_MAX_AGE_S without ``refresh``, and is
+    seen after SUMMARY_RETRY_S with it."""
+    world = World()
+    streams = world.streams
+    streams.cache_settings = True
+    assert streams.settings("target").distribution == PARTITION_KEY
+    streams.auto.add("target")
+    world.clock.sleep_ms(int(SUMMARY_RETRY_S * 1000) + 1)
+    assert streams.settings("target").distribution == PARTITION_KEY, "cached for SUMMARY_MAX_AGE_S"
+    assert streams.settings("target", refresh=True).distribution == AUTO
+    streams.auto.discard("target")
+    world.clock.sleep_ms(int(SUMMARY_MAX_AGE_S * 1000) + 1)
+    assert streams.settings("target").distribution == PARTITION_KEY
 
 
 # -- a staging stream that ignores keys --------------------------------------------------------------

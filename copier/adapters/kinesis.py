@@ -31,7 +31,7 @@ from copier.core.plan import SourceRecord
 from copier.core.ports import Found, Identity
 from copier.core.positions import Position
 from copier.core.shardmap import ShardMap
-from copier.core.streamsettings import StreamSettings
+from copier.core.streamsettings import SUMMARY_MAX_AGE_S, SUMMARY_RETRY_S, StreamSettings
 
 __all__ = ["GET_RECORDS_LIMIT", "KinesisStreams", "PutEntry", "paged_shards"]
 
@@ -39,8 +39,6 @@ PutEntry = tuple[str, bytes, str | None]  # (partition key, data, data in base64
 
 SHARD_MAP_MAX_AGE_S = 300.0
 LINEAGE_MAX_AGE_S = 5.0
-SUMMARY_MAX_AGE_S = 300.0
-SUMMARY_RETRY_S = 30.0  # after a failed DescribeStreamSummary (20 a second per account, shared by every host)
 HOUR_MS = 3_600_000
 
 

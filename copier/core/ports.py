@@ -82,8 +82,8 @@ class Streams(Protocol):
         ...
 
     def settings(self, stream: str, refresh: bool = False) -> StreamSettings | None:
-        """The stream's settings (DescribeStreamSummary, cached; None when they cannot be read);
-        ``refresh``: ask again now unless asked within the last few seconds."""
+        """The stream's settings (DescribeStreamSummary, cached up to ``SUMMARY_MAX_AGE_S``; None when they cannot
+        be read); ``refresh``: ask again unless asked within ``SUMMARY_RETRY_S``."""
         ...
 
     def read_source(self, stream: str, shard_id: str, first: Position, last: Position) -> Iterator[list[SourceRecord]]:

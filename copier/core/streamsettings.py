@@ -13,7 +13,7 @@ What copier does, per stream and strategy (docs/protocol.md, "Stream settings"):
   and each shard's processor would forward its copy; KPL aggregates land on
   shards whose hash range their user records are not in, and the KCL drops
   those. Copier refuses it: a processor that sees it stops forwarding (holding
-  its lease, checking again every ``SUMMARY_MAX_AGE_S``) with an error that
+  its lease, asking DescribeStreamSummary again at most every ``SUMMARY_RETRY_S``) with an error that
   names the setting, and reports as possible duplicates what it forwarded since
   it last saw ``USER_PARTITION_KEY``.
 * **target AUTO**: an entry can land on any open shard. Verifying an ambiguous
@@ -35,7 +35,23 @@ from typing import Any
 
 from copier.core.limits import MAX_RECORD_BYTES
 
-__all__ = ["AUTO", "PARTITION_KEY", "StreamSettings", "Verdict", "blocking", "judge"]
+__all__ = [
+    "AUTO",
+    "PARTITION_KEY",
+    "SUMMARY_MAX_AGE_S",
+    "SUMMARY_RETRY_S",
+    "StreamSettings",
+    "Verdict",
+    "blocking",
+    "judge",
+]
+
+# How old a stream's settings may be when copier acts on them. DescribeStreamSummary allows 20 calls a second per
+# account, shared by every host and every other user of the account: a forwarding processor asks every 5 minutes
+# (a switch is seen within that, or at once from the records for staging AUTO); one that is blocked by a
+# setting, or whose records suggest a switch, or whose last call failed, asks again after 30 s.
+SUMMARY_MAX_AGE_S = 300.0
+SUMMARY_RETRY_S = 30.0
 
 PARTITION_KEY = "USER_PARTITION_KEY"  # the API's name for keys deciding the shard
 AUTO = "AUTO"

@@ -27,7 +27,7 @@ from copier.core.config import Config
 from copier.core.errors import ConfigError
 from copier.kcl.classarchive import archive_dir, archive_options
 from copier.kcl.jars import MULTILANG_JAR_PREFIX, jar_dir, jars
-from copier.kcl.launcher import DISPATCH_PROPERTY, LAUNCHER_CLASS, launcher_jar
+from copier.kcl.launcher import DISPATCH_PROPERTY, EMPTY_TABLE_WAIT_PROPERTY, LAUNCHER_CLASS, launcher_jar
 
 __all__ = ["MAIN_CLASS", "daemon_classpath", "daemon_command", "daemon_warnings", "run_daemon"]
 
@@ -55,8 +55,15 @@ def daemon_command(config: Config, properties: str, env: Mapping[str, str], java
         *archive,  # the KCL's classes mapped, not loaded (copier.kcl.classarchive)
         *config.jvm_args,
         *shlex.split(env.get("COPIER_JAVA_OPTS", "")),
-        # last, so that the validated key is what the launcher reads (the JVM keeps the last -D of a name)
-        *([f"-D{DISPATCH_PROPERTY}={config.dispatch_millis}"] if launcher else []),
+        # last, so that the validated keys are what the launcher reads (the JVM keeps the last -D of a name)
+        *(
+            [
+                f"-D{DISPATCH_PROPERTY}={config.dispatch_millis}",
+                f"-D{EMPTY_TABLE_WAIT_PROPERTY}={config.empty_table_wait_millis}",
+            ]
+            if launcher
+            else []
+        ),
     ]
     return [
         java,
@@ -89,8 +96,9 @@ def daemon_warnings(config: Config) -> list[str]:
         warnings.append(
             "copier was installed without its KCL launcher (copier/kcl/copier-kcl-launcher.jar, built by "
             "`make install` and in the release bundle): the stock daemon advances shard consumers once a second, "
-            f"so starts and stops pause shards longer and {config.path}'s "
-            "copier.shardConsumerDispatchPollIntervalMillis is not applied"
+            "and a new application's workers wait up to 30 s on the empty lease table, so starts and stops pause "
+            f"shards longer and {config.path}'s copier.shardConsumerDispatchPollIntervalMillis and "
+            "copier.emptyLeaseTableWaitMillis are not applied"
         )
     return warnings
 

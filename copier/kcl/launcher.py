@@ -1,13 +1,21 @@
-"""copier's launcher of the KCL MultiLangDaemon: the stock daemon with a shorter shard-consumer dispatch interval.
+"""copier's launcher of the KCL MultiLangDaemon: the stock daemon with two waits of the KCL made shorter.
 
-The KCL's scheduler moves each shard consumer one state per pass, and passes
-come every ``shardConsumerDispatchPollIntervalMillis`` (1 s in KCL 3.1.3),
-which the MultiLangDaemon's properties cannot set. A start and a graceful
-stop each wait out several passes per shard: at 1 s, most of a rolling
-deploy's pause. ``copier/kcl/java`` holds a subclass of the daemon that sets
-the interval from the system property
-``copier.shardConsumerDispatchPollIntervalMillis`` (the properties key of
-the same name, 200 ms by default) and changes nothing else.
+The MultiLangDaemon's properties cannot set either:
+
+- The KCL's scheduler moves each shard consumer one state per pass, and
+  passes come every ``shardConsumerDispatchPollIntervalMillis`` (1 s in KCL
+  3.1.3). A start and a graceful stop each wait out several passes per
+  shard: at 1 s, most of a rolling deploy's pause. The system property
+  ``copier.shardConsumerDispatchPollIntervalMillis`` (the properties key of
+  the same name, 200 ms by default) sets it.
+- On an empty lease table (a new application) every worker waits a random
+  1 to 30 s for another to create the leases before it lists the shards
+  itself: most of a new pipeline's time to its first event.
+  ``copier.emptyLeaseTableWaitMillis`` (3000 ms by default) bounds that
+  wait (``CopierScheduler.java``).
+
+``copier/kcl/java`` holds a subclass of the daemon and of the scheduler
+that apply them and change nothing else.
 
 It is compiled where copier is built (``make install`` and the release
 bundle, against the jars amazon-kclpy installed) into
@@ -35,6 +43,7 @@ from copier.kcl.jars import jars
 
 __all__ = [
     "DISPATCH_PROPERTY",
+    "EMPTY_TABLE_WAIT_PROPERTY",
     "LAUNCHER_CLASS",
     "LAUNCHER_JAR",
     "LauncherBuildError",
@@ -49,6 +58,7 @@ SOURCES = HERE / "java"
 LAUNCHER_JAR = HERE / "copier-kcl-launcher.jar"
 LAUNCHER_CLASS = "software.amazon.kinesis.multilang.CopierMultiLangDaemon"
 DISPATCH_PROPERTY = "copier.shardConsumerDispatchPollIntervalMillis"
+EMPTY_TABLE_WAIT_PROPERTY = "copier.emptyLeaseTableWaitMillis"
 JAVA_RELEASE = "17"  # the oldest Java the hosts run (scripts/install.sh)
 DIGEST_ENTRY = "META-INF/copier-launcher-sources"  # sources_digest() of what the jar was compiled from
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed entry times: the same sources give the same jar

@@ -62,12 +62,14 @@ class StreamGuard:
 
     def await_streams(self, refresh: bool) -> None:
         """Stop forwarding while a stream setting makes exactly-once impossible, holding the lease and
-        asking again every copier.maxBackoffMillis (the answer is cached: a change is seen within
-        SUMMARY_MAX_AGE_S, sooner when records show it). FencedError goes up."""
+        looking again every copier.maxBackoffMillis. The answers are cached (SUMMARY_MAX_AGE_S: a switch is
+        seen within that while forwarding); ``refresh`` (records suggest a staging switch) and being blocked
+        ask DescribeStreamSummary again after SUMMARY_RETRY_S, for both streams: a switch back is seen within
+        that, not minutes later. FencedError goes up."""
         s = self.s
         while True:
-            staging = s.streams.settings(s.config.stream_name, refresh=refresh)
-            target = s.streams.settings(s.config.target_stream_name)
+            staging = s.streams.settings(s.config.stream_name, refresh=refresh or self._blocked)
+            target = s.streams.settings(s.config.target_stream_name, refresh=self._blocked)
             problem = blocking(staging, target, s.config.ordering)
             if problem is None:
                 if self._blocked:
@@ -84,4 +86,3 @@ class StreamGuard:
             s.log.error("stream_settings_block", detail=problem)
             s.write(s.state)  # the lease is kept: nobody else would do better
             s.clock.sleep_ms(s.config.max_backoff_millis)
-            refresh = True

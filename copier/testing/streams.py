@@ -18,7 +18,7 @@ from copier.core.plan import SourceRecord
 from copier.core.ports import Found, Identity
 from copier.core.positions import Position
 from copier.core.shardmap import ShardMap, descendants, shard_id_of, shard_number
-from copier.core.streamsettings import AUTO, PARTITION_KEY, StreamSettings
+from copier.core.streamsettings import AUTO, PARTITION_KEY, SUMMARY_MAX_AGE_S, SUMMARY_RETRY_S, StreamSettings
 from copier.testing.clock import FakeClock
 from copier.testing.shards import ShardLayout
 
@@ -56,7 +56,8 @@ class InMemoryStreams(ShardLayout):
     * Record distribution: a stream in ``auto`` ignores partition keys, as Kinesis' ``AUTO`` strategy does:
       each landed entry goes to an open shard drawn by ``scatter`` (default: round robin);
       ``auto_until[stream]``, if set, is when the stream is switched back (on the fake clock);
-      :meth:`settings` reports the strategy and the record limit as DescribeStreamSummary would.
+      :meth:`settings` reports the strategy and the record limit as DescribeStreamSummary would; with
+      ``cache_settings`` from a cache as old as the real adapter's may be (a switch seen minutes late).
     * Layout: :meth:`set_ranges` gives a stream shards of chosen hash key ranges instead of even ones.
     """
 
@@ -88,6 +89,8 @@ class InMemoryStreams(ShardLayout):
         self._staging: dict[str, list[SourceRecord]] = {}
         self.auto: set[str] = set()  # streams with RecordDistributionStrategy = AUTO
         self.auto_until: dict[str, int] = {}  # stream -> when it goes back to USER_PARTITION_KEY
+        self.cache_settings = False  # answer settings() as KinesisStreams does: from a cache (SUMMARY_MAX_AGE_S)
+        self._summaries: dict[str, tuple[int, StreamSettings]] = {}
         self._turn = 0
         self.scatter: Callable[[int], int] = self._round_robin  # open shards -> the index of the one to take
 
@@ -96,10 +99,21 @@ class InMemoryStreams(ShardLayout):
         return self._turn % n
 
     def settings(self, stream: str, refresh: bool = False) -> StreamSettings:
-        """What DescribeStreamSummary says of the stream."""
-        if stream in self.auto_until and self.clock.now_ms() >= self.auto_until[stream]:
+        """What DescribeStreamSummary says of the stream; with ``cache_settings``, what it said up to
+        ``SUMMARY_MAX_AGE_S`` ago (``refresh``: ``SUMMARY_RETRY_S``), as ``KinesisStreams.settings`` answers."""
+        now = self.clock.now_ms()
+        if stream in self.auto_until and now >= self.auto_until[stream]:
             self.auto.discard(stream)
             del self.auto_until[stream]
+        cached = self._summaries.get(stream)
+        max_age_ms = int((SUMMARY_RETRY_S if refresh else SUMMARY_MAX_AGE_S) * 1000)
+        if self.cache_settings and cached is not None and now - cached[0] <= max_age_ms:
+            return cached[1]
+        settings = self._describe(stream)
+        self._summaries[stream] = (now, settings)
+        return settings
+
+    def _describe(self, stream: str) -> StreamSettings:
         return StreamSettings(
             name=stream,
             retention_ms=self._kept_ms(stream),

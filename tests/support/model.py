@@ -223,6 +223,9 @@ class Driver:
             streams.set_ranges("staging", [0, hash_key(self.stray_key)])  # this shard holds every key but it
         if "reshard_put" in self.faults:
             streams.map_max_age_ms = data.draw(st.sampled_from([None, 5_000, 300_000]), label="shard map max age")
+        if "staging_auto" in self.faults or "auto_put" in self.faults:
+            # DescribeStreamSummary's answers as old as the adapter keeps them: a switch seen minutes late
+            streams.cache_settings = data.draw(st.booleans(), label="stream settings cached as the adapter does")
         self.world.clock.now = min((r.arrival_ms for r in records), default=self.world.clock.now)
         self.dlq_next = False  # the next processor gets a dead-letter stream (after a stall)
         self.checkpoint = 0  # records up to the last checkpoint

@@ -3,66 +3,91 @@ package software.amazon.kinesis.multilang;
 import com.beust.jcommander.JCommander;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+import software.amazon.kinesis.coordinator.CopierScheduler;
 import software.amazon.kinesis.coordinator.Scheduler;
 import software.amazon.kinesis.multilang.config.CopierSchedulerBuilder;
 
 /**
- * copier's entry point of the KCL MultiLangDaemon: the stock daemon with one setting its properties file
- * cannot reach, the interval at which the KCL's scheduler advances its shard consumers
- * ({@code CoordinatorConfig.shardConsumerDispatchPollIntervalMillis}, 1 s in KCL 3.1.3).
+ * copier's entry point of the KCL MultiLangDaemon: the stock daemon with two settings its properties file
+ * cannot reach, each passed by copier run as a system property (the properties key of the same name):
  *
- * <p>Why: a shard consumer moves one state per pass of the scheduler (waiting on parents, initializing,
- * processing; shutdown requested, shutting down, shut down), so every start and every graceful stop waits
- * out several passes. At 1 s that is most of a rolling deploy's pause per shard. copier run passes the
- * interval as the system property {@value #DISPATCH_PROPERTY} (copier.shardConsumerDispatchPollIntervalMillis
- * in the properties file); without it this class runs the stock daemon unchanged.
+ * <ul>
+ *   <li>{@value #DISPATCH_PROPERTY}: the interval at which the KCL's scheduler advances its shard consumers
+ *       ({@code CoordinatorConfig.shardConsumerDispatchPollIntervalMillis}, 1 s in KCL 3.1.3). A shard consumer
+ *       moves one state per pass of the scheduler (waiting on parents, initializing, processing; shutdown
+ *       requested, shutting down, shut down), so every start and every graceful stop waits out several passes.
+ *       At 1 s that is most of a rolling deploy's pause per shard.
+ *   <li>{@value #EMPTY_TABLE_WAIT_PROPERTY}: the longest a worker waits on an empty lease table for another to
+ *       create the leases ({@code CopierScheduler}; the KCL waits a random 1 to 30 s), most of a new
+ *       pipeline's time to its first event.
+ * </ul>
  *
- * <p>The class sits in the daemon's package because {@code buildScheduler} and the steps of
- * {@code MultiLangDaemon.main} are package-private; {@code main} repeats the stock one (KCL 3.1.3) with
- * this class in place of {@code MultiLangDaemon}. Everything else (argument parsing, logging, the shutdown
- * hook with {@code shutdownGraceMillis}, the exit code) is the stock daemon's own code.
+ * <p>Without either property this class runs the stock daemon unchanged. The class sits in the daemon's package
+ * because {@code buildScheduler} and the steps of {@code MultiLangDaemon.main} are package-private; {@code main}
+ * repeats the stock one (KCL 3.1.3) with this class in place of {@code MultiLangDaemon}. Everything else
+ * (argument parsing, logging, the shutdown hook with {@code shutdownGraceMillis}, the exit code) is the stock
+ * daemon's own code.
  */
 public final class CopierMultiLangDaemon extends MultiLangDaemon {
     /** The system property holding the interval in milliseconds. */
     public static final String DISPATCH_PROPERTY = "copier.shardConsumerDispatchPollIntervalMillis";
 
+    /** The system property holding the longest wait on an empty lease table, in milliseconds. */
+    public static final String EMPTY_TABLE_WAIT_PROPERTY = "copier.emptyLeaseTableWaitMillis";
+
     private static final Logger LOG = LoggerFactory.getLogger(CopierMultiLangDaemon.class);
 
     private final Long dispatchMillis;
+    private final Long emptyTableWaitMillis;
 
-    CopierMultiLangDaemon(final Long dispatchMillis) {
+    CopierMultiLangDaemon(final Long dispatchMillis, final Long emptyTableWaitMillis) {
         this.dispatchMillis = dispatchMillis;
+        this.emptyTableWaitMillis = emptyTableWaitMillis;
     }
 
     @Override
     Scheduler buildScheduler(final MultiLangDaemonConfig config) {
-        if (dispatchMillis == null) {
+        if (dispatchMillis == null && emptyTableWaitMillis == null) {
             return super.buildScheduler(config);
         }
         final Scheduler scheduler = CopierSchedulerBuilder.build(
-                config.getMultiLangDaemonConfiguration(), config.getRecordProcessorFactory(), dispatchMillis);
+                config.getMultiLangDaemonConfiguration(),
+                config.getRecordProcessorFactory(),
+                dispatchMillis,
+                emptyTableWaitMillis);
         LOG.info(
                 "copier: the KCL scheduler advances shard consumers every {} ms",
                 scheduler.shardConsumerDispatchPollIntervalMillis());
+        if (scheduler instanceof CopierScheduler) {
+            LOG.info(
+                    "copier: on an empty lease table this worker waits at most {} ms before it creates the leases",
+                    ((CopierScheduler) scheduler).emptyLeaseTableWaitMillis());
+        }
         return scheduler;
     }
 
-    public static void main(final String[] args) {
-        final String setting = System.getProperty(DISPATCH_PROPERTY);
-        Long dispatchMillis = null;
-        if (setting != null) {
-            try {
-                dispatchMillis = Long.valueOf(setting.trim());
-            } catch (NumberFormatException e) {
-                dispatchMillis = -1L;
-            }
-            if (dispatchMillis <= 0) {
-                System.err.println(
-                        "copier: -D" + DISPATCH_PROPERTY + "=" + setting + " is not a positive number of milliseconds");
-                System.exit(1);
-            }
+    /** The property's value, null when it is not set; exits with a message when it is not a number >= min. */
+    private static Long millisProperty(final String name, final long min) {
+        final String setting = System.getProperty(name);
+        if (setting == null) {
+            return null;
         }
-        final CopierMultiLangDaemon daemon = new CopierMultiLangDaemon(dispatchMillis);
+        try {
+            final long millis = Long.parseLong(setting.trim());
+            if (millis >= min) {
+                return millis;
+            }
+        } catch (NumberFormatException e) {
+            // reported below
+        }
+        System.err.println("copier: -D" + name + "=" + setting + " is not a number of milliseconds >= " + min);
+        System.exit(1);
+        return null;
+    }
+
+    public static void main(final String[] args) {
+        final CopierMultiLangDaemon daemon = new CopierMultiLangDaemon(
+                millisProperty(DISPATCH_PROPERTY, 1), millisProperty(EMPTY_TABLE_WAIT_PROPERTY, 0));
         int exitCode = 1;
         final MultiLangDaemonArguments arguments = new MultiLangDaemonArguments();
         final JCommander jCommander = daemon.buildJCommanderAndParseArgs(arguments, args);

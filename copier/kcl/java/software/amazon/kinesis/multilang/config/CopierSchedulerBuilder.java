@@ -1,23 +1,40 @@
 package software.amazon.kinesis.multilang.config;
 
+import software.amazon.kinesis.coordinator.CopierScheduler;
 import software.amazon.kinesis.coordinator.Scheduler;
 import software.amazon.kinesis.processor.ShardRecordProcessorFactory;
 
 /**
- * The KCL scheduler the stock MultiLangDaemon would build from its properties, with the shard-consumer
- * dispatch interval set. In this package because {@code MultiLangDaemonConfiguration.resolvedConfiguration}
+ * The KCL scheduler the stock MultiLangDaemon would build from its properties, with copier's two settings the
+ * properties cannot reach: the shard-consumer dispatch interval and the longest wait on an empty lease table
+ * ({@link CopierScheduler}). In this package because {@code MultiLangDaemonConfiguration.resolvedConfiguration}
  * and the configuration objects it resolves are package-private (KCL 3.1.3).
  */
 public final class CopierSchedulerBuilder {
     private CopierSchedulerBuilder() {}
 
+    /** {@code dispatchMillis} null: the KCL's interval; {@code emptyTableWaitMillis} null: the KCL's 1-30 s wait. */
     public static Scheduler build(
             final MultiLangDaemonConfiguration configuration,
             final ShardRecordProcessorFactory factory,
-            final long dispatchMillis) {
+            final Long dispatchMillis,
+            final Long emptyTableWaitMillis) {
         final MultiLangDaemonConfiguration.ResolvedConfiguration resolved =
                 configuration.resolvedConfiguration(factory);
-        resolved.coordinatorConfig.shardConsumerDispatchPollIntervalMillis(dispatchMillis);
-        return resolved.build();
+        if (dispatchMillis != null) {
+            resolved.coordinatorConfig.shardConsumerDispatchPollIntervalMillis(dispatchMillis);
+        }
+        if (emptyTableWaitMillis == null) {
+            return resolved.build();
+        }
+        return new CopierScheduler(
+                resolved.checkpointConfig,
+                resolved.coordinatorConfig,
+                resolved.leaseManagementConfig,
+                resolved.lifecycleConfig,
+                resolved.metricsConfig,
+                resolved.processorConfig,
+                resolved.retrievalConfig,
+                emptyTableWaitMillis);
     }
 }
