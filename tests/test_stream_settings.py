@@ -182,6 +182,23 @@ def test_a_blocked_copier_sees_the_target_switched_back_within_the_retry_interva
     assert SUMMARY_RETRY_S * 1000 + world.config.max_backoff_millis < SUMMARY_MAX_AGE_S * 1000 - 20_000
 
 
+def test_a_blocked_copier_asks_again_only_for_the_stream_that_blocks_it() -> None:
+    """DescribeStreamSummary's 20 calls a second are the account's, shared by every shard: a processor stopped by
+    a staging stream ignoring keys for 3 minutes asks for staging about every SUMMARY_RETRY_S and for the
+    target only once (its first answer stays good for SUMMARY_MAX_AGE_S)."""
+    world = World(target_shards=2)
+    world.streams.cache_settings = True
+    start = world.clock.now_ms()
+    world.streams.auto.add("staging")
+    world.streams.auto_until["staging"] = start + 180_000
+    worker = world.worker()
+    world.streams.described.clear()
+    worker.process([keyed_event(1, "a", start)])
+    assert ids(world) == Counter({"a": 1})
+    assert world.streams.described.get("target", 0) <= 1
+    assert 180 / SUMMARY_RETRY_S <= world.streams.described["staging"] <= 180 / SUMMARY_RETRY_S + 2
+
+
 def test_the_cached_settings_of_the_in_memory_streams_age_as_the_real_adapters_do() -> None:
     """What the test above relies on: a switch is not seen within SUMMARY_MAX_AGE_S without ``refresh``, and is
     seen after SUMMARY_RETRY_S with it."""

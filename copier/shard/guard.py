@@ -32,7 +32,7 @@ class StreamGuard:
     def __init__(self, session: ShardSession) -> None:
         self.s = session
         self._range: tuple[int, int] | None = None  # this staging shard's hash key range
-        self._blocked = False  # forwarding stopped by a stream setting
+        self._blocking: str | None = None  # "staging" or "target": the stream whose setting stopped forwarding
 
     def own_range(self) -> tuple[int, int]:
         """This staging shard's hash key range, from ListShards (closed shards keep theirs), read once. A
@@ -63,24 +63,26 @@ class StreamGuard:
     def await_streams(self, refresh: bool) -> None:
         """Stop forwarding while a stream setting makes exactly-once impossible, holding the lease and
         looking again every copier.maxBackoffMillis. The answers are cached (SUMMARY_MAX_AGE_S: a switch is
-        seen within that while forwarding); ``refresh`` (records suggest a staging switch) and being blocked
-        ask DescribeStreamSummary again after SUMMARY_RETRY_S, for both streams: a switch back is seen within
-        that, not minutes later. FencedError goes up."""
+        seen within that while forwarding); ``refresh`` (records suggest a staging switch) asks again for the
+        staging stream after SUMMARY_RETRY_S, and so does being blocked, for the stream that blocks (only it:
+        DescribeStreamSummary's 20 calls a second are the account's): a switch back is seen within
+        SUMMARY_RETRY_S and a backoff of the last successful call (a failed one is asked again SUMMARY_RETRY_S
+        later). FencedError goes up."""
         s = self.s
         while True:
-            staging = s.streams.settings(s.config.stream_name, refresh=refresh or self._blocked)
-            target = s.streams.settings(s.config.target_stream_name, refresh=self._blocked)
+            staging = s.streams.settings(s.config.stream_name, refresh=refresh or self._blocking == "staging")
+            target = s.streams.settings(s.config.target_stream_name, refresh=self._blocking == "target")
             problem = blocking(staging, target, s.config.ordering)
             if problem is None:
-                if self._blocked:
-                    self._blocked = False
+                if self._blocking:
+                    self._blocking = None
                     s.metrics.stalled = False
                     s.log.warning("stream_settings_ok", detail="forwarding again")
                 return
+            self._blocking = "staging" if staging is not None and staging.auto else "target"
             assert s.state is not None
             if staging is not None and staging.auto and "auto_seen_ms" not in s.state.counters:
                 s.write(replace(s.state, counters={**s.state.counters, "auto_seen_ms": s.clock.now_ms()}))
-            self._blocked = True
             s.metrics.stalled = True
             s.emit()
             s.log.error("stream_settings_block", detail=problem)

@@ -91,6 +91,7 @@ class InMemoryStreams(ShardLayout):
         self.auto_until: dict[str, int] = {}  # stream -> when it goes back to USER_PARTITION_KEY
         self.cache_settings = False  # answer settings() as KinesisStreams does: from a cache (SUMMARY_MAX_AGE_S)
         self._summaries: dict[str, tuple[int, StreamSettings]] = {}
+        self.described: dict[str, int] = {}  # DescribeStreamSummary calls per stream
         self._turn = 0
         self.scatter: Callable[[int], int] = self._round_robin  # open shards -> the index of the one to take
 
@@ -113,7 +114,12 @@ class InMemoryStreams(ShardLayout):
         self._summaries[stream] = (now, settings)
         return settings
 
+    def forget_settings(self) -> None:
+        """A new processor starts with no cached settings (its own process): its first answers are fresh."""
+        self._summaries.clear()
+
     def _describe(self, stream: str) -> StreamSettings:
+        self.described[stream] = self.described.get(stream, 0) + 1
         return StreamSettings(
             name=stream,
             retention_ms=self._kept_ms(stream),

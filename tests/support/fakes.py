@@ -252,6 +252,7 @@ class World:
         clock is ``clock`` (default: AWS time exactly) and measured as ``clock_bounds`` (``answering``: fed by
         the Date of every answer from the store and streams, as in production)."""
         self.workers += 1
+        self.streams.forget_settings()  # a processor is a process: it caches its own answers
         host = clock or self.clock
         store, streams = self.store, self.streams
         if clock_bounds is not None and answering:
