@@ -161,17 +161,24 @@ def test_an_ordered_copier_stops_while_the_target_ignores_keys_and_goes_on_after
     assert ids(world) == Counter({"a": 1})
 
 
+def _auto_for(stream: str, ms: int) -> tuple[World, int]:
+    """A world whose settings are cached as the real adapter caches them, ``stream`` ignoring keys for ``ms``
+    from now (the start, returned)."""
+    world = World(target_shards=2)
+    world.streams.cache_settings = True
+    start = world.clock.now_ms()
+    world.streams.auto.add(stream)
+    world.streams.auto_until[stream] = start + ms
+    return world, start
+
+
 def test_a_blocked_copier_sees_the_target_switched_back_within_the_retry_interval_not_the_cache_age() -> None:
     """The settings cached as the real adapter caches them (a forwarding processor asks DescribeStreamSummary
     every SUMMARY_MAX_AGE_S): a processor that read the target as AUTO and stopped asks again after
     SUMMARY_RETRY_S, so a target switched back 20 s later is forwarded to again within that and a backoff,
     not 5 minutes later. (Chaos smoke seed 8: a processor that started during a target AUTO switch stalled its
     shard, and the children waiting on it, past the run's 240 s.)"""
-    world = World(target_shards=2)
-    world.streams.cache_settings = True
-    start = world.clock.now_ms()
-    world.streams.auto.add("target")
-    world.streams.auto_until["target"] = start + 20_000
+    world, start = _auto_for("target", 20_000)
     worker = world.worker()
     with capture_logs() as logs:
         worker.process([keyed_event(1, "a", start)])
@@ -186,11 +193,7 @@ def test_a_blocked_copier_asks_again_only_for_the_stream_that_blocks_it() -> Non
     """DescribeStreamSummary's 20 calls a second are the account's, shared by every shard: a processor stopped by
     a staging stream ignoring keys for 3 minutes asks for staging about every SUMMARY_RETRY_S and for the
     target only once (its first answer stays good for SUMMARY_MAX_AGE_S)."""
-    world = World(target_shards=2)
-    world.streams.cache_settings = True
-    start = world.clock.now_ms()
-    world.streams.auto.add("staging")
-    world.streams.auto_until["staging"] = start + 180_000
+    world, start = _auto_for("staging", 180_000)
     worker = world.worker()
     world.streams.described.clear()
     worker.process([keyed_event(1, "a", start)])
