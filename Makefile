@@ -63,7 +63,7 @@ SEEDS ?= 50
 chaos: install
 	$(BIN)/python -m copier.chaos --seeds $(SEEDS) --report docs/reliability.md --json docs/reliability.json --resume
 
-# Benchmarks against baselines in one run: docs/benchmarks.md, .json and PNG plots (about half an hour).
+# Benchmarks against baselines in one run: docs/benchmarks.md, .json and PNG plots (30 to 50 minutes).
 bench: install
 	$(BIN)/python -m copier.bench --out docs
 
