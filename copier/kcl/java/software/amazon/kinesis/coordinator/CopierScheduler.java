@@ -1,6 +1,8 @@
 package software.amazon.kinesis.coordinator;
 
+import java.lang.reflect.Field;
 import java.util.concurrent.ThreadLocalRandom;
+import java.util.function.Supplier;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import software.amazon.kinesis.checkpoint.CheckpointConfig;
@@ -8,23 +10,32 @@ import software.amazon.kinesis.leases.LeaseManagementConfig;
 import software.amazon.kinesis.leases.exceptions.DependencyException;
 import software.amazon.kinesis.leases.exceptions.InvalidStateException;
 import software.amazon.kinesis.leases.exceptions.ProvisionedThroughputException;
+import software.amazon.kinesis.leader.CopierLeaderDecider;
+import software.amazon.kinesis.leader.DynamoDBLockBasedLeaderDecider;
 import software.amazon.kinesis.lifecycle.LifecycleConfig;
 import software.amazon.kinesis.metrics.MetricsConfig;
+import software.amazon.kinesis.metrics.MetricsFactory;
 import software.amazon.kinesis.processor.ProcessorConfig;
 import software.amazon.kinesis.retrieval.RetrievalConfig;
 
 /**
- * The KCL scheduler with a shorter wait on an empty lease table.
+ * The KCL scheduler with two of its waits shortened; {@code null} for either keeps the KCL's own.
  *
- * <p>Why: on a new application (no leases yet) every KCL 3.1.3 worker waits a random 1 to 30 s, checking every
- * 3 s whether another worker has created the leases, before it lists the shards and creates them itself
- * ({@code Scheduler.shouldInitiateLeaseSync}, constants private). That spreads the shard syncs of a fleet started
- * all at once, at the price of up to 30 s before the first event of every new pipeline. Here the wait is at most
- * {@code maxWaitMillis} (random below it, checked every {@value #CHECK_MILLIS} ms or sooner): a fleet's workers
- * still mostly leave the sync to the first of them, and one that syncs as well only repeats conditional lease
- * creations that fail harmlessly. 0: sync at once while the table is empty. Nothing else differs.
+ * <p>The wait on an empty lease table: on a new application (no leases yet) every KCL 3.1.3 worker waits a
+ * random 1 to 30 s, checking every 3 s whether another worker has created the leases, before it lists the shards
+ * and creates them itself ({@code Scheduler.shouldInitiateLeaseSync}, constants private). That spreads the shard
+ * syncs of a fleet started all at once, at the price of up to 30 s before the first event of every new pipeline.
+ * Here the wait is at most {@code maxWaitMillis} (random below it, checked every {@value #CHECK_MILLIS} ms or
+ * sooner): a fleet's workers still mostly leave the sync to the first of them, and one that syncs as well only
+ * repeats conditional lease creations that fail harmlessly. 0: sync at once while the table is empty.
  *
- * <p>In this package because the method is package-private.
+ * <p>The leader lock: KCL 3.x workers elect the one that assigns leases with a DynamoDB lock held for a fixed
+ * 2 minutes, so a dead leader's shards wait that long for a new owner ({@link CopierLeaderDecider}). Here the
+ * lock lasts {@code leaderLockMillis}. The scheduler builds its decider only when it runs, from a supplier it
+ * keeps in a private field of its migration components; that supplier is replaced here, by reflection, since
+ * no setting or hook reaches it. If this KCL's scheduler has no such field the KCL's lock stays, with a warning.
+ *
+ * <p>In this package because {@code shouldInitiateLeaseSync} is package-private.
  */
 public class CopierScheduler extends Scheduler {
     /** How often the wait looks at the lease table again. */
@@ -32,7 +43,8 @@ public class CopierScheduler extends Scheduler {
 
     private static final Logger LOG = LoggerFactory.getLogger(CopierScheduler.class);
 
-    private final long maxWaitMillis;
+    private final Long maxWaitMillis;
+    private final Long leaderLockMillis;
 
     public CopierScheduler(
             final CheckpointConfig checkpointConfig,
@@ -42,7 +54,8 @@ public class CopierScheduler extends Scheduler {
             final MetricsConfig metricsConfig,
             final ProcessorConfig processorConfig,
             final RetrievalConfig retrievalConfig,
-            final long maxWaitMillis) {
+            final Long maxWaitMillis,
+            final Long leaderLockMillis) {
         super(
                 checkpointConfig,
                 coordinatorConfig,
@@ -52,16 +65,54 @@ public class CopierScheduler extends Scheduler {
                 processorConfig,
                 retrievalConfig);
         this.maxWaitMillis = maxWaitMillis;
+        this.leaderLockMillis = leaderLockMillis != null && replaceLeaderDecider(leaderLockMillis)
+                ? leaderLockMillis
+                : null;
     }
 
-    /** The longest this worker waits for another to create the leases of a new application. */
-    public long emptyLeaseTableWaitMillis() {
+    /** The longest this worker waits for another to create the leases of a new application (null: the KCL's). */
+    public Long emptyLeaseTableWaitMillis() {
         return maxWaitMillis;
+    }
+
+    /** How long the leader lock lasts when this worker holds it (null: the KCL's 2 minutes). */
+    public Long leaderLockMillis() {
+        return leaderLockMillis;
+    }
+
+    /** Makes the scheduler build its 3.x leader decider with a {@code leaseMillis} lock; false if it cannot. */
+    private boolean replaceLeaderDecider(final long leaseMillis) {
+        try {
+            final Object components = field(Scheduler.class, "migrationComponentsInitializer").get(this);
+            final Class<?> type = DynamicMigrationComponentsInitializer.class;
+            final CoordinatorStateDAO dao =
+                    (CoordinatorStateDAO) field(type, "coordinatorStateDAO").get(components);
+            final String workerId = leaseCoordinator().workerIdentifier();
+            final MetricsFactory metrics = metricsFactory();
+            final Supplier<DynamoDBLockBasedLeaderDecider> creator =
+                    () -> CopierLeaderDecider.create(dao, workerId, leaseMillis, metrics);
+            field(type, "ddbLockBasedLeaderDeciderCreator").set(components, creator);
+            return true;
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            LOG.warn(
+                    "copier: cannot set the leader lock's lease in this KCL version ({}); the KCL's 2 minutes apply",
+                    e.toString());
+            return false;
+        }
+    }
+
+    private static Field field(final Class<?> type, final String name) throws NoSuchFieldException {
+        final Field field = type.getDeclaredField(name);
+        field.setAccessible(true);
+        return field;
     }
 
     @Override
     boolean shouldInitiateLeaseSync()
             throws InterruptedException, DependencyException, ProvisionedThroughputException, InvalidStateException {
+        if (maxWaitMillis == null) {
+            return super.shouldInitiateLeaseSync();
+        }
         final long waitMillis = maxWaitMillis == 0 ? 0 : ThreadLocalRandom.current().nextLong(maxWaitMillis + 1);
         final long waitUntil = System.currentTimeMillis() + waitMillis;
         boolean empty = leaseRefresher().isLeaseTableEmpty();
