@@ -243,3 +243,23 @@ def test_a_dead_leaders_shards_get_a_new_owner_long_before_the_kcls_two_minutes(
     assert "is new leader" in log, "the new worker took the lock"
     assert took < 90, f"{took:.1f} s until the new worker forwarded: the KCL's 2-minute lock would explain that"
 
+
+@pytest.mark.protocol
+@pytest.mark.timeout(300)
+def test_a_graceful_stop_hands_its_leases_on_instead_of_letting_them_expire(endpoint: str, tmp_path: Path) -> None:
+    """SIGTERM: once every shard consumer has shut down, the worker's leases carry no owner in the lease table, so
+    the leader assigns them at its next pass instead of after failoverTimeMillis (the KCL alone leaves them under
+    the stopped worker's name until they expire); a worker started next forwards the shards' new events."""
+    pipeline = _pipeline(endpoint, tmp_path, "handoff")
+    try:
+        pipeline.create(staging_shards=3, target_shards=1)
+        leaving = _worker_caught_up(pipeline, tmp_path, "a", "handoff-a", 6)
+        assert leaving.stop(60) == 0
+        leases = _dynamodb(endpoint).scan(TableName="copier-handoff", ConsistentRead=True)["Items"]
+        log = leaving.log_path.read_text()
+        _worker_caught_up(pipeline, tmp_path, "b", "handoff-b", 7)
+    finally:
+        pipeline.stop_all()
+    assert len(leases) == 3, leases
+    assert [lease for lease in leases if "leaseOwner" in lease] == [], "a lease still names the stopped worker"
+    assert "copier: 3 of the 3 leases held at the graceful stop handed on" in log

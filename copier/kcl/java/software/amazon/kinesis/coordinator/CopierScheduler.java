@@ -1,11 +1,16 @@
 package software.amazon.kinesis.coordinator;
 
 import java.lang.reflect.Field;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.List;
+import java.util.concurrent.Callable;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.function.Supplier;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import software.amazon.kinesis.checkpoint.CheckpointConfig;
+import software.amazon.kinesis.leases.Lease;
 import software.amazon.kinesis.leases.LeaseManagementConfig;
 import software.amazon.kinesis.leases.exceptions.DependencyException;
 import software.amazon.kinesis.leases.exceptions.InvalidStateException;
@@ -35,7 +40,17 @@ import software.amazon.kinesis.retrieval.RetrievalConfig;
  * keeps in a private field of its migration components; that supplier is replaced here, by reflection, since
  * no setting or hook reaches it. If this KCL's scheduler has no such field the KCL's lock stays, with a warning.
  *
- * <p>In this package because {@code shouldInitiateLeaseSync} is package-private.
+ * <p>A graceful stop hands its leases on: the KCL stops renewing a worker's leases when it stops gracefully but
+ * leaves them in the lease table under its name, so no other worker is given them until they expire
+ * ({@code failoverTimeMillis}); a host replaced by a new one pauses its shards that long. Here, once every shard
+ * consumer has shut down (each processor checkpointed and released copier's own lease), the leases the worker
+ * held when the stop began are evicted (their owner removed, conditional on it still being this worker), and the
+ * leader assigns them on its next pass. Only a graceful stop does this: after a crash the leases expire as
+ * before. Exactly-once never rests on the KCL's leases: a processor started on a shard another still works
+ * sleeps out copier's lease (docs/protocol.md).
+ *
+ * <p>In this package because {@code shouldInitiateLeaseSync} and {@code createWorkerShutdownCallable} are
+ * package-private.
  */
 public class CopierScheduler extends Scheduler {
     /** How often the wait looks at the lease table again. */
@@ -45,6 +60,7 @@ public class CopierScheduler extends Scheduler {
 
     private final Long maxWaitMillis;
     private final Long leaderLockMillis;
+    private volatile List<Lease> heldAtGracefulStop;
 
     public CopierScheduler(
             final CheckpointConfig checkpointConfig,
@@ -99,6 +115,38 @@ public class CopierScheduler extends Scheduler {
                     e.toString());
             return false;
         }
+    }
+
+    @Override
+    Callable<GracefulShutdownContext> createWorkerShutdownCallable() {
+        final Callable<GracefulShutdownContext> stock = super.createWorkerShutdownCallable();
+        return () -> {
+            final Collection<Lease> held = leaseCoordinator().getAssignments();
+            heldAtGracefulStop = held == null ? List.of() : new ArrayList<>(held);
+            return stock.call();
+        };
+    }
+
+    /** The KCL's shutdown, then, after a graceful stop, the leases it held evicted for the leader to reassign. */
+    @Override
+    public void shutdown() {
+        super.shutdown();
+        final List<Lease> held = heldAtGracefulStop;
+        heldAtGracefulStop = null;
+        if (held == null) {
+            return;
+        }
+        int evicted = 0;
+        for (final Lease lease : held) {
+            try {
+                if (leaseRefresher().evictLease(lease)) {
+                    evicted++;
+                }
+            } catch (DependencyException | InvalidStateException | ProvisionedThroughputException | RuntimeException e) {
+                LOG.warn("copier: lease {} not handed on ({}); it expires instead", lease.leaseKey(), e.toString());
+            }
+        }
+        LOG.info("copier: {} of the {} leases held at the graceful stop handed on", evicted, held.size());
     }
 
     private static Field field(final Class<?> type, final String name) throws NoSuchFieldException {
