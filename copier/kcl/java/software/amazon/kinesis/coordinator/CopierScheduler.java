@@ -43,8 +43,9 @@ import software.amazon.kinesis.retrieval.RetrievalConfig;
  * <p>A graceful stop hands its leases on: the KCL stops renewing a worker's leases when it stops gracefully but
  * leaves them in the lease table under its name, so no other worker is given them until they expire
  * ({@code failoverTimeMillis}); a host replaced by a new one pauses its shards that long. Here, once every shard
- * consumer has shut down (each processor checkpointed and released copier's own lease), the leases the worker
- * held when the stop began are evicted (their owner removed, conditional on it still being this worker), and the
+ * consumer has acknowledged the stop (the KCL's notification latch: normally each processor has checkpointed and
+ * released copier's own lease, but one whose shutdown_requested failed, or one started on a lease the stop found
+ * without a consumer, may still be forwarding), the leases the worker held when the stop began are evicted (their owner removed, conditional on it still being this worker), and the
  * leader assigns them on its next pass. Only a graceful stop does this: after a crash the leases expire as
  * before. Exactly-once never rests on the KCL's leases: a processor started on a shard another still works
  * sleeps out copier's lease (docs/protocol.md).
@@ -127,7 +128,7 @@ public class CopierScheduler extends Scheduler {
         };
     }
 
-    /** The KCL's shutdown, then, after a graceful stop, the leases it held evicted for the leader to reassign. */
+    /** The KCL's shutdown, then, after a graceful stop's notifications, the leases it held evicted. */
     @Override
     public void shutdown() {
         super.shutdown();

@@ -10,7 +10,9 @@ import software.amazon.kinesis.metrics.MetricsFactory;
  * ({@code DynamoDBLockBasedLeaderDecider.DEFAULT_LEASE_DURATION_MILLIS}, private), so when the leader's host
  * dies, no worker is assigned the dead host's leases until that lock runs out: about 2 minutes of every one of
  * those shards stopped, against the seconds its leases take ({@code failoverTimeMillis}). A worker that comes back
- * under the same workerId takes its own lock back at once; a replaced host (a new workerId) cannot. The lease
+ * under the same workerId does not need the leader (it renews its own leases at once), a replaced host (a new
+ * workerId) does; and after a crash every worker waits the lock out, whatever its workerId (the lock client takes
+ * a lock over only after seeing it unchanged for its lease, on its own clock; only a graceful stop releases it). The lease
  * only bounds how long a dead leader keeps the role: the live leader renews it every quarter of the lease (the
  * lock client wants at least three renewals a lease), and two leaders for a moment (a leader paused past the
  * lease) only race conditional lease writes, which the KCL already tolerates; copier's own lease fences the
