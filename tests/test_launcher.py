@@ -4,6 +4,7 @@ daemon's command line with the configured dispatch interval, and taken up by the
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -246,20 +247,64 @@ def test_a_dead_leaders_shards_get_a_new_owner_long_before_the_kcls_two_minutes(
 
 @pytest.mark.protocol
 @pytest.mark.timeout(300)
-def test_a_graceful_stop_hands_its_leases_on_instead_of_letting_them_expire(endpoint: str, tmp_path: Path) -> None:
-    """SIGTERM: once every shard consumer has shut down, the worker's leases carry no owner in the lease table, so
-    the leader assigns them at its next pass instead of after failoverTimeMillis (the KCL alone leaves them under
-    the stopped worker's name until they expire); a worker started next forwards the shards' new events."""
+def _owners(endpoint: str, table: str) -> list[str | None]:
+    """The owner of each lease in ``table`` (None: no owner)."""
+    items = _dynamodb(endpoint).scan(TableName=table, ConsistentRead=True)["Items"]
+    return [item["leaseOwner"]["S"] if "leaseOwner" in item else None for item in items]
+
+
+def _metrics_rows(endpoint: str, application: str) -> list[str]:
+    """The workerIds with a row in the application's KCL 3.x WorkerMetricStats table."""
+    items = _dynamodb(endpoint).scan(TableName=f"{application}-WorkerMetricStats", ConsistentRead=True)["Items"]
+    return [item["wid"]["S"] for item in items]
+
+
+def test_a_graceful_stop_hands_on_the_leases_of_a_run_only_workerid_and_keeps_those_of_a_hosts_own(
+    endpoint: str, tmp_path: Path
+) -> None:
+    """SIGTERM of a worker with a workerId of its own (a host restarted in place renews its leases at once): its
+    leases stay under its name. SIGTERM of a worker whose workerId is new each run (the KCL's default; no later run
+    renews them): once every shard consumer has shut down, its WorkerMetricStats row is gone and none of its leases
+    names it, so the leader assigns them to a live worker at its next pass instead of after failoverTimeMillis (the
+    KCL alone leaves them under the stopped worker's name); the live worker then forwards every shard's new
+    events."""
     pipeline = _pipeline(endpoint, tmp_path, "handoff")
+    table = "copier-handoff"
+    own = tmp_path / "own-id.properties"
+    # the same settings with a workerId of its own (its processors read this file, as executableName says)
+    text = pipeline.properties.read_text().replace(str(pipeline.properties), str(own))
+    own.write_text(text + "workerId = host-own\n")
     try:
         pipeline.create(staging_shards=3, target_shards=1)
-        leaving = _worker_caught_up(pipeline, tmp_path, "a", "handoff-a", 6)
+        produced = produce(pipeline.kinesis, pipeline.staging, 30, run="handoff-own", seed=6)
+        keeper = pipeline.start_worker("keeper", own)
+        assert pipeline.wait(lambda: not keeper.alive or pipeline.caught_up(produced.last), 240), tmp_path
+        assert keeper.alive, keeper.log_path.read_text()[-2000:]
+        assert keeper.stop(60) == 0
+        kept = _owners(endpoint, table)
+        keeper_log = keeper.log_path.read_text()
+
+        leaving = _worker_caught_up(pipeline, tmp_path, "leaving", "handoff-leaving", 7)
+        leaver = {owner for owner in _owners(endpoint, table) if owner}
+        before = set(_metrics_rows(endpoint, "copier-handoff"))
+        staying = pipeline.start_worker("staying")
+        assert pipeline.wait(lambda: set(_metrics_rows(endpoint, "copier-handoff")) - before, 120), "no second worker"
         assert leaving.stop(60) == 0
-        leases = _dynamodb(endpoint).scan(TableName="copier-handoff", ConsistentRead=True)["Items"]
-        log = leaving.log_path.read_text()
-        _worker_caught_up(pipeline, tmp_path, "b", "handoff-b", 7)
+        handed = _owners(endpoint, table)
+        rows = _metrics_rows(endpoint, "copier-handoff")
+        leaving_log = leaving.log_path.read_text()
+        produced = produce(pipeline.kinesis, pipeline.staging, 30, run="handoff-after", seed=8)
+        assert pipeline.wait(lambda: pipeline.caught_up(produced.last), 240), f"not caught up; see {tmp_path}"
+        assert staying.proc.poll() is None
     finally:
         pipeline.stop_all()
-    assert len(leases) == 3, leases
-    assert [lease for lease in leases if "leaseOwner" in lease] == [], "a lease still names the stopped worker"
-    assert "copier: 3 of the 3 leases held at the graceful stop handed on" in log
+    assert kept == ["host-own"] * 3, kept
+    assert "copier: a graceful stop keeps this worker's leases for its restart under the same workerId" in keeper_log
+    assert "graceful stop handed on" not in keeper_log
+    assert len(leaver) == 1 and "host-own" not in leaver, leaver
+    assert "copier: a graceful stop hands this worker's leases on (its workerId is new each run)" in leaving_log
+    assert not leaver & set(handed), f"a lease still names the stopped worker: {handed}"
+    assert not leaver & set(rows), f"the stopped worker's metrics row is still there: {rows}"
+    # a lease the leader already moved to the live worker is not evicted again (the eviction is conditional)
+    handoff = r"copier: \d of the 3 leases held at the graceful stop handed on"
+    assert re.search(handoff, leaving_log), leaving_log[-3000:]

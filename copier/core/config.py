@@ -120,6 +120,7 @@ class Config:
     dispatch_millis: int = 200  # how often the KCL's scheduler advances shard consumers (copier.kcl.launcher)
     empty_table_wait_millis: int = 3000  # longest wait for another worker to create a new table's leases
     leader_lock_millis: int = 10000  # how long a KCL 3.x leader's lock outlives its last renewal
+    worker_id: str = ""  # the daemon's workerId; empty: the KCL draws a new one each run
     ordering: Literal["partitionKey", "none"] = "partitionKey"
     target_region: str = ""  # region of the target and dead-letter streams (default regionName)
     target_role_arn: str | None = None  # assumed to reach the target (another account)
@@ -383,6 +384,7 @@ def parse_config(text: str, path: str = "<string>") -> Config:
         dispatch_millis=r.copier_need("copier.shardConsumerDispatchPollIntervalMillis", _int_between(50, 10_000)),
         empty_table_wait_millis=r.copier_need("copier.emptyLeaseTableWaitMillis", _int_between(0, 30_000)),
         leader_lock_millis=r.copier_need("copier.leaderLockMillis", _int_between(4_000, 120_000)),
+        worker_id=raw.get("workerId", "").strip(),
         executable_name=r.get("executableName", str, ""),
         shutdown_grace_millis=r.need("shutdownGraceMillis", _int_between(0, _DAY_MS), "0"),
         coalesce_events=r.copier_need("copier.coalesceEvents", _int_between(1, 10_000)),

@@ -30,6 +30,7 @@ from copier.kcl.jars import MULTILANG_JAR_PREFIX, jar_dir, jars
 from copier.kcl.launcher import (
     DISPATCH_PROPERTY,
     EMPTY_TABLE_WAIT_PROPERTY,
+    HAND_ON_PROPERTY,
     LAUNCHER_CLASS,
     LEADER_LOCK_PROPERTY,
     launcher_jar,
@@ -67,6 +68,8 @@ def daemon_command(config: Config, properties: str, env: Mapping[str, str], java
                 f"-D{DISPATCH_PROPERTY}={config.dispatch_millis}",
                 f"-D{EMPTY_TABLE_WAIT_PROPERTY}={config.empty_table_wait_millis}",
                 f"-D{LEADER_LOCK_PROPERTY}={config.leader_lock_millis}",
+                # no workerId: the next run is another worker, so the leases go to the live ones at once
+                f"-D{HAND_ON_PROPERTY}={'false' if config.worker_id else 'true'}",
             ]
             if launcher
             else []

@@ -51,6 +51,7 @@ __all__ = [
     "EMPTY_TABLE_WAIT_PROPERTY",
     "LAUNCHER_CLASS",
     "LAUNCHER_JAR",
+    "HAND_ON_PROPERTY",
     "LEADER_LOCK_PROPERTY",
     "LauncherBuildError",
     "build",
@@ -66,6 +67,7 @@ LAUNCHER_CLASS = "software.amazon.kinesis.multilang.CopierMultiLangDaemon"
 DISPATCH_PROPERTY = "copier.shardConsumerDispatchPollIntervalMillis"
 EMPTY_TABLE_WAIT_PROPERTY = "copier.emptyLeaseTableWaitMillis"
 LEADER_LOCK_PROPERTY = "copier.leaderLockMillis"
+HAND_ON_PROPERTY = "copier.handOnLeases"  # true: the workerId is new each run, so a graceful stop hands its leases on
 JAVA_RELEASE = "17"  # the oldest Java the hosts run (scripts/install.sh)
 DIGEST_ENTRY = "META-INF/copier-launcher-sources"  # sources_digest() of what the jar was compiled from
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed entry times: the same sources give the same jar

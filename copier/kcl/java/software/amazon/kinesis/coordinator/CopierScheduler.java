@@ -22,6 +22,8 @@ import software.amazon.kinesis.metrics.MetricsConfig;
 import software.amazon.kinesis.metrics.MetricsFactory;
 import software.amazon.kinesis.processor.ProcessorConfig;
 import software.amazon.kinesis.retrieval.RetrievalConfig;
+import software.amazon.kinesis.worker.metricstats.WorkerMetricStats;
+import software.amazon.kinesis.worker.metricstats.WorkerMetricStatsDAO;
 
 /**
  * The KCL scheduler with two of its waits shortened; {@code null} for either keeps the KCL's own.
@@ -40,15 +42,19 @@ import software.amazon.kinesis.retrieval.RetrievalConfig;
  * keeps in a private field of its migration components; that supplier is replaced here, by reflection, since
  * no setting or hook reaches it. If this KCL's scheduler has no such field the KCL's lock stays, with a warning.
  *
- * <p>A graceful stop hands its leases on: the KCL stops renewing a worker's leases when it stops gracefully but
- * leaves them in the lease table under its name, so no other worker is given them until they expire
- * ({@code failoverTimeMillis}); a host replaced by a new one pauses its shards that long. Here, once every shard
- * consumer has acknowledged the stop (the KCL's notification latch: normally each processor has checkpointed and
- * released copier's own lease, but one whose shutdown_requested failed, or one started on a lease the stop found
- * without a consumer, may still be forwarding), the leases the worker held when the stop began are evicted (their owner removed, conditional on it still being this worker), and the
- * leader assigns them on its next pass. Only a graceful stop does this: after a crash the leases expire as
- * before. Exactly-once never rests on the KCL's leases: a processor started on a shard another still works
- * sleeps out copier's lease (docs/protocol.md).
+ * <p>A graceful stop of a worker whose workerId is new each run ({@code handOnLeases}) hands its leases on: the
+ * KCL stops renewing a worker's leases when it stops gracefully but leaves them in the lease table under its name,
+ * so no other worker is given them until they expire ({@code failoverTimeMillis}), and a worker under a new ID
+ * never renews them; its shards pause that long. Here, once every shard consumer has acknowledged the stop (the
+ * KCL's notification latch: normally each processor has checkpointed and released copier's own lease, but one
+ * whose shutdown_requested failed, or one started on a lease the stop found without a consumer, may still be
+ * forwarding), the worker first deletes its own WorkerMetricStats row (else the leader, counting it active for
+ * another two reports, gives the leases straight back to it) and then evicts the leases it held when the stop
+ * began (their owner removed, conditional on it still being this worker); the leader assigns them on its next
+ * pass. A worker with a workerId of its own keeps them: restarted in place it renews them at once, with no
+ * leader's pass to wait for (a host that never comes back leaves them to expire). Only a graceful stop does any
+ * of this: after a crash the leases expire as before. Exactly-once never rests on the KCL's leases: a processor
+ * started on a shard another still works sleeps out copier's lease (docs/protocol.md).
  *
  * <p>In this package because {@code shouldInitiateLeaseSync} and {@code createWorkerShutdownCallable} are
  * package-private.
@@ -61,6 +67,7 @@ public class CopierScheduler extends Scheduler {
 
     private final Long maxWaitMillis;
     private final Long leaderLockMillis;
+    private final boolean handOnLeases;
     private volatile List<Lease> heldAtGracefulStop;
 
     public CopierScheduler(
@@ -72,7 +79,8 @@ public class CopierScheduler extends Scheduler {
             final ProcessorConfig processorConfig,
             final RetrievalConfig retrievalConfig,
             final Long maxWaitMillis,
-            final Long leaderLockMillis) {
+            final Long leaderLockMillis,
+            final boolean handOnLeases) {
         super(
                 checkpointConfig,
                 coordinatorConfig,
@@ -82,6 +90,7 @@ public class CopierScheduler extends Scheduler {
                 processorConfig,
                 retrievalConfig);
         this.maxWaitMillis = maxWaitMillis;
+        this.handOnLeases = handOnLeases;
         this.leaderLockMillis = leaderLockMillis != null && replaceLeaderDecider(leaderLockMillis)
                 ? leaderLockMillis
                 : null;
@@ -90,6 +99,11 @@ public class CopierScheduler extends Scheduler {
     /** The longest this worker waits for another to create the leases of a new application (null: the KCL's). */
     public Long emptyLeaseTableWaitMillis() {
         return maxWaitMillis;
+    }
+
+    /** Whether a graceful stop hands this worker's leases on (its workerId is new each run). */
+    public boolean handsOnLeases() {
+        return handOnLeases;
     }
 
     /** How long the leader lock lasts when this worker holds it (null: the KCL's 2 minutes). */
@@ -121,6 +135,9 @@ public class CopierScheduler extends Scheduler {
     @Override
     Callable<GracefulShutdownContext> createWorkerShutdownCallable() {
         final Callable<GracefulShutdownContext> stock = super.createWorkerShutdownCallable();
+        if (!handOnLeases) {
+            return stock;
+        }
         return () -> {
             final Collection<Lease> held = leaseCoordinator().getAssignments();
             heldAtGracefulStop = held == null ? List.of() : new ArrayList<>(held);
@@ -128,15 +145,18 @@ public class CopierScheduler extends Scheduler {
         };
     }
 
-    /** The KCL's shutdown, then, after a graceful stop's notifications, the leases it held evicted. */
+    /** The KCL's shutdown, then, after a graceful stop's notifications, the leases it held handed on. */
     @Override
     public void shutdown() {
         super.shutdown();
         final List<Lease> held = heldAtGracefulStop;
         heldAtGracefulStop = null;
-        if (held == null) {
+        if (held == null || held.isEmpty()) {
             return;
         }
+        final String me = leaseCoordinator().workerIdentifier();
+        final WorkerMetricStatsDAO metrics = workerMetricsDao();
+        forgetWorkerMetrics(me, metrics);
         int evicted = 0;
         for (final Lease lease : held) {
             try {
@@ -148,6 +168,35 @@ public class CopierScheduler extends Scheduler {
             }
         }
         LOG.info("copier: {} of the {} leases held at the graceful stop handed on", evicted, held.size());
+    }
+
+    /** The scheduler's WorkerMetricStats table (KCL 3.x), or null if this KCL keeps it elsewhere. */
+    private WorkerMetricStatsDAO workerMetricsDao() {
+        try {
+            final Object components = field(Scheduler.class, "migrationComponentsInitializer").get(this);
+            return (WorkerMetricStatsDAO)
+                    field(DynamicMigrationComponentsInitializer.class, "workerMetricsDAO").get(components);
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            LOG.warn("copier: no WorkerMetricStats table in this KCL ({})", e.toString());
+            return null;
+        }
+    }
+
+    /** Deletes this worker's WorkerMetricStats row, so the leader no longer counts it as a worker to assign to. */
+    private static void forgetWorkerMetrics(final String me, final WorkerMetricStatsDAO metrics) {
+        if (metrics == null) {
+            return;
+        }
+        try {
+            for (final WorkerMetricStats row : metrics.getAllWorkerMetricStats()) {
+                if (me.equals(row.getWorkerId())) {
+                    metrics.deleteMetrics(row);
+                }
+            }
+        } catch (RuntimeException e) {
+            LOG.warn("copier: this worker's metrics row stays ({}); the leader may offer it its leases again",
+                    e.toString());
+        }
     }
 
     private static Field field(final Class<?> type, final String name) throws NoSuchFieldException {

@@ -41,21 +41,30 @@ public final class CopierMultiLangDaemon extends MultiLangDaemon {
     /** The system property holding the leader lock's lease, in milliseconds. */
     public static final String LEADER_LOCK_PROPERTY = "copier.leaderLockMillis";
 
+    /** The system property saying that a graceful stop hands the worker's leases on (true: its workerId is new each run). */
+    public static final String HAND_ON_PROPERTY = "copier.handOnLeases";
+
     private static final Logger LOG = LoggerFactory.getLogger(CopierMultiLangDaemon.class);
 
     private final Long dispatchMillis;
     private final Long emptyTableWaitMillis;
     private final Long leaderLockMillis;
+    private final boolean handOnLeases;
 
-    CopierMultiLangDaemon(final Long dispatchMillis, final Long emptyTableWaitMillis, final Long leaderLockMillis) {
+    CopierMultiLangDaemon(
+            final Long dispatchMillis,
+            final Long emptyTableWaitMillis,
+            final Long leaderLockMillis,
+            final boolean handOnLeases) {
         this.dispatchMillis = dispatchMillis;
         this.emptyTableWaitMillis = emptyTableWaitMillis;
         this.leaderLockMillis = leaderLockMillis;
+        this.handOnLeases = handOnLeases;
     }
 
     @Override
     Scheduler buildScheduler(final MultiLangDaemonConfig config) {
-        if (dispatchMillis == null && emptyTableWaitMillis == null && leaderLockMillis == null) {
+        if (dispatchMillis == null && emptyTableWaitMillis == null && leaderLockMillis == null && !handOnLeases) {
             return super.buildScheduler(config);
         }
         final Scheduler scheduler = CopierSchedulerBuilder.build(
@@ -63,7 +72,8 @@ public final class CopierMultiLangDaemon extends MultiLangDaemon {
                 config.getRecordProcessorFactory(),
                 dispatchMillis,
                 emptyTableWaitMillis,
-                leaderLockMillis);
+                leaderLockMillis,
+                handOnLeases);
         LOG.info(
                 "copier: the KCL scheduler advances shard consumers every {} ms",
                 scheduler.shardConsumerDispatchPollIntervalMillis());
@@ -77,6 +87,9 @@ public final class CopierMultiLangDaemon extends MultiLangDaemon {
             if (copier.leaderLockMillis() != null) {
                 LOG.info("copier: the leader lock lasts {} ms", copier.leaderLockMillis());
             }
+            LOG.info(copier.handsOnLeases()
+                    ? "copier: a graceful stop hands this worker's leases on (its workerId is new each run)"
+                    : "copier: a graceful stop keeps this worker's leases for its restart under the same workerId");
         }
         return scheduler;
     }
@@ -104,7 +117,8 @@ public final class CopierMultiLangDaemon extends MultiLangDaemon {
         final CopierMultiLangDaemon daemon = new CopierMultiLangDaemon(
                 millisProperty(DISPATCH_PROPERTY, 1),
                 millisProperty(EMPTY_TABLE_WAIT_PROPERTY, 0),
-                millisProperty(LEADER_LOCK_PROPERTY, CopierLeaderDecider.MIN_LEASE_MILLIS));
+                millisProperty(LEADER_LOCK_PROPERTY, CopierLeaderDecider.MIN_LEASE_MILLIS),
+                Boolean.getBoolean(HAND_ON_PROPERTY));
         int exitCode = 1;
         final MultiLangDaemonArguments arguments = new MultiLangDaemonArguments();
         final JCommander jCommander = daemon.buildJCommanderAndParseArgs(arguments, args);

@@ -13,19 +13,23 @@ import software.amazon.kinesis.processor.ShardRecordProcessorFactory;
 public final class CopierSchedulerBuilder {
     private CopierSchedulerBuilder() {}
 
-    /** Each setting null: the KCL's own (a 1 s interval, a random 1-30 s wait, a 2-minute leader lock). */
+    /**
+     * Each setting null (and no hand-on): the KCL's own (a 1 s interval, a random 1-30 s wait, a 2-minute leader
+     * lock, a graceful stop's leases left to expire).
+     */
     public static Scheduler build(
             final MultiLangDaemonConfiguration configuration,
             final ShardRecordProcessorFactory factory,
             final Long dispatchMillis,
             final Long emptyTableWaitMillis,
-            final Long leaderLockMillis) {
+            final Long leaderLockMillis,
+            final boolean handOnLeases) {
         final MultiLangDaemonConfiguration.ResolvedConfiguration resolved =
                 configuration.resolvedConfiguration(factory);
         if (dispatchMillis != null) {
             resolved.coordinatorConfig.shardConsumerDispatchPollIntervalMillis(dispatchMillis);
         }
-        if (emptyTableWaitMillis == null && leaderLockMillis == null) {
+        if (emptyTableWaitMillis == null && leaderLockMillis == null && !handOnLeases) {
             return resolved.build();
         }
         return new CopierScheduler(
@@ -37,6 +41,7 @@ public final class CopierSchedulerBuilder {
                 resolved.processorConfig,
                 resolved.retrievalConfig,
                 emptyTableWaitMillis,
-                leaderLockMillis);
+                leaderLockMillis,
+                handOnLeases);
     }
 }
