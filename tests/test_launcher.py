@@ -4,6 +4,7 @@ daemon's command line with the configured dispatch interval, and taken up by the
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -12,7 +13,9 @@ import time
 import zipfile
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+import boto3
 import pytest
 
 from copier.core.config import load_config, parse_config
@@ -21,7 +24,7 @@ from copier.kcl import daemon as daemon_module
 from copier.kcl import launcher
 from copier.kcl.daemon import MAIN_CLASS, daemon_command, daemon_warnings
 from copier.kcl.jars import jars
-from copier.local.pipeline import LocalPipeline, local_properties
+from copier.local.pipeline import LocalPipeline, Worker, local_properties
 from copier.local.producer import produce
 from tests.support.backend import free_port
 from tests.support.fakes import config
@@ -31,7 +34,32 @@ CLASSES = (
     "software/amazon/kinesis/multilang/CopierMultiLangDaemon.class",
     "software/amazon/kinesis/multilang/config/CopierSchedulerBuilder.class",
     "software/amazon/kinesis/coordinator/CopierScheduler.class",
+    "software/amazon/kinesis/leader/CopierLeaderDecider.class",
 )
+
+
+def _pipeline(endpoint: str, tmp_path: Path, name: str, **copier: str) -> LocalPipeline:
+    """A local pipeline of its own (streams, application) with the daemon's INFO log and ``copier`` keys."""
+    return LocalPipeline(
+        endpoint,
+        tmp_path,
+        staging=f"staging-{name}",
+        target=f"target-{name}",
+        application=f"copier-{name}",
+        copier={"daemonLogLevel": "INFO", **copier},
+    )
+
+
+def _worker_caught_up(pipeline: LocalPipeline, tmp_path: Path, name: str, run: str, seed: int) -> Worker:
+    """30 new events, then worker ``name`` started; it returns once they are all forwarded."""
+    produced = produce(pipeline.kinesis, pipeline.staging, 30, run=run, seed=seed)
+    worker = pipeline.start_worker(name)
+    assert pipeline.wait(lambda: pipeline.caught_up(produced.last), 240), f"not caught up; see {tmp_path}"
+    return worker
+
+
+def _dynamodb(endpoint: str) -> Any:
+    return boto3.session.Session().client("dynamodb", region_name="us-east-1", endpoint_url=endpoint)
 
 
 @pytest.mark.parametrize(
@@ -41,6 +69,8 @@ CLASSES = (
         ("copier.shardConsumerDispatchPollIntervalMillis", "dispatch_millis", 200, 1000, ("10", "20000", "fast")),
         # 0 syncs at once; over 30000 would wait longer than the KCL itself
         ("copier.emptyLeaseTableWaitMillis", "empty_table_wait_millis", 3000, 0, ("-1", "30001", "soon")),
+        # under 4 s a GC pause costs the leader its lock; over 2 minutes is longer than the KCL's own
+        ("copier.leaderLockMillis", "leader_lock_millis", 10000, 120_000, ("3999", "120001", "short")),
     ],
 )
 def test_the_launchers_settings_have_defaults_and_refuse_values_out_of_range(
@@ -95,13 +125,20 @@ def test_the_build_says_what_is_missing(tmp_path: Path, monkeypatch: pytest.Monk
 def test_the_daemon_runs_under_the_launcher_with_the_configured_interval(tmp_path: Path) -> None:
     """The launcher's jar after the KCL's on the classpath, its class as the main class, the interval passed."""
     assert launcher.launcher_jar() is not None, "make install compiles it"
-    cfg = replace(config(), executable_name="copier process", dispatch_millis=350, empty_table_wait_millis=0)
+    cfg = replace(
+        config(),
+        executable_name="copier process",
+        dispatch_millis=350,
+        empty_table_wait_millis=0,
+        leader_lock_millis=9000,
+    )
     command = daemon_command(cfg, str(tmp_path / "p.properties"), {}, "java")
     classpath = command[command.index("-cp") + 1].split(os.pathsep)
     assert classpath == [*map(str, jars()), str(launcher.LAUNCHER_JAR)]
     assert command[command.index("-cp") + 2] == launcher.LAUNCHER_CLASS
     assert f"-D{launcher.DISPATCH_PROPERTY}=350" in command[: command.index("-cp")]
     assert f"-D{launcher.EMPTY_TABLE_WAIT_PROPERTY}=0" in command[: command.index("-cp")]
+    assert f"-D{launcher.LEADER_LOCK_PROPERTY}=9000" in command[: command.index("-cp")]
     assert not any("launcher" in w for w in daemon_warnings(cfg))
 
 
@@ -113,7 +150,8 @@ def test_without_the_jar_the_stock_daemon_runs_and_copier_warns(
     cfg = replace(config(), executable_name="copier process")
     command = daemon_command(cfg, str(tmp_path / "p.properties"), {}, "java")
     assert command[command.index("-cp") + 2] == MAIN_CLASS
-    assert not any(launcher.DISPATCH_PROPERTY in part or launcher.EMPTY_TABLE_WAIT_PROPERTY in part for part in command)
+    properties = (launcher.DISPATCH_PROPERTY, launcher.EMPTY_TABLE_WAIT_PROPERTY, launcher.LEADER_LOCK_PROPERTY)
+    assert not any(name in part for name in properties for part in command)
     assert str(launcher.LAUNCHER_JAR) not in command[command.index("-cp") + 1]
     (warning,) = [w for w in daemon_warnings(cfg) if "launcher" in w]
     assert "once a second" in warning and "make install" in warning
@@ -165,14 +203,7 @@ def test_a_new_application_syncs_its_shards_without_the_kcls_wait(endpoint: str,
     """copier.emptyLeaseTableWaitMillis = 0 on a new application (no lease table): the real scheduler finds the
     table empty, creates the leases itself at once (the KCL's own code would first wait 1 to 30 s, "Lease table is
     still empty. Checking again in 3000 ms"), and every shard's events are forwarded."""
-    pipeline = LocalPipeline(
-        endpoint,
-        tmp_path,
-        staging="staging-bootstrap",
-        target="target-bootstrap",
-        application="copier-bootstrap",
-        copier={"daemonLogLevel": "INFO", "emptyLeaseTableWaitMillis": "0"},
-    )
+    pipeline = _pipeline(endpoint, tmp_path, "bootstrap", emptyLeaseTableWaitMillis="0")
     try:
         pipeline.create(staging_shards=2, target_shards=1)
         produced = produce(pipeline.kinesis, pipeline.staging, 40, run="bootstrap", seed=3)
@@ -185,3 +216,95 @@ def test_a_new_application_syncs_its_shards_without_the_kcls_wait(endpoint: str,
     assert "copier: the lease table is empty; waiting 0 ms for another worker to create the leases" in log
     assert "is initiating the lease sync" in log, "this worker created the leases"
     assert "Lease table is still empty. Checking again" not in log, "the KCL's own wait did not run"
+
+
+@pytest.mark.protocol
+@pytest.mark.timeout(400)
+def test_a_dead_leaders_shards_get_a_new_owner_long_before_the_kcls_two_minutes(endpoint: str, tmp_path: Path) -> None:
+    """copier.leaderLockMillis = 6000: the leader's lock in the coordinator state table carries that lease (the
+    KCL's own is 120000), and when the leader's host dies holding every lease, a worker under a new workerId
+    becomes leader, is assigned the leases and forwards the shards' new events well within the 2 minutes the
+    KCL's lock alone would keep the leases unassigned."""
+    pipeline = _pipeline(endpoint, tmp_path, "leader", leaderLockMillis="6000")
+    try:
+        pipeline.create(staging_shards=2, target_shards=1)
+        dead = _worker_caught_up(pipeline, tmp_path, "a", "leader-a", 4)
+        lock = _dynamodb(endpoint).get_item(
+            TableName="copier-leader-CoordinatorState", Key={"key": {"S": "Leader"}}, ConsistentRead=True
+        )["Item"]
+        assert lock["leaseDuration"]["S"] == "6000", lock
+        dead.kill_host()  # it held the lock and every lease
+        started = time.monotonic()
+        heir = _worker_caught_up(pipeline, tmp_path, "b", "leader-b", 5)
+        took = time.monotonic() - started
+        log = heir.log_path.read_text()
+    finally:
+        pipeline.stop_all()
+    assert "copier: the leader lock lasts 6000 ms" in log
+    assert "is new leader" in log, "the new worker took the lock"
+    assert took < 90, f"{took:.1f} s until the new worker forwarded: the KCL's 2-minute lock would explain that"
+
+
+@pytest.mark.protocol
+@pytest.mark.timeout(300)
+def _owners(endpoint: str, table: str) -> list[str | None]:
+    """The owner of each lease in ``table`` (None: no owner)."""
+    items = _dynamodb(endpoint).scan(TableName=table, ConsistentRead=True)["Items"]
+    return [item["leaseOwner"]["S"] if "leaseOwner" in item else None for item in items]
+
+
+def _metrics_rows(endpoint: str, application: str) -> list[str]:
+    """The workerIds with a row in the application's KCL 3.x WorkerMetricStats table."""
+    items = _dynamodb(endpoint).scan(TableName=f"{application}-WorkerMetricStats", ConsistentRead=True)["Items"]
+    return [item["wid"]["S"] for item in items]
+
+
+def test_a_graceful_stop_hands_on_the_leases_of_a_run_only_workerid_and_keeps_those_of_a_hosts_own(
+    endpoint: str, tmp_path: Path
+) -> None:
+    """SIGTERM of a worker with a workerId of its own (a host restarted in place renews its leases at once): its
+    leases stay under its name. SIGTERM of a worker whose workerId is new each run (the KCL's default; no later run
+    renews them): once every shard consumer has shut down, its WorkerMetricStats row is gone and none of its leases
+    names it, so the leader assigns them to a live worker at its next pass instead of after failoverTimeMillis (the
+    KCL alone leaves them under the stopped worker's name); the live worker then forwards every shard's new
+    events."""
+    pipeline = _pipeline(endpoint, tmp_path, "handoff")
+    table = "copier-handoff"
+    own = tmp_path / "own-id.properties"
+    # the same settings with a workerId of its own (its processors read this file, as executableName says)
+    text = pipeline.properties.read_text().replace(str(pipeline.properties), str(own))
+    own.write_text(text + "workerId = host-own\n")
+    try:
+        pipeline.create(staging_shards=3, target_shards=1)
+        produced = produce(pipeline.kinesis, pipeline.staging, 30, run="handoff-own", seed=6)
+        keeper = pipeline.start_worker("keeper", own)
+        assert pipeline.wait(lambda: not keeper.alive or pipeline.caught_up(produced.last), 240), tmp_path
+        assert keeper.alive, keeper.log_path.read_text()[-2000:]
+        assert keeper.stop(60) == 0
+        kept = _owners(endpoint, table)
+        keeper_log = keeper.log_path.read_text()
+
+        leaving = _worker_caught_up(pipeline, tmp_path, "leaving", "handoff-leaving", 7)
+        leaver = {owner for owner in _owners(endpoint, table) if owner}
+        before = set(_metrics_rows(endpoint, "copier-handoff"))
+        staying = pipeline.start_worker("staying")
+        assert pipeline.wait(lambda: set(_metrics_rows(endpoint, "copier-handoff")) - before, 120), "no second worker"
+        assert leaving.stop(60) == 0
+        handed = _owners(endpoint, table)
+        rows = _metrics_rows(endpoint, "copier-handoff")
+        leaving_log = leaving.log_path.read_text()
+        produced = produce(pipeline.kinesis, pipeline.staging, 30, run="handoff-after", seed=8)
+        assert pipeline.wait(lambda: pipeline.caught_up(produced.last), 240), f"not caught up; see {tmp_path}"
+        assert staying.proc.poll() is None
+    finally:
+        pipeline.stop_all()
+    assert kept == ["host-own"] * 3, kept
+    assert "copier: a graceful stop keeps this worker's leases for its restart under the same workerId" in keeper_log
+    assert "graceful stop handed on" not in keeper_log
+    assert len(leaver) == 1 and "host-own" not in leaver, leaver
+    assert "copier: a graceful stop hands this worker's leases on (its workerId is new each run)" in leaving_log
+    assert not leaver & set(handed), f"a lease still names the stopped worker: {handed}"
+    assert not leaver & set(rows), f"the stopped worker's metrics row is still there: {rows}"
+    # a lease the leader already moved to the live worker is not evicted again (the eviction is conditional)
+    handoff = r"copier: \d of the 3 leases held at the graceful stop handed on"
+    assert re.search(handoff, leaving_log), leaving_log[-3000:]

@@ -119,6 +119,8 @@ class Config:
     jvm_class_archive: str = "auto"  # where the daemon JVM's class-data archive lives (copier.kcl.classarchive)
     dispatch_millis: int = 200  # how often the KCL's scheduler advances shard consumers (copier.kcl.launcher)
     empty_table_wait_millis: int = 3000  # longest wait for another worker to create a new table's leases
+    leader_lock_millis: int = 10000  # how long a KCL 3.x leader's lock outlives its last renewal
+    worker_id: str = ""  # the daemon's workerId; empty: the KCL draws a new one each run
     ordering: Literal["partitionKey", "none"] = "partitionKey"
     target_region: str = ""  # region of the target and dead-letter streams (default regionName)
     target_role_arn: str | None = None  # assumed to reach the target (another account)
@@ -240,6 +242,7 @@ DEFAULTS: dict[str, str | None] = {
     "copier.jvmClassArchive": "auto",
     "copier.shardConsumerDispatchPollIntervalMillis": "200",
     "copier.emptyLeaseTableWaitMillis": "3000",
+    "copier.leaderLockMillis": "10000",
     "copier.metrics": "none",
     "copier.metricsAgentEndpoint": "tcp://127.0.0.1:25888",
     "copier.metricsNamespace": "copier",
@@ -380,6 +383,8 @@ def parse_config(text: str, path: str = "<string>") -> Config:
         jvm_class_archive=r.copier_need("copier.jvmClassArchive", _archive_setting),
         dispatch_millis=r.copier_need("copier.shardConsumerDispatchPollIntervalMillis", _int_between(50, 10_000)),
         empty_table_wait_millis=r.copier_need("copier.emptyLeaseTableWaitMillis", _int_between(0, 30_000)),
+        leader_lock_millis=r.copier_need("copier.leaderLockMillis", _int_between(4_000, 120_000)),
+        worker_id=raw.get("workerId", "").strip(),
         executable_name=r.get("executableName", str, ""),
         shutdown_grace_millis=r.need("shutdownGraceMillis", _int_between(0, _DAY_MS), "0"),
         coalesce_events=r.copier_need("copier.coalesceEvents", _int_between(1, 10_000)),

@@ -27,7 +27,14 @@ from copier.core.config import Config
 from copier.core.errors import ConfigError
 from copier.kcl.classarchive import archive_dir, archive_options
 from copier.kcl.jars import MULTILANG_JAR_PREFIX, jar_dir, jars
-from copier.kcl.launcher import DISPATCH_PROPERTY, EMPTY_TABLE_WAIT_PROPERTY, LAUNCHER_CLASS, launcher_jar
+from copier.kcl.launcher import (
+    DISPATCH_PROPERTY,
+    EMPTY_TABLE_WAIT_PROPERTY,
+    HAND_ON_PROPERTY,
+    LAUNCHER_CLASS,
+    LEADER_LOCK_PROPERTY,
+    launcher_jar,
+)
 
 __all__ = ["MAIN_CLASS", "daemon_classpath", "daemon_command", "daemon_warnings", "run_daemon"]
 
@@ -60,6 +67,9 @@ def daemon_command(config: Config, properties: str, env: Mapping[str, str], java
             [
                 f"-D{DISPATCH_PROPERTY}={config.dispatch_millis}",
                 f"-D{EMPTY_TABLE_WAIT_PROPERTY}={config.empty_table_wait_millis}",
+                f"-D{LEADER_LOCK_PROPERTY}={config.leader_lock_millis}",
+                # no workerId: the next run is another worker, so the leases go to the live ones at once
+                f"-D{HAND_ON_PROPERTY}={'false' if config.worker_id else 'true'}",
             ]
             if launcher
             else []
@@ -96,9 +106,10 @@ def daemon_warnings(config: Config) -> list[str]:
         warnings.append(
             "copier was installed without its KCL launcher (copier/kcl/copier-kcl-launcher.jar, built by "
             "`make install` and in the release bundle): the stock daemon advances shard consumers once a second, "
-            "and a new application's workers wait up to 30 s on the empty lease table, so starts and stops pause "
-            f"shards longer and {config.path}'s copier.shardConsumerDispatchPollIntervalMillis and "
-            "copier.emptyLeaseTableWaitMillis are not applied"
+            "a new application's workers wait up to 30 s on the empty lease table, and a dead leader's shards wait "
+            "2 minutes for a new owner, so starts and stops pause shards longer and "
+            f"{config.path}'s copier.shardConsumerDispatchPollIntervalMillis, copier.emptyLeaseTableWaitMillis "
+            "and copier.leaderLockMillis are not applied"
         )
     return warnings
 

@@ -1,4 +1,4 @@
-"""copier's launcher of the KCL MultiLangDaemon: the stock daemon with two waits of the KCL made shorter.
+"""copier's launcher of the KCL MultiLangDaemon: the stock daemon with three waits of the KCL made shorter.
 
 The MultiLangDaemon's properties cannot set either:
 
@@ -13,9 +13,14 @@ The MultiLangDaemon's properties cannot set either:
   itself: most of a new pipeline's time to its first event.
   ``copier.emptyLeaseTableWaitMillis`` (3000 ms by default) bounds that
   wait (``CopierScheduler.java``).
+- In KCL 3.x one worker, the leader, assigns the leases, elected with a
+  DynamoDB lock that KCL 3.1.3 holds for a fixed 2 minutes: when the
+  leader's host dies, its shards wait that long for a new owner.
+  ``copier.leaderLockMillis`` (10000 ms by default) sets the lock's lease
+  (``CopierLeaderDecider.java``).
 
 ``copier/kcl/java`` holds a subclass of the daemon and of the scheduler
-that apply them and change nothing else.
+and a factory of the leader decider that apply them and change nothing else.
 
 It is compiled where copier is built (``make install`` and the release
 bundle, against the jars amazon-kclpy installed) into
@@ -46,6 +51,8 @@ __all__ = [
     "EMPTY_TABLE_WAIT_PROPERTY",
     "LAUNCHER_CLASS",
     "LAUNCHER_JAR",
+    "HAND_ON_PROPERTY",
+    "LEADER_LOCK_PROPERTY",
     "LauncherBuildError",
     "build",
     "jar_digest",
@@ -59,6 +66,8 @@ LAUNCHER_JAR = HERE / "copier-kcl-launcher.jar"
 LAUNCHER_CLASS = "software.amazon.kinesis.multilang.CopierMultiLangDaemon"
 DISPATCH_PROPERTY = "copier.shardConsumerDispatchPollIntervalMillis"
 EMPTY_TABLE_WAIT_PROPERTY = "copier.emptyLeaseTableWaitMillis"
+LEADER_LOCK_PROPERTY = "copier.leaderLockMillis"
+HAND_ON_PROPERTY = "copier.handOnLeases"  # true: the workerId is new each run, so a graceful stop hands its leases on
 JAVA_RELEASE = "17"  # the oldest Java the hosts run (scripts/install.sh)
 DIGEST_ENTRY = "META-INF/copier-launcher-sources"  # sources_digest() of what the jar was compiled from
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed entry times: the same sources give the same jar
