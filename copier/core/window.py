@@ -13,43 +13,76 @@ A duplicate that arrives later than the horizon is forwarded: that is the
 guarantee's edge, reported by :meth:`DedupWindow.stats` (``copier status``
 shows it per shard).
 
+What the window compares is the top 72 bits of an ID's 80-bit digest (the
+low 8 bits of the low word are dropped, see ``IDENTITY_MASK``): a new ID is
+taken for a forwarded one, and dropped, only if those 72 bits equal those
+of one of the IDs in the window, about 3.6e6 / 2**72 = 8e-16 an event
+against a full hour at 1,000 events/s. The digests stored in the state
+table keep all 80 bits (a verification compares them all).
+
 Memory is the constraint: an hour at a shard's write limit is 3.6 million
 IDs, and a host runs dozens of shards. A Python ``set`` of digests costs
-about 95 bytes an ID; this table costs 12 bytes a slot, kept between 55% and
-75% full, so 16 to 22 bytes an ID (``memory_bytes``; 20 right after a
-takeover's load), plus a transient copy while it is rebuilt:
+about 95 bytes an ID. The window has two forms, one at a time:
+
+*A table* while it holds fewer than ``block_threshold`` IDs (1,000,000):
+12 bytes a slot, kept between 55% and 75% full, so 16 to 22 bytes an ID
+(``memory_bytes``; 20 right after a takeover's load), plus a transient copy
+while it is rebuilt:
 
 * open addressing with linear probing over two machine arrays: ``_keys``
-  (``'Q'``: the digest's low 64 bits; 0 marks an empty slot, so a digest
-  whose low word is 0 is stored as 1) and ``_aux`` (``'I'``: the digest's
-  high 16 bits, shifted left 16, or'ed with a 16-bit bucket tag);
-* time in *buckets* of ``horizon / 32``: an entry's tag is the bucket of the
-  newest arrival of the chunk that added it, so it is remembered at least as
-  long as its own arrival requires, and longer by up to one bucket plus the
-  arrival span of its chunk (harmless: an ID seen again is a duplicate
-  however late; the guarantee is the lower bound);
+  (``'Q'``: the digest's low 64 bits with the low 8 cleared; 0 marks an empty
+  slot, so a low word of 0 is stored as ``ZERO_LOW``) and ``_aux`` (``'I'``:
+  the digest's high 16 bits, shifted left 16, or'ed with a 16-bit bucket
+  tag); an entry's home slot is ``(key >> 8) % slots``;
 * a bucket is live while it may hold an arrival within the horizon of the
   newest; entries of expired buckets are *stale*: lookups ignore them, an
   insert takes over the first stale slot on its probe path, and when live
   and stale entries fill 75% of the slots the rest are dropped in place
   (``_compact``), or, if too few are stale, the table grows by 1.36 times;
-* a count cap (``copier.dedupWindowMaxEvents``) guards memory: above it the
-  oldest buckets expire early and :attr:`DedupWindow.cut_short` says so;
 * tags are bucket numbers modulo 2**16; every entry's bucket lies within
   2**16 of the newest (a rebuild is forced before it could not), so a tag
   always names exactly one bucket.
+
+*Blocks* from then on: 65,536 sorted arrays (``'Q'``), one for each value of
+the digest's high 16 bits, so those bits need no storage. A word is the
+rest of the 72 bits (the low word with its low 8 bits cleared) or'ed with
+an 8-bit bucket tag: 8 bytes an ID, plus 80 bytes an array, Python's growth
+margin and the stale words not yet swept: 10.3 bytes an ID at 3.6 million
+(``copier.bench``, section 3), under 12 from about 2 million. A lookup or
+an insert is one binary search in an array of about 55 words (``bisect``,
+in C): about 0.2 us more a lookup than the table's probe, 0.6 us more an
+insert with the sweeps. Stale words stay in their arrays until a *sweep*
+drops them: it reads each array's tag bytes at C speed (``bytes.translate``
+over every eighth byte) and rebuilds only the arrays holding a stale word
+(``itertools.compress``). A sweep runs once an eighth of the words are
+stale (every four buckets or so at a steady rate; 0.3 s for 3.6 million
+IDs), and before any word could be 256 buckets old, so an 8-bit tag always
+names exactly one bucket. The blocks never turn back into a table; an
+array left empty is freed.
+
+In both forms:
+
+* time in *buckets* of ``horizon / 32``: an entry's tag is the bucket of the
+  newest arrival of the chunk that added it, so it is remembered at least as
+  long as its own arrival requires, and longer by up to one bucket plus the
+  arrival span of its chunk (harmless: an ID seen again is a duplicate
+  however late; the guarantee is the lower bound);
+* a count cap (``copier.dedupWindowMaxEvents``) guards memory: above it the
+  oldest buckets expire early and :attr:`DedupWindow.cut_short` says so.
 """
 
 from __future__ import annotations
 
+import sys
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import chain, compress
 
 from copier.core.packing import LOW_MASK
 
-__all__ = ["BUCKETS_PER_HORIZON", "DedupWindow", "WindowStats"]
+__all__ = ["BUCKETS_PER_HORIZON", "IDENTITY_MASK", "DedupWindow", "WindowStats"]
 
 BUCKETS_PER_HORIZON = 32
 MIN_SLOTS = 1024
@@ -60,6 +93,15 @@ MIN_LOAD = 0.3  # live entries below which a larger table shrinks
 TAG_MASK = 0xFFFF
 TAG_LIMIT = 60_000  # buckets between the oldest entry and the newest before a forced rebuild
 
+IDENTITY_MASK = LOW_MASK ^ 0xFF  # the bits of a digest's low word the window compares (and its high 16)
+ZERO_LOW = 0x80  # how the table stores a low word of 0 (0 marks an empty slot; no real word has these bits)
+BLOCK_THRESHOLD = 1_000_000  # IDs from which the table becomes blocks: about 13 bytes an ID either way there
+BLOCKS = 1 << 16  # one sorted array for each value of the high 16 bits
+BLOCK_TAG_MASK = 0xFF
+BLOCK_TAG_LIMIT = 200  # buckets between the oldest word and the newest before a forced sweep (< 256 - horizon)
+SWEEP_STALE = 8  # a sweep runs once more than 1/SWEEP_STALE of the words are stale
+_TAG_BYTE = 7 if sys.byteorder == "big" else 0  # where a word's low byte (its tag) sits in its array's bytes
+
 
 @dataclass(frozen=True)
 class WindowStats:
@@ -69,13 +111,14 @@ class WindowStats:
     newest_ms: int  # newest staging arrival seen (0: none yet)
     oldest_ms: int  # every ID forwarded with an arrival at or after this is remembered
     cut_short: bool  # the count cap made the window shorter than its horizon
-    memory_bytes: int
 
 
 class DedupWindow:
-    """A time-bounded set of 80-bit digests; see the module docstring."""
+    """A time-bounded set of 72-bit identities (80-bit digests, see the module docstring)."""
 
-    def __init__(self, horizon_ms: int, max_ids: int, min_slots: int = MIN_SLOTS) -> None:
+    def __init__(
+        self, horizon_ms: int, max_ids: int, min_slots: int = MIN_SLOTS, block_threshold: int = BLOCK_THRESHOLD
+    ) -> None:
         if horizon_ms < 0 or max_ids < 0:
             raise ValueError("horizon_ms and max_ids must be >= 0")
         self.horizon_ms = horizon_ms
@@ -85,11 +128,14 @@ class DedupWindow:
         self.newest_ms = 0
         self._newest_bucket = 0
         self._oldest_live = 0  # lowest bucket whose entries count
-        self._floor = 0  # no entry in the table has a lower bucket
+        self._floor = 0  # no entry in the table (or word in the blocks) has a lower bucket
         self._counts: dict[int, int] = {}  # live bucket -> entries
         self._live = 0
         self._cap_floor: int | None = None  # the count cap expired every bucket below this one
         self._min_slots = max(8, min_slots)
+        self._block_threshold = block_threshold
+        self._blocks: list[array[int] | None] | None = None  # the blocks, once the table became them
+        self._words = 0  # words in the blocks, live and stale
         self._allocate(self._min_slots if self.enabled else 1)
 
     # -- sizing ---------------------------------------------------------------
@@ -105,7 +151,11 @@ class DedupWindow:
         return self._newest_bucket - self._oldest_live
 
     def _rebuild(self, live_needed: int, load: float = GROW_LOAD) -> None:
-        """Copy the live entries into a table sized for ``live_needed`` at ``load``."""
+        """Copy the live entries into a table sized for ``live_needed`` at ``load`` (or into blocks, if that many
+        IDs reach the threshold)."""
+        if live_needed >= self._block_threshold:
+            self._to_blocks()
+            return
         keys, aux = self._keys, self._aux
         nb, span = self._newest_bucket, self._span()
         self._allocate(max(self._min_slots, int(live_needed / load) + 1))
@@ -113,7 +163,7 @@ class DedupWindow:
         used = 0
         for k, a in zip(keys, aux, strict=True):
             if k and ((nb - a) & TAG_MASK) <= span:
-                j = k % slots
+                j = (k >> 8) % slots
                 while new_keys[j]:
                     j += 1
                     if j == slots:
@@ -153,7 +203,7 @@ class DedupWindow:
             used += 1
             if not holes:
                 continue
-            home = (k % slots - start) % slots
+            home = ((k >> 8) % slots - start) % slots
             at = bisect_left(holes, home)
             if at == len(holes):
                 continue  # every hole lies before its home: it stays
@@ -174,13 +224,41 @@ class DedupWindow:
         if self._used >= self._limit * 0.8:
             self._rebuild(live_now)
 
+    def _to_blocks(self) -> None:
+        """Turn the table into blocks: its live entries sorted into one array per high 16 bits, for good."""
+        nb, span = self._newest_bucket, self._span()
+        grouped: list[array[int] | None] = [None] * BLOCKS
+        words = 0
+        for k, a in zip(self._keys, self._aux, strict=True):
+            if k and ((nb - a) & TAG_MASK) <= span:
+                word = (k & IDENTITY_MASK) | (a & BLOCK_TAG_MASK)
+                block = grouped[a >> 16]
+                if block is None:
+                    grouped[a >> 16] = array("Q", (word,))
+                else:
+                    block.append(word)
+                words += 1
+        self._keys = array("Q")
+        self._aux = array("I")
+        self._slots = self._used = self._limit = 0
+        for i, block in enumerate(grouped):
+            if block is not None:
+                grouped[i] = array("Q", sorted(block))
+        self._blocks = grouped
+        self._words = words
+        self._floor = self._oldest_live
+
     def reserve(self, more: int) -> None:
         """Make room for ``more`` new IDs without rebuilding while they are added (bulk loads)."""
-        if self.enabled and self._used + more > self._limit:
+        if self.enabled and self._blocks is None and self._used + more > self._limit:
             self._rebuild(self._live + more, RESERVE_LOAD)
 
     def memory_bytes(self) -> int:
-        """Bytes held by the table's arrays (the per-bucket counts add a few kilobytes)."""
+        """Bytes held by the table's arrays, or by the blocks and their list (the per-bucket counts add a few
+        kilobytes). Summed over the blocks (a few milliseconds): for logs and benchmarks, not per batch."""
+        blocks = self._blocks
+        if blocks is not None:
+            return sum(map(sys.getsizeof, filter(None, blocks))) + sys.getsizeof(blocks)
         return self._keys.buffer_info()[1] * 8 + self._aux.buffer_info()[1] * 4
 
     def __len__(self) -> int:
@@ -192,11 +270,22 @@ class DedupWindow:
         """The shard has seen an arrival this new: expire what the horizon no longer covers."""
         if not self.enabled or arrival_ms <= self.newest_ms:
             return
+        newest_bucket = arrival_ms // self.bucket_ms
+        horizon_floor = (arrival_ms - self.horizon_ms) // self.bucket_ms
+        if newest_bucket - self._floor > (TAG_LIMIT if self._blocks is None else BLOCK_TAG_LIMIT):
+            # drop the stale before the newest bucket moves: under the old one every tag still names one bucket
+            self._expire_below(horizon_floor)
+            if self._blocks is None:
+                self._rebuild(self._live)
+            else:
+                self._sweep()
         self.newest_ms = arrival_ms
-        self._newest_bucket = arrival_ms // self.bucket_ms
-        expired = self._expire_below((arrival_ms - self.horizon_ms) // self.bucket_ms)
-        shrink = expired and self._slots > self._min_slots and self._live < self._slots * MIN_LOAD
-        if shrink or self._newest_bucket - self._floor > TAG_LIMIT:
+        self._newest_bucket = newest_bucket
+        expired = self._expire_below(horizon_floor)
+        if self._blocks is not None:
+            self._maybe_sweep()
+            return
+        if expired and self._slots > self._min_slots and self._live < self._slots * MIN_LOAD:
             self._rebuild(self._live)
 
     def _expire_below(self, bucket: int) -> int:
@@ -215,6 +304,35 @@ class DedupWindow:
             self._expire_below(min(self._counts) + 1)
             self._cap_floor = self._oldest_live
 
+    def _maybe_sweep(self) -> None:
+        """Sweep the blocks if enough of their words are stale (:meth:`advance` sweeps before a tag could name two
+        buckets)."""
+        if self._words == self._live:
+            self._floor = self._oldest_live  # nothing stale is stored
+        elif self._words - self._live > self._words // SWEEP_STALE:
+            self._sweep()
+
+    def _sweep(self) -> None:
+        """Drop every stale word: each array's tag bytes mapped to live (1) or stale (0) in C, and only the
+        arrays holding a stale word rebuilt from the live ones."""
+        blocks = self._blocks
+        assert blocks is not None
+        nb, span = self._newest_bucket, self._span()
+        live = bytes(1 if ((nb - tag) & BLOCK_TAG_MASK) <= span else 0 for tag in range(256))
+        words = 0
+        for i, block in enumerate(blocks):
+            if block is None:
+                continue
+            mask = block.tobytes()[_TAG_BYTE::8].translate(live)
+            if 0 in mask:
+                kept = array("Q", compress(block, mask))
+                blocks[i] = block = kept if kept else None
+                if block is None:
+                    continue
+            words += len(block)
+        self._words = words
+        self._floor = self._oldest_live
+
     @property
     def cut_short(self) -> bool:
         """True while the count cap keeps the window shorter than its time horizon."""
@@ -223,17 +341,29 @@ class DedupWindow:
 
     def stats(self) -> WindowStats:
         oldest = max(self.newest_ms - self.horizon_ms, self._oldest_live * self.bucket_ms) if self.enabled else 0
-        return WindowStats(self._live, self.newest_ms, max(0, oldest), self.cut_short, self.memory_bytes())
+        return WindowStats(self._live, self.newest_ms, max(0, oldest), self.cut_short)
 
     # -- membership ---------------------------------------------------------------
 
     def __contains__(self, digest: object) -> bool:
         if not isinstance(digest, int) or not self._live:
             return False
-        low = (digest & LOW_MASK) or 1
+        blocks = self._blocks
+        if blocks is not None:
+            block = blocks[digest >> 64]
+            if block is None:
+                return False
+            x = digest & IDENTITY_MASK
+            j = bisect_left(block, x)
+            if j < len(block):
+                w = block[j]
+                if w ^ x <= BLOCK_TAG_MASK:  # the same 72 bits (x's tag byte is 0)
+                    return ((self._newest_bucket - w) & BLOCK_TAG_MASK) <= self._newest_bucket - self._oldest_live
+            return False
+        low = (digest & IDENTITY_MASK) or ZERO_LOW
         high = digest >> 64
         keys, slots = self._keys, self._slots
-        i = low % slots
+        i = (low >> 8) % slots
         while True:
             k = keys[i]
             if k == low:
@@ -259,18 +389,43 @@ class DedupWindow:
         bucket = arrival_ms // self.bucket_ms
         if bucket < self._oldest_live:
             return  # older than the horizon (or than what the cap keeps)
+        if self._blocks is not None:
+            added, moved = self._add_to_blocks(low, high, bucket)
+        else:
+            added, moved = self._add_to_table(low, high, bucket)
+        if added or moved:
+            counts = self._counts
+            counts[bucket] = counts.get(bucket, 0) + added + moved
+            self._live += added
+            self._enforce_cap()
+            if self._blocks is not None:
+                self._maybe_sweep()
+            elif self._live >= self._block_threshold:
+                self._to_blocks()
+
+    def _unlive(self, bucket: int) -> None:
+        """An entry of live ``bucket`` moves to a newer one."""
         counts = self._counts
+        counts[bucket] -= 1
+        if not counts[bucket]:
+            del counts[bucket]
+
+    def _add_to_table(self, low: Iterable[int], high: Iterable[int], bucket: int) -> tuple[int, int]:
         nb, span = self._newest_bucket, self._span()
         tag = bucket & TAG_MASK
         added = moved = 0
         keys, aux, slots, used, limit = self._keys, self._aux, self._slots, self._used, self._limit
-        for lo, hi in zip(low, high, strict=True):
+        lows, highs = iter(low), iter(high)
+        for lo, hi in zip(lows, highs, strict=True):
             if used >= limit:
                 self._used = used
                 self._make_room(self._live + added)
+                if self._blocks is not None:  # the table became blocks: this ID and the rest go there
+                    more, also = self._add_to_blocks(chain((lo,), lows), chain((hi,), highs), bucket)
+                    return added + more, moved + also
                 keys, aux, slots, used, limit = self._keys, self._aux, self._slots, self._used, self._limit
-            lo = lo or 1
-            i = lo % slots
+            lo = (lo & IDENTITY_MASK) or ZERO_LOW
+            i = (lo >> 8) % slots
             reuse = -1  # the first stale slot on the way: the new entry goes there
             while True:
                 k = keys[i]
@@ -289,10 +444,7 @@ class DedupWindow:
                         aux[i] = (hi << 16) | tag
                         added += 1
                     elif nb - age < bucket:  # live in an older bucket: it now lives in this one
-                        old = nb - age
-                        counts[old] -= 1
-                        if not counts[old]:
-                            del counts[old]
+                        self._unlive(nb - age)
                         aux[i] = (hi << 16) | tag
                         moved += 1
                     break
@@ -302,7 +454,37 @@ class DedupWindow:
                 if i == slots:
                     i = 0
         self._used = used
-        if added or moved:
-            counts[bucket] = counts.get(bucket, 0) + added + moved
-            self._live += added
-            self._enforce_cap()
+        return added, moved
+
+    def _add_to_blocks(self, low: Iterable[int], high: Iterable[int], bucket: int) -> tuple[int, int]:
+        blocks = self._blocks
+        assert blocks is not None
+        nb, span = self._newest_bucket, self._span()
+        tag = bucket & BLOCK_TAG_MASK
+        added = moved = words = 0
+        for lo, hi in zip(low, high, strict=True):
+            x = lo & IDENTITY_MASK
+            block = blocks[hi]
+            if block is None:
+                blocks[hi] = array("Q", (x | tag,))
+                words += 1
+                added += 1
+                continue
+            j = bisect_left(block, x)
+            if j < len(block):
+                w = block[j]
+                if w ^ x <= BLOCK_TAG_MASK:  # the same 72 bits: this ID is stored
+                    age = (nb - w) & BLOCK_TAG_MASK
+                    if age > span:  # stale: it counts again, in this bucket
+                        block[j] = x | tag
+                        added += 1
+                    elif nb - age < bucket:  # live in an older bucket: it now lives in this one
+                        self._unlive(nb - age)
+                        block[j] = x | tag
+                        moved += 1
+                    continue
+            block.insert(j, x | tag)
+            words += 1
+            added += 1
+        self._words += words
+        return added, moved

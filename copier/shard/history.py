@@ -97,7 +97,7 @@ class History:
             oldest_ms=stats.oldest_ms,
             newest_ms=stats.newest_ms,
             cut_short=stats.cut_short,
-            memory_bytes=stats.memory_bytes,
+            memory_bytes=s.window.memory_bytes(),
             seconds=round(time.monotonic() - started, 3),
         )
 
