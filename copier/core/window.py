@@ -58,7 +58,11 @@ over every eighth byte) and rebuilds only the arrays holding a stale word
 stale (every four buckets or so at a steady rate; 0.3 s for 3.6 million
 IDs), and before any word could be 256 buckets old, so an 8-bit tag always
 names exactly one bucket. The blocks never turn back into a table; an
-array left empty is freed.
+array left empty is freed. The array is chosen by bits of an unkeyed hash of
+the event ID: a producer that searched for IDs sharing their top 16 bits
+(about 65,536 hashes an ID) could fill one array and make inserts into it
+slow (a copy of the array each); nothing is lost, and the producers are
+the operator's own jobs.
 
 In both forms:
 
@@ -98,7 +102,7 @@ ZERO_LOW = 0x80  # how the table stores a low word of 0 (0 marks an empty slot; 
 BLOCK_THRESHOLD = 1_000_000  # IDs from which the table becomes blocks: about 13 bytes an ID either way there
 BLOCKS = 1 << 16  # one sorted array for each value of the high 16 bits
 BLOCK_TAG_MASK = 0xFF
-BLOCK_TAG_LIMIT = 200  # buckets between the oldest word and the newest before a forced sweep (< 256 - horizon)
+BLOCK_TAG_LIMIT = 200  # buckets between the oldest word and the newest before a forced sweep (< 256: no word wraps)
 SWEEP_STALE = 8  # a sweep runs once more than 1/SWEEP_STALE of the words are stale
 _TAG_BYTE = 7 if sys.byteorder == "big" else 0  # where a word's low byte (its tag) sits in its array's bytes
 
