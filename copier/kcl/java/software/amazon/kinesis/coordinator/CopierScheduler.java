@@ -1,12 +1,13 @@
 package software.amazon.kinesis.coordinator;
 
 import java.lang.reflect.Field;
-import java.util.ArrayList;
-import java.util.Collection;
 import java.util.List;
+import java.util.Optional;
 import java.util.concurrent.Callable;
 import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.function.Supplier;
+import java.util.stream.Collectors;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import software.amazon.kinesis.checkpoint.CheckpointConfig;
@@ -49,9 +50,9 @@ import software.amazon.kinesis.worker.metricstats.WorkerMetricStatsDAO;
  * KCL's notification latch: normally each processor has checkpointed and released copier's own lease, but one
  * whose shutdown_requested failed, or one started on a lease the stop found without a consumer, may still be
  * forwarding), the worker first deletes its own WorkerMetricStats row (else the leader, counting it active for
- * another two reports, gives the leases straight back to it) and then evicts the leases it held when the stop
- * began (their owner removed, conditional on it still being this worker); the leader assigns them on its next
- * pass. A worker with a workerId of its own keeps them: restarted in place it renews them at once, with no
+ * another two reports, gives the leases straight back to it) and then evicts every lease the table names it the
+ * owner of (their owner removed, conditional on it still being this worker; the leader may have given it more
+ * while the stop ran); the leader assigns them on its next pass. A worker with a workerId of its own keeps them: restarted in place it renews them at once, with no
  * leader's pass to wait for (a host that never comes back leaves them to expire). Only a graceful stop does any
  * of this: after a crash the leases expire as before. Exactly-once never rests on the KCL's leases: a processor
  * started on a shard another still works sleeps out copier's lease (docs/protocol.md).
@@ -63,12 +64,15 @@ public class CopierScheduler extends Scheduler {
     /** How often the wait looks at the lease table again. */
     static final long CHECK_MILLIS = 500L;
 
+    /** Reads of this worker's metrics row for its conditional delete at a graceful stop. */
+    static final int FORGET_ATTEMPTS = 3;
+
     private static final Logger LOG = LoggerFactory.getLogger(CopierScheduler.class);
 
     private final Long maxWaitMillis;
     private final Long leaderLockMillis;
     private final boolean handOnLeases;
-    private volatile List<Lease> heldAtGracefulStop;
+    private final AtomicBoolean gracefulStop = new AtomicBoolean();
 
     public CopierScheduler(
             final CheckpointConfig checkpointConfig,
@@ -139,26 +143,37 @@ public class CopierScheduler extends Scheduler {
             return stock;
         }
         return () -> {
-            final Collection<Lease> held = leaseCoordinator().getAssignments();
-            heldAtGracefulStop = held == null ? List.of() : new ArrayList<>(held);
+            gracefulStop.set(true);
             return stock.call();
         };
     }
 
-    /** The KCL's shutdown, then, after a graceful stop's notifications, the leases it held handed on. */
+    /**
+     * The KCL's shutdown, then, after a graceful stop's notifications, this worker's leases handed on: every lease
+     * the table names it the owner of now, not only those it held when the stop began (while its notifications
+     * run, the leader may still assign it leases: another stopping worker's, a dead one's, a new child shard's;
+     * this worker, once stopped, would never renew them).
+     */
     @Override
     public void shutdown() {
         super.shutdown();
-        final List<Lease> held = heldAtGracefulStop;
-        heldAtGracefulStop = null;
-        if (held == null || held.isEmpty()) {
+        if (!gracefulStop.getAndSet(false)) {
             return;
         }
         final String me = leaseCoordinator().workerIdentifier();
-        final WorkerMetricStatsDAO metrics = workerMetricsDao();
-        forgetWorkerMetrics(me, metrics);
+        forgetWorkerMetrics(me, workerMetricsDao());
+        final List<Lease> owned;
+        try {
+            owned = leaseRefresher().listLeases().stream()
+                    .filter(lease -> me.equals(lease.leaseOwner()))
+                    .collect(Collectors.toList());
+        } catch (DependencyException | InvalidStateException | ProvisionedThroughputException | RuntimeException e) {
+            LOG.warn("copier: this worker's leases not handed on, the lease table cannot be read ({}); they expire",
+                    e.toString());
+            return;
+        }
         int evicted = 0;
-        for (final Lease lease : held) {
+        for (final Lease lease : owned) {
             try {
                 if (leaseRefresher().evictLease(lease)) {
                     evicted++;
@@ -167,7 +182,7 @@ public class CopierScheduler extends Scheduler {
                 LOG.warn("copier: lease {} not handed on ({}); it expires instead", lease.leaseKey(), e.toString());
             }
         }
-        LOG.info("copier: {} of the {} leases held at the graceful stop handed on", evicted, held.size());
+        LOG.info("copier: {} of the {} leases this worker owned at its graceful stop handed on", evicted, owned.size());
     }
 
     /** The scheduler's WorkerMetricStats table (KCL 3.x), or null if this KCL keeps it elsewhere. */
@@ -182,19 +197,27 @@ public class CopierScheduler extends Scheduler {
         }
     }
 
-    /** Deletes this worker's WorkerMetricStats row, so the leader no longer counts it as a worker to assign to. */
+    /**
+     * Deletes this worker's WorkerMetricStats row, so the leader no longer counts it as a worker to assign to. The
+     * delete is conditional on the row's last update as read (an eventually consistent scan may return the one
+     * before the reporter's last), so a refused delete reads the row again, up to {@value #FORGET_ATTEMPTS} times.
+     */
     private static void forgetWorkerMetrics(final String me, final WorkerMetricStatsDAO metrics) {
         if (metrics == null) {
             return;
         }
         try {
-            for (final WorkerMetricStats row : metrics.getAllWorkerMetricStats()) {
-                if (me.equals(row.getWorkerId())) {
-                    metrics.deleteMetrics(row);
+            for (int attempt = 0; attempt < FORGET_ATTEMPTS; attempt++) {
+                final Optional<WorkerMetricStats> row = metrics.getAllWorkerMetricStats().stream()
+                        .filter(stats -> me.equals(stats.getWorkerId()))
+                        .findFirst();
+                if (row.isEmpty() || metrics.deleteMetrics(row.get())) {
+                    return;
                 }
             }
+            LOG.warn("copier: this worker's metrics row stays; the leader may offer it its leases again");
         } catch (RuntimeException e) {
-            LOG.warn("copier: this worker's metrics row stays ({}); the leader may offer it its leases again",
+            LOG.info("copier: no metrics row of this worker deleted ({}): a 2.x-compatible application has none",
                     e.toString());
         }
     }
