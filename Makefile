@@ -64,8 +64,10 @@ chaos: install
 	$(BIN)/python -m copier.chaos --seeds $(SEEDS) --report docs/reliability.md --json docs/reliability.json --resume
 
 # Benchmarks against baselines in one run: docs/benchmarks.md, .json and PNG plots (30 to 50 minutes).
+# BENCH_ARGS="--keep DIR" keeps the work directory with every worker's log; "--only rolling" reruns a part.
+BENCH_ARGS ?=
 bench: install
-	$(BIN)/python -m copier.bench --out docs
+	$(BIN)/python -m copier.bench --out docs $(BENCH_ARGS)
 
 # The release bundle scripts/copier.yaml installs from (scripts/bundle.py): every wheel a host needs, for
 # x86_64 and aarch64 hosts, with a lock of their SHA-256 and of the KCL jars', the installer, the units and

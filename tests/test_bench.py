@@ -98,11 +98,24 @@ def test_memory_and_the_host_are_measured_on_real_processes(smoke: tuple[Path, d
 
 
 def test_a_partial_run_keeps_the_other_parts(smoke: tuple[Path, dict], tmp_path: Path) -> None:
-    """``--only`` runs the parts named and keeps the others' numbers from the output directory."""
+    """``--only`` runs the parts named and keeps the others' numbers from the output directory; ``--keep``
+    leaves the work directory (the processes' homes and logs) in place for tracing."""
     out, data = smoke
     (tmp_path / "benchmarks.json").write_text((out / "benchmarks.json").read_text())
+    work = tmp_path / "work"
     done = subprocess.run(
-        [sys.executable, "-m", "copier.bench", "--smoke", "--only", "memory", "--out", str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "copier.bench",
+            "--smoke",
+            "--only",
+            "memory",
+            "--out",
+            str(tmp_path),
+            "--keep",
+            str(work),
+        ],
         capture_output=True,
         text=True,
         timeout=600,
@@ -114,6 +127,7 @@ def test_a_partial_run_keeps_the_other_parts(smoke: tuple[Path, dict], tmp_path:
     assert {r["path"] for r in again["memory"]} == {"lean", "botocore"}
     assert "--only memory" in again["method"]["reruns"][-1]["command"]
     assert "Parts run again since" in (tmp_path / "benchmarks.md").read_text()
+    assert sorted(d.name for d in work.glob("home-*")) == ["home-False", "home-True"]
     bad = subprocess.run([sys.executable, "-m", "copier.bench", "--only", "nope"], capture_output=True, text=True)
     assert bad.returncode == 2 and "no part nope" in bad.stderr
 

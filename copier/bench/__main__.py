@@ -282,6 +282,12 @@ def main(argv: list[str] | None = None) -> int:
         default=PARTS,
         help=f"comma-separated parts to run ({','.join(PARTS)}); the others are kept from OUT/benchmarks.json",
     )
+    parser.add_argument(
+        "--keep",
+        metavar="DIR",
+        help="work in DIR and keep it (the workers' and daemons' logs, for tracing an outlier); default: a "
+        "temporary directory removed at the end",
+    )
     args = parser.parse_args(argv)
     unknown = set(args.only) - set(PARTS)
     if unknown:
@@ -293,8 +299,14 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     command = "python -m copier.bench " + " ".join(argv if argv is not None else sys.argv[1:])
-    with tempfile.TemporaryDirectory(prefix="copier-bench-") as workdir:
-        results = run(SMOKE if args.smoke else FULL, Path(workdir), command.strip(), args.only)
+    profile = SMOKE if args.smoke else FULL
+    if args.keep:
+        kept_dir = Path(args.keep)
+        kept_dir.mkdir(parents=True, exist_ok=True)
+        results = run(profile, kept_dir, command.strip(), args.only)
+    else:
+        with tempfile.TemporaryDirectory(prefix="copier-bench-") as workdir:
+            results = run(profile, Path(workdir), command.strip(), args.only)
     data = results.__dict__
     previous = out / "benchmarks.json"
     if args.only != PARTS and previous.exists():  # the parts not run again keep their last numbers
