@@ -285,8 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--keep",
         metavar="DIR",
-        help="work in DIR and keep it (the workers' and daemons' logs, for tracing an outlier); default: a "
-        "temporary directory removed at the end",
+        help="work in DIR and keep it, with copier's log at INFO in the workers' logs (for tracing an outlier); "
+        "default: a temporary directory removed at the end, copier's log at WARNING",
     )
     args = parser.parse_args(argv)
     unknown = set(args.only) - set(PARTS)
@@ -301,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m copier.bench " + " ".join(argv if argv is not None else sys.argv[1:])
     profile = SMOKE if args.smoke else FULL
     if args.keep:
+        from copier.bench import e2e
+
+        e2e.PROCESS_LOG_LEVEL = "INFO"
         kept_dir = Path(args.keep)
         kept_dir.mkdir(parents=True, exist_ok=True)
         results = run(profile, kept_dir, command.strip(), args.only)

@@ -50,9 +50,14 @@ class E2EResult:
         return self.__dict__.copy()
 
 
+# copier's log level in the benchmark's pipelines: WARNING, as a benchmark reads numbers, not logs;
+# ``python -m copier.bench --keep DIR`` sets INFO, for tracing an outlier in the logs it keeps.
+PROCESS_LOG_LEVEL = "WARNING"
+
+
 def bench_pipeline(endpoint: str, workdir: Path, run: str, kcl: dict[str, str]) -> LocalPipeline:
     """A pipeline of its own for one measurement: streams and application named after ``run``, copier's
-    log at WARNING (a benchmark reads numbers, not logs)."""
+    log at ``PROCESS_LOG_LEVEL``."""
     return LocalPipeline(
         endpoint,
         workdir,
@@ -60,7 +65,7 @@ def bench_pipeline(endpoint: str, workdir: Path, run: str, kcl: dict[str, str]) 
         target=f"{run}-t",
         application=run,
         kcl=kcl,
-        copier={"logLevel": "WARNING"},
+        copier={"logLevel": PROCESS_LOG_LEVEL},
     )
 
 

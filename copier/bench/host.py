@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from copier.adapters.streamreader import Progress, StreamReader
+from copier.bench import e2e
 from copier.bench.e2e import bench_pipeline
 from copier.kcl.classarchive import archive_dir, archive_path
 from copier.kcl.daemon import daemon_classpath
@@ -367,7 +368,7 @@ def run_rolling(
                     pipeline.target,
                     pipeline.copier_bin,
                     {**HOST_KCL, "workerId": f"host-{n}"},
-                    logLevel="WARNING",
+                    logLevel=e2e.PROCESS_LOG_LEVEL,
                 )
                 for n in range(workers)
             ]
