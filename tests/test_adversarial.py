@@ -725,3 +725,48 @@ def test_a_fenced_writers_late_digest_batch_cannot_replace_a_verified_one() -> N
     world.clock.advance(MINUTE)
     world.worker().process([at(world, 2, "b"), at(world, 3, "c")])
     assert ids_in(world.streams) == Counter({"a": 1, "b": 1, "c": 1})
+
+
+# -- found by the 50-seed chaos run on digest d76429787f1a6d80 ----------------------------------------------
+
+
+def test_a_fenced_owner_leaves_a_successor_on_a_slow_clock_its_whole_wait() -> None:
+    """Chaos seed 18: a successor on a host whose clock ran 8 s behind (measured) waited out the owner's lease
+    with a margin of 8 s; the owner, fenced by its announcement and still fed by its daemon, took the shard
+    back after its own 1 s margin and one more lease, so the successor found a new lease and announced
+    itself again, fencing the owner again: for five minutes neither forwarded (the successor, waiting in
+    its takeover, could not hear that its KCL lease had moved on). A fenced owner now leaves an announced
+    successor its whole wait, counted on this host's clock; the successor takes over, hears its lease
+    moved and releases, and the owner takes the shard back and forwards what it held, once."""
+    world = World()
+    owner = world.worker(clock_bounds=measured(OffsetClock(world.clock, 0)))
+    owner.process([at(world, 1, "a")])
+    delivered = iter(range(2, 1_000))
+    sleep = world.clock.sleep_ms
+    took_back: list[int] = []
+
+    def owner_fed_while_the_successor_waits(ms: int) -> None:
+        sleep(ms)
+        seq = next(delivered)
+        with capture_logs() as logs:
+            owner.process([at(world, seq, f"e{seq}")])
+        if any(e["event"] == "took_back" for e in logs):
+            took_back.append(seq)
+            raise AssertionError(f"the fenced owner took the shard back during the successor's wait (delivery {seq})")
+
+    slow = OffsetClock(world.clock, -8_000)
+    world.clock.sleep_ms = owner_fed_while_the_successor_waits  # type: ignore[method-assign]
+    try:
+        successor = world.worker(clock=slow, clock_bounds=measured(slow))
+    finally:
+        world.clock.sleep_ms = sleep  # type: ignore[method-assign]
+    assert not took_back and owner.fenced
+    assert successor.state is not None and successor.state.owner != owner.state.owner  # type: ignore[union-attr]
+    held = next(delivered) - 2  # what the owner was given while fenced
+    assert held > 0
+    successor.lose_lease()  # its daemon's word: the KCL lease is the owner's
+    last = 2 + held
+    with capture_logs() as logs:
+        assert owner.process([at(world, last, f"e{last}")]) == Position(last)
+    assert [e["held"] for e in logs if e["event"] == "took_back"] == [held + 1]
+    assert ids_in(world.streams) == Counter({"a": 1, **{f"e{n}": 1 for n in range(2, last + 1)}})

@@ -60,6 +60,7 @@ def _rich_state(rng: random.Random) -> ShardState:
         redo_settings=rng.choice(["", "k=json:eventId;u=forward"]),
         redo_suspect=rng.random() < 0.5,
         successor=maybe("host-9:1"),
+        successor_bound_ms=maybe(rng.randrange(0, 20_000)),
         closed=rng.random() < 0.3,
         counters={name: rng.randrange(10**12) for name in rng.sample(["forwarded", "duplicates", "replayed"], 2)},
         updated_ms=rng.randrange(2**42),

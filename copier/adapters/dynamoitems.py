@@ -52,6 +52,7 @@ def make_model(config: Config) -> Any:
         redo_settings = UnicodeAttribute(null=True)
         redo_suspect = BooleanAttribute(null=True)
         successor = UnicodeAttribute(null=True)
+        successor_bound_ms = NumberAttribute(null=True)
         closed = BooleanAttribute(null=True)
         counters: MapAttribute[str, Any] = MapAttribute(null=True)  # type: ignore[no-untyped-call]
         updated_ms = NumberAttribute(null=True)

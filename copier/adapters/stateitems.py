@@ -68,6 +68,7 @@ def state_fields(s: ShardState) -> dict[str, Any]:
         "redo_settings": s.redo_settings or None,
         "redo_suspect": s.redo_suspect or None,
         "successor": s.successor,
+        "successor_bound_ms": s.successor_bound_ms,
         "closed": s.closed or None,
         "counters": dict(s.counters) or None,
         "updated_ms": s.updated_ms,
@@ -87,7 +88,7 @@ def state_from_fields(f: Mapping[str, Any], table: str) -> ShardState:
             f"{table}: item {f.get('pk')} is in state format {f.get('fmt') or 1}, this copier "
             f"reads format {STATE_FORMAT}: point copier.stateTableName at a new table (see docs/protocol.md)"
         )
-    behind, bound = f.get("behind_ms"), f.get("clock_bound_ms")
+    behind, bound, successor_bound = f.get("behind_ms"), f.get("clock_bound_ms"), f.get("successor_bound_ms")
     return ShardState(
         epoch=int(f.get("epoch") or 0),
         version=int(f.get("version") or 0),
@@ -100,6 +101,7 @@ def state_from_fields(f: Mapping[str, Any], table: str) -> ShardState:
         redo_settings=f.get("redo_settings") or "",
         redo_suspect=bool(f.get("redo_suspect")),
         successor=f.get("successor"),
+        successor_bound_ms=None if successor_bound is None else int(successor_bound),
         closed=bool(f.get("closed")),
         counters={k: int(v) for k, v in (f.get("counters") or {}).items()},
         updated_ms=int(f.get("updated_ms") or 0),

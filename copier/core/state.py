@@ -81,6 +81,9 @@ class ShardState:
     redo_settings: str = ""  # the plan settings the redo digests were computed under ("": the current ones)
     redo_suspect: bool = False  # the verification could not see all it should (see copier.core.plan.Redo)
     successor: str | None = None
+    # the announced successor's measured clock bound when it announced itself: how long a fenced owner must
+    # leave it to take over (``copier.shard.ownership.Ownership.gone_ms``)
+    successor_bound_ms: int | None = None
     closed: bool = False
     counters: dict[str, int] = field(default_factory=dict)
     updated_ms: int = 0

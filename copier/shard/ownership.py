@@ -62,7 +62,9 @@ class Ownership:
             if seen is not None and held:
                 if seen.successor is None:  # announced already (by us or a rival): the owner cannot renew
                     try:
-                        announced = replace(seen, successor=s.owner, version=seen.version + 1)
+                        announced = replace(
+                            seen, successor=s.owner, successor_bound_ms=s.margins.own_bound(), version=seen.version + 1
+                        )
                         s.retrying("announce", lambda: s.store.replace_if_unchanged(s.key, seen, announced))
                     except StateConflict:
                         continue
@@ -86,10 +88,28 @@ class Ownership:
             return seen
 
     def gone_ms(self, seen: ShardState) -> int:
-        """When the owner that fenced this processor is gone: its lease, the clock margin, and for an announced
-        successor one more lease period to take over first."""
-        margin = self.s.margins.between(seen.clock_bound_ms)
-        return seen.lease_until_ms + margin + (self.s.config.lease_millis if seen.successor else 0)
+        """When the owner that fenced this processor is gone: its lease and the clock margin; with an announced
+        successor, also the time that successor waits on its own clock, and one more lease period to take
+        over first.
+
+        The successor waits until its clock reads the lease's end plus *its* margin against the owner,
+        which grows with its own measured bound: a successor on a host whose clock is seconds off waits
+        seconds longer. A fenced owner that took the shard back before that wait ended would make the
+        successor announce itself again, fencing it again, for ever: neither forwards. (A processor
+        waiting in its takeover cannot hear that its KCL lease moved on meanwhile; once it has taken
+        over, it hears it and releases.) So the owner waits for the latest moment the successor's clock
+        can say so, in this host's clock: its margin, plus its own bound and this host's.
+        """
+        s = self.s
+        margin = s.margins.between(seen.clock_bound_ms)
+        if not seen.successor:
+            return seen.lease_until_ms + margin
+        half = s.margins.skew_ms // 2  # an unmeasured host's assumed bound (ClockMargins.between)
+        successor = half if seen.successor_bound_ms is None else seen.successor_bound_ms
+        owner = half if seen.clock_bound_ms is None else seen.clock_bound_ms
+        own = s.margins.own_bound()
+        waits = max(s.margins.skew_ms, successor + owner) + successor + (half if own is None else own)
+        return seen.lease_until_ms + max(margin, waits) + s.config.lease_millis
 
     def take_back(self, seen: ShardState | None) -> bool:
         """A fenced processor takes the shard back from ``seen`` if its owner is gone (a takeover like any
@@ -116,6 +136,7 @@ class Ownership:
             version=base.version + 1,
             owner=s.owner,
             successor=None,
+            successor_bound_ms=None,
             lease_until_ms=now + s.config.lease_millis,
             updated_ms=now,
             clock_bound_ms=s.margins.own_bound(),
