@@ -730,23 +730,29 @@ def test_a_fenced_writers_late_digest_batch_cannot_replace_a_verified_one() -> N
 # -- found by the 50-seed chaos run on digest d76429787f1a6d80 ----------------------------------------------
 
 
-def test_a_fenced_owner_leaves_a_successor_on_a_slow_clock_its_whole_wait() -> None:
+@pytest.mark.parametrize("slow", ["from the start", "stepped back after announcing"])
+def test_a_fenced_owner_leaves_a_successor_on_a_slow_clock_its_whole_wait(slow: str) -> None:
     """Chaos seed 18: a successor on a host whose clock ran 8 s behind (measured) waited out the owner's lease
     with a margin of 8 s; the owner, fenced by its announcement and still fed by its daemon, took the shard
     back after its own 1 s margin and one more lease, so the successor found a new lease and announced
     itself again, fencing the owner again: for five minutes neither forwarded (the successor, waiting in
     its takeover, could not hear that its KCL lease had moved on). A fenced owner now leaves an announced
-    successor its whole wait, counted on this host's clock; the successor takes over, hears its lease
-    moved and releases, and the owner takes the shard back and forwards what it held, once."""
+    successor its whole wait, counted on this host's clock, by the bound the successor recorded, which it
+    raises when its clock steps back while it waits (found by the review of the fix); the successor takes
+    over, hears its lease moved and releases, and the owner takes the shard back and forwards what it
+    held, once."""
     world = World()
     owner = world.worker(clock_bounds=measured(OffsetClock(world.clock, 0)))
     owner.process([at(world, 1, "a")])
     delivered = iter(range(2, 1_000))
     sleep = world.clock.sleep_ms
     took_back: list[int] = []
+    host = OffsetClock(world.clock, -8_000 if slow == "from the start" else 0)
 
     def owner_fed_while_the_successor_waits(ms: int) -> None:
         sleep(ms)
+        if slow != "from the start" and host.offset_ms == 0:
+            host.offset_ms = -8_000  # an NTP step back, after the announcement recorded a bound near 0
         seq = next(delivered)
         with capture_logs() as logs:
             owner.process([at(world, seq, f"e{seq}")])
@@ -754,10 +760,9 @@ def test_a_fenced_owner_leaves_a_successor_on_a_slow_clock_its_whole_wait() -> N
             took_back.append(seq)
             raise AssertionError(f"the fenced owner took the shard back during the successor's wait (delivery {seq})")
 
-    slow = OffsetClock(world.clock, -8_000)
     world.clock.sleep_ms = owner_fed_while_the_successor_waits  # type: ignore[method-assign]
     try:
-        successor = world.worker(clock=slow, clock_bounds=measured(slow))
+        successor = world.worker(clock=host, clock_bounds=measured(host))
     finally:
         world.clock.sleep_ms = sleep  # type: ignore[method-assign]
     assert not took_back and owner.fenced

@@ -60,15 +60,10 @@ class Ownership:
             margin = s.margins.between(seen.clock_bound_ms if seen is not None else None)
             held = seen is not None and seen.owner not in (None, s.owner) and seen.lease_until_ms + margin > now
             if seen is not None and held:
-                if seen.successor is None:  # announced already (by us or a rival): the owner cannot renew
-                    try:
-                        announced = replace(
-                            seen, successor=s.owner, successor_bound_ms=s.margins.own_bound(), version=seen.version + 1
-                        )
-                        s.retrying("announce", lambda: s.store.replace_if_unchanged(s.key, seen, announced))
-                    except StateConflict:
-                        continue
-                    seen = announced
+                announced = self._announced(seen)
+                if announced is None:
+                    continue  # the item changed meanwhile: read it again
+                seen = announced
                 wait = seen.lease_until_ms + margin - now
                 if told != (seen.owner, seen.epoch):
                     told = (seen.owner, seen.epoch)
@@ -86,6 +81,30 @@ class Ownership:
                 continue
             s.state = new
             return seen
+
+    def _announced(self, seen: ShardState) -> ShardState | None:
+        """Announce this processor as successor of ``seen``'s valid lease, or raise the successor bound it
+        records when this host's is larger; the item as it now is (None: it changed, read it again).
+
+        Announced already (by this processor or a rival), the owner cannot renew. The recorded bound is
+        how long a fenced owner leaves the successors (``gone_ms``): the largest of any successor waiting,
+        kept up as a bound grows (a clock stepped back, a host measured late) or a second successor waits
+        on a slower clock than the one announced.
+        """
+        s = self.s
+        mine = s.margins.own_bound()
+        if seen.successor is None:
+            new = replace(seen, successor=s.owner, successor_bound_ms=mine, version=seen.version + 1)
+        else:
+            recorded = seen.successor_bound_ms
+            if mine is None or mine <= (s.margins.skew_ms // 2 if recorded is None else recorded):
+                return seen
+            new = replace(seen, successor_bound_ms=mine, version=seen.version + 1)
+        try:
+            s.retrying("announce", lambda: s.store.replace_if_unchanged(s.key, seen, new))
+        except StateConflict:
+            return None
+        return new
 
     def gone_ms(self, seen: ShardState) -> int:
         """When the owner that fenced this processor is gone: its lease and the clock margin; with an announced
