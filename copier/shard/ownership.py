@@ -96,8 +96,10 @@ class Ownership:
         if seen.successor is None:
             new = replace(seen, successor=s.owner, successor_bound_ms=mine, version=seen.version + 1)
         else:
-            recorded = seen.successor_bound_ms
-            if mine is None or mine <= (s.margins.skew_ms // 2 if recorded is None else recorded):
+            recorded = s.margins.skew_ms // 2 if seen.successor_bound_ms is None else seen.successor_bound_ms
+            # gone_ms' extra lease covers a bound that grew by less than half a lease (the successor's wait
+            # moves by twice the growth); a bound creeping up by a millisecond a poll writes nothing
+            if mine is None or mine <= recorded + s.config.lease_millis // 4:
                 return seen
             new = replace(seen, successor_bound_ms=mine, version=seen.version + 1)
         try:
