@@ -130,6 +130,10 @@ def test_a_partial_run_keeps_the_other_parts(smoke: tuple[Path, dict], tmp_path:
     assert sorted(d.name for d in work.glob("home-*")) == ["home-False", "home-True"]
     bad = subprocess.run([sys.executable, "-m", "copier.bench", "--only", "nope"], capture_output=True, text=True)
     assert bad.returncode == 2 and "no part nope" in bad.stderr
+    reused = subprocess.run(
+        [sys.executable, "-m", "copier.bench", "--smoke", "--keep", str(work)], capture_output=True, text=True
+    )
+    assert reused.returncode == 2 and "is not empty" in reused.stderr
 
 
 def test_a_rolling_deploys_longest_pause_is_put_on_the_restart_that_caused_it() -> None:

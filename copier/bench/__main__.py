@@ -292,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(args.only) - set(PARTS)
     if unknown:
         parser.error(f"--only: no part {', '.join(sorted(unknown))} (parts: {', '.join(PARTS)})")
+    if args.keep and Path(args.keep).exists() and any(Path(args.keep).iterdir()):
+        parser.error(f"--keep: {args.keep} is not empty (a run's logs would be appended to an earlier run's)")
     from copier.adapters.logs import configure_logging
     from copier.bench.report import write
 
