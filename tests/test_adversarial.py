@@ -34,6 +34,7 @@ from tests.support.fakes import (
     World,
     config,
     measured,
+    once_asleep,
 )
 from tests.support.model import keyed_event, unkeyed
 
@@ -775,3 +776,87 @@ def test_a_fenced_owner_leaves_a_successor_on_a_slow_clock_its_whole_wait(slow: 
         assert owner.process([at(world, last, f"e{last}")]) == Position(last)
     assert [e["held"] for e in logs if e["event"] == "took_back"] == [held + 1]
     assert ids_in(world.streams) == Counter({"a": 1, **{f"e{n}": 1 for n in range(2, last + 1)}})
+
+
+# -- a fenced processor cuts its lease when told it moved (a rolling deploy's pause) ------------------------
+
+
+def test_a_processor_fenced_with_a_put_of_unknown_outcome_lets_it_land_before_it_gives_its_lease_up() -> None:
+    """Fenced between two requests of one round, the first of unknown outcome (its answer timed out, its
+    entries land just before the put timeout), the processor is told its lease moved and cuts copier's lease
+    to now, so the successor starts within the clock margin and verifies the chunk at once. It may only do
+    so once no request of it can still land: otherwise the successor reads before the late entries arrive,
+    sends them again, and nobody reports the duplicates."""
+    world = World()
+    owner = world.worker()
+    timeout = world.config.put_timeout_millis
+    records = [at(world, n, f"e{n}", pk=f"k{n}") for n in range(1, 502)]  # one round, two requests (500 + 1)
+    late: list[list[tuple[str, bytes]]] = []
+    land_at = {"ms": 0}
+
+    def first_request_answer_lost(stream: str, entries: list[tuple[str, bytes]]) -> tuple[list[bool], object]:
+        if not late:
+            late.append(entries)
+            world.clock.advance(world.config.lease_millis - timeout)  # its answer timed out; the next needs a renewal
+            land_at["ms"] = world.clock.now_ms() + timeout - 1  # within the put timeout of the answer's
+            return [False] * len(entries), AmbiguousPutError("PutRecords", "ReadTimeoutError", "injected")
+        return [True] * len(entries), None
+
+    sleep = world.clock.sleep_ms
+
+    def sleep_and_land_late(ms: int) -> None:
+        sleep(ms)
+        if late and land_at["ms"] and world.clock.now_ms() >= land_at["ms"]:
+            land_at["ms"] = 0
+            world.streams.put_records("target", late[0])
+
+    def owner_fenced_mid_round_then_told() -> None:
+        world.streams.fault = first_request_answer_lost  # type: ignore[assignment]
+        assert owner.process(records) is None and owner.fenced
+        all_land(world)
+        assert owner.lose_lease() is True
+
+    world.clock.sleep_ms = sleep_and_land_late  # type: ignore[method-assign]
+    try:
+        with once_asleep(world.clock, owner_fenced_mid_round_then_told) as told:
+            successor = world.worker()
+        assert told, "the owner was fenced and told while the successor waited"
+        successor.process(records)
+        world.clock.sleep_ms(timeout)  # whatever is still in flight lands now
+    finally:
+        world.clock.sleep_ms = sleep  # type: ignore[method-assign]
+    assert ids_in(world.streams) == Counter({f"e{n}": 1 for n in range(1, 502)})
+
+
+def test_a_fenced_processor_whose_put_outlasted_a_lease_keeps_its_lease_end_for_the_verification() -> None:
+    """A chunk whose put took longer than a lease (throttled, the lease renewed before each request) lands
+    past the chunk's start plus a lease; its commit is refused (a successor announced itself) and the owner is
+    told its lease moved. The successor verifies the chunk by reading the target up to the end of the owner's
+    last lease (plus the put timeout and the margin): the release must cut that lease to now, not to 0, or
+    the read stops before the late entries and sends them again, unreported."""
+    world = World()
+    owner = world.worker()
+    records = [at(world, 1, "a", pk="k1"), at(world, 2, "b", pk="k2")]
+    cfg = world.config
+    calls = {"n": 0}
+
+    def throttled_past_a_lease_then_announced(stream: str, entries: list[tuple[str, bytes]]) -> tuple[list[bool], None]:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            world.clock.advance(cfg.lease_millis + cfg.put_timeout_millis + cfg.clock_skew_millis + 1_000)
+            return [False] * len(entries), None  # throttled: retried after a renewal
+        seen = world.store.get(KEY)
+        assert seen is not None
+        announced = replace(seen, successor="rival", version=seen.version + 1)
+        world.store.replace_if_unchanged(KEY, seen, announced)  # a successor announces itself during the put
+        return [True] * len(entries), None
+
+    world.streams.fault = throttled_past_a_lease_then_announced  # type: ignore[assignment]
+    assert owner.process(records) is None and owner.fenced
+    all_land(world)
+    assert owner.lose_lease() is True
+    with capture_logs() as logs:
+        successor = world.worker()
+    assert [(e["landed"], e["to_redo"]) for e in logs if e["event"] == "verified_pending"] == [(2, 0)]
+    successor.process(records)
+    assert ids_in(world.streams) == Counter({"a": 1, "b": 1})

@@ -184,7 +184,7 @@ class CopierRecordProcessor(processor.RecordProcessorBase):  # type: ignore[misc
 
     def lease_lost(self, lease_lost_input: Any) -> None:
         if self.worker is not None:
-            already = self.worker.state is not None and self.worker.state.lease_until_ms == 0
+            already = self.worker.ownership.given_up
             released = self.worker.lose_lease()  # copier's lease too, so the new owner starts at once
             # After a graceful release the daemon says so too: expected, not news.
             (self.worker.log.debug if already else self.worker.log.info)("lease_lost", released=released)
@@ -221,7 +221,10 @@ class CopierRecordProcessor(processor.RecordProcessorBase):  # type: ignore[misc
             worker = self.worker
             assert worker is not None
             worker.flush()
-            if worker.fenced or worker.state is None:
+            if worker.state is None:
+                return
+            if worker.fenced:  # nothing to checkpoint (its position is the owner's); its lease is cut to now
+                worker.release()
                 return
             if worker.state.position is not None:
                 self._checkpoint(shutdown_requested_input.checkpointer, worker.state.position)

@@ -38,6 +38,7 @@ class Ownership:
 
     def __init__(self, session: ShardSession) -> None:
         self.s = session
+        self.given_up = False  # this processor's lease was released (it puts nothing more)
 
     def read(self) -> ShardState | None:
         s = self.s
@@ -164,44 +165,67 @@ class Ownership:
         )
 
     def release(self, retry: bool = True, why: str = "shutdown_requested") -> Position | None:
-        """Give the lease up so a successor need not sleep it out; return the position.
+        """Give the lease up so a successor need not sleep it out; return the committed position.
 
-        Only between the daemon's calls, from a processor that is not fenced:
-        its last state write succeeded, so every chunk it put is committed and
-        no put of it is under way (an ambiguous one was waited out and read
-        back before the batch ended), and it puts nothing more. That is what
-        ``lease_until = 0`` promises a successor. A successor may have
+        Only between the daemon's calls, when the processor puts nothing more
+        and no put of it is under way (an ambiguous one was waited out before
+        the call ended, fenced or not: ``Forwarder``). A successor may have
         announced itself meanwhile (its wait is what the release shortens):
         the release then goes on the item as announced, conditioned on its
         version, as long as it still names this processor's epoch as owner.
+
+        Not fenced, the last state write succeeded, so every chunk put is
+        committed: ``lease_until = 0``, and the successor starts at once.
+        Fenced by an announcement (a write after it was refused), a chunk may
+        be in flight, put and not committed; its successor verifies it, and
+        reads the target up to the lease's end (``InFlight``). So the lease is
+        cut to now, not to 0: everything this processor put arrived before
+        it, and the successor waits only the clock margin. Without this, a
+        lease moved by the KCL while the old processor still wrote cost the
+        new one a whole lease (a rolling deploy's longest pause).
 
         ``retry=False`` when the process is on its way out (the daemon is
         gone, or said the lease moved): one attempt, and a failure only costs
         the successor the wait.
         """
         s = self.s
-        if s.fenced or s.state is None or s.state.lease_until_ms == 0:
+        if self.given_up or s.state is None or s.state.lease_until_ms == 0:
             return None
-        owner = s.state
+        owner, fenced = s.state, s.fenced
         position = owner.position
         try:
-            released = self._released(owner, retry)
+            released = self._released(owner, retry, fenced)
         except AwsError as exc:
             if retry:
                 raise
             s.log.warning("release_failed", error=str(exc), detail="the next owner sleeps out the lease")
             return None
         if released is None:
-            s.fence(why)
+            if not fenced:
+                s.fence(why)
             return None
+        self.given_up = True
         s.emit(now=True)
         s.state = released
-        s.log.info("released", position=str(position) if position else None, why=why, successor=released.successor)
+        s.log.info(
+            "released",
+            position=str(position) if position else None,
+            why=why,
+            successor=released.successor,
+            fenced=fenced,
+        )
         return position
 
-    def _released(self, owner: ShardState, retry: bool) -> ShardState | None:
-        """Write the release of ``owner``'s lease; the state written, or None if another epoch owns the shard."""
+    def _released(self, owner: ShardState, retry: bool, fenced: bool) -> ShardState | None:
+        """Write the release of ``owner``'s lease (cut to now when ``fenced``, see ``release``); the state
+        written, or None if another epoch owns the shard."""
         s = self.s
+        until = 0
+        bound = owner.clock_bound_ms
+        if fenced:
+            # On this host's clock, so with its bound now (a clock stepped since the last write reads wrong).
+            until = min(owner.lease_until_ms, s.clock.now_ms())
+            bound = max(bound or 0, s.margins.own_bound() or 0) or None
 
         def attempt(fn: Callable[[], None]) -> None:
             if retry:
@@ -212,7 +236,7 @@ class Ownership:
         def look() -> ShardState | None:
             return self.read() if retry else s.store.get(s.key)
 
-        released = replace(owner, lease_until_ms=0, version=owner.version + 1)
+        released = replace(owner, lease_until_ms=until, clock_bound_ms=bound, version=owner.version + 1)
         try:
             attempt(lambda: s.store.write(s.key, owner, released))
             return released
@@ -221,14 +245,15 @@ class Ownership:
         current = look()
         if current is None or current.owner != owner.owner or current.epoch != owner.epoch:
             return None
-        if current.lease_until_ms == 0:
+        if current.lease_until_ms == until:
             return current  # the first write went through; its answer was lost
-        released = replace(current, lease_until_ms=0, version=current.version + 1)  # its successor kept
-        try:
+        released = replace(current, lease_until_ms=until, clock_bound_ms=bound, version=current.version + 1)
+        try:  # its successor kept
             attempt(lambda: s.store.replace_if_unchanged(s.key, current, released))
         except StateConflict:
             again = look()
-            if again is not None and (again.owner, again.epoch, again.lease_until_ms) == (owner.owner, owner.epoch, 0):
+            mine = (owner.owner, owner.epoch, until)
+            if again is not None and (again.owner, again.epoch, again.lease_until_ms) == mine:
                 return again  # our own write went through before an answer was lost
             return None  # it changed again: the successor took over
         return released

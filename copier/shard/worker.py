@@ -194,11 +194,12 @@ class ShardWorker:
         """The daemon says another worker has the shard: give copier's lease up (this processor puts nothing
         more, so the new owner need not sleep it out), stop, and drop what is held (it is replayed there).
         True if the lease was released now."""
+        before = self.ownership.given_up
         try:
-            released = self.ownership.release(retry=False, why="lease_lost") is not None
+            self.ownership.release(retry=False, why="lease_lost")
         except CopierError as exc:  # the state cannot be read as this version knows it: the wait stays whole
             self.log.warning("release_failed", error=str(exc), detail="the next owner sleeps out the lease")
-            released = False
+        released = self.ownership.given_up and not before
         self.session.fenced = True
         self.holding.drop()
         self.coalescer.take()

@@ -137,10 +137,12 @@ def once_asleep(clock: FakeClock, act: Callable[[], object]) -> Iterator[list[ob
     while one waits out a lease); the yielded list holds its result, and stays empty if nothing slept."""
     sleep = clock.sleep_ms
     done: list[object] = []
+    started: list[bool] = []  # ``act`` may sleep too: it runs once, not again from within
 
     def then_act(ms: int) -> None:
         sleep(ms)
-        if not done:
+        if not started:
+            started.append(True)
             done.append(act())
 
     clock.sleep_ms = then_act  # type: ignore[method-assign]

@@ -14,7 +14,10 @@ fault stands for:
   takes over; the write lands at a drawn later moment (a zombie's leftover);
 * ``race``: a rival takes copier's lease (and may forward from the
   checkpoint), then loses the daemon's lease, while the first processor keeps
-  receiving batches, fenced, holding at most a drawn number of records;
+  receiving batches, fenced, holding at most a drawn number of records; or
+  the first is told its lease moved while the rival waits, after a delivery
+  whose commit the rival's announcement refused (its chunk left in flight,
+  its put ambiguous, throttled or clean): it cuts copier's lease to now;
 * ``reshard_put``: an ambiguous put during which the target is split or
   merged, and the processor's cached shard map refreshed at once;
 * ``auto_put``: the target ignores partition keys (RecordDistributionStrategy
@@ -436,9 +439,19 @@ class Driver:
         data = self.data
         held_cap = data.draw(st.sampled_from(self.held_caps), label="records a fenced one holds")
         copier.shard.holding.MAX_HELD_RECORDS = held_cap
-        told = data.draw(st.sampled_from(["no", "while the rival waits", "after"]), label="owner told lease_lost")
-        if told == "while the rival waits":
-            with once_asleep(self.world.clock, worker.lose_lease) as done:
+        told = data.draw(
+            st.sampled_from(["no", "while the rival waits", "fenced, then told while the rival waits", "after"]),
+            label="owner told lease_lost",
+        )
+        if told != "no" and told != "after":
+            fenced_first = told.startswith("fenced")
+
+            def owner_told() -> bool:
+                if fenced_first:
+                    self.fenced_delivery(worker)
+                return worker.lose_lease()
+
+            with once_asleep(self.world.clock, owner_told) as done:
                 rival = self.new_worker()
             if not done:  # the rival did not wait: the owner is told now
                 told = "after"
@@ -462,6 +475,18 @@ class Driver:
         if data.draw(st.booleans(), label="time passes before the next batch"):
             self.world.clock.advance(self.config.lease_millis + self.config.clock_skew_millis)
         return worker if told == "no" else self.restart()
+
+    def fenced_delivery(self, worker: ShardWorker) -> None:
+        """The daemon delivers to the owner after a rival announced itself: it puts (under a drawn put fault)
+        and its commit is refused, leaving the chunk in flight; then it is told its lease moved."""
+        batch = self.next_batch(self.data.draw(st.integers(1, 6), label="batch delivered while announced"))
+        self.arm(self.data.draw(st.sampled_from(["none", "ambiguous", "throttle"]), label="its put fault"), len(batch))
+        try:
+            worker.process(batch)
+        except SimulatedStall:
+            pass  # AWS keeps rejecting a record: the shard stalls, this processor is told all the same
+        finally:
+            self.reset_faults()
 
     def arm_slow_verification(self) -> None:
         """The successor's verification reads slowly, and a rival takes the shard over in the middle of it."""
