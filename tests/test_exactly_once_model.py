@@ -83,7 +83,7 @@ def covered(entry: dict[str, object]) -> str:
     if name in ("possible_duplicates", "rerouted", "reading_again", "verification_beyond_retention", "took_back"):
         return name
     if name == "released":
-        fenced = " while fenced (cut to now)" if entry.get("fenced") else ""
+        fenced = " while fenced (cut short)" if entry.get("fenced") else ""
         announced = " under an announced successor" if entry.get("successor") else ""
         return f"released on {entry.get('why')}{fenced}{announced}"
     if name == "waiting_for_lease":

@@ -547,12 +547,12 @@ def test_a_processor_told_late_that_its_lease_moved_leaves_the_new_owners_lease_
     assert third.state is not None and third.state.epoch == 3
 
 
-def test_a_fenced_processor_told_its_lease_moved_cuts_its_lease_to_now() -> None:
+def test_a_fenced_processor_told_its_lease_moved_cuts_its_lease_short() -> None:
     """A processor whose write failed (a successor announced itself) may have a chunk in flight, put and not
-    committed. Told that its lease moved, it cuts copier's lease to now (not to 0): everything it put has
-    landed by then, and the successor, after the clock margin instead of the rest of the lease, verifies the
-    chunk up to that moment and forwards nothing of it again. (A rolling deploy's longest pause was this
-    wait, a whole lease, once or twice in a row.)"""
+    committed. Told that its lease moved, it cuts copier's lease to now plus the put timeout (not to 0):
+    everything it put is readable by then, and the successor, after that and the clock margin instead of the
+    rest of the lease, verifies the chunk and forwards nothing of it again. (A rolling deploy's longest
+    pause was this wait, a whole lease, once or twice in a row.)"""
     world = World()
     first = world.worker()
     first.process([rec(1, "a")])
@@ -565,7 +565,9 @@ def test_a_fenced_processor_told_its_lease_moved_cuts_its_lease_to_now() -> None
     with capture_logs() as logs, once_asleep(world.clock, first_writes) as wrote:
         second = world.worker()
     assert wrote, "first wrote while the successor waited"
-    assert sum(world.clock.slept) < world.config.lease_millis // 2, "the successor did not sleep out the lease"
+    cfg = world.config
+    assert sum(world.clock.slept) >= cfg.put_timeout_millis, "the successor left the put timeout to what was put"
+    assert sum(world.clock.slept) < cfg.lease_millis, "the successor did not sleep out the lease"
     assert [e["fenced"] for e in logs if e["event"] == "released"] == [True]
     verified = [e for e in logs if e["event"] == "verified_pending"]
     assert [(e["landed"], e["to_redo"]) for e in verified] == [(1, 0)], "the chunk in flight was found landed"
@@ -788,3 +790,16 @@ def test_ordering_keeps_a_key_behind_an_ambiguous_put_until_it_is_verified() -> 
     world.worker().process([_keyed(1, "K", "k1"), _keyed(2, "K", "k2")])
     landed = [json.loads(data)["eventId"] for _, data, _, _ in world.streams.records["target"]]
     assert landed == ["k1", "k2"]
+
+
+def test_a_processor_that_released_and_then_wrote_again_releases_again() -> None:
+    """Released on shutdown_requested, the processor is given one more delivery (it renews its lease to commit
+    it): told later that its lease moved, it releases again, so its successor need not sleep that lease out."""
+    world = World()
+    worker = world.worker()
+    worker.process([rec(1, "a")])
+    assert worker.release() == Position(1)
+    assert worker.process([rec(2, "b")]) == Position(2)
+    assert worker.state is not None and worker.state.lease_until_ms > 0
+    assert worker.lose_lease() is True
+    assert worker.state is not None and worker.state.lease_until_ms == 0

@@ -21,9 +21,8 @@ docs/benchmarks.md). ``none`` sends everything at once.
 
 It returns only when everything landed. It raises
 :class:`~copier.core.errors.FencedError` when the lease cannot be renewed (the
-shard was taken over), and only once no request it sent can still land; and
-a host-wide :class:`~copier.core.errors.FatalAwsError` (a missing stream,
-denied access). A fatal error that concerns this shard's
+shard was taken over) and a host-wide :class:`~copier.core.errors.FatalAwsError`
+(a missing stream, denied access). A fatal error that concerns this shard's
 request alone (AWS rejects it) stalls the shard: it is retried at the
 longest backoff and reported through ``on_stall`` each time, so an operator
 sees it while the host's other shards go on. Everything else is retried.
@@ -38,7 +37,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from copier.core.batching import first_per_key, split_requests
-from copier.core.errors import AmbiguousPutError, FatalAwsError, FencedError, TransientAwsError
+from copier.core.errors import AmbiguousPutError, FatalAwsError, TransientAwsError
 from copier.core.plan import Outgoing
 from copier.core.ports import Clock, Found, Identity, Streams
 from copier.core.positions import Position
@@ -152,7 +151,7 @@ class Forwarder:
             stalled: FatalAwsError | None = None
             routes = self._routes(destination, stream)
             for request in split_requests(sending, _size_bound):
-                self._lease_for_the_next(unknown)
+                self.session.ensure_lease()
                 stats.requests += 1
                 self.attempted.extend(request)
                 sent = time.monotonic()
@@ -200,20 +199,6 @@ class Forwarder:
                     self.clock.sleep_ms(backoff_ms(attempt, self.max_backoff_ms))
                 attempt += 1
             left = sorted(failed + waiting, key=_position) if waiting else failed
-
-    def _lease_for_the_next(self, unknown: Sequence[Outgoing]) -> None:
-        """Renew the lease before a request; fenced with a request of this round still of unknown outcome, wait
-        out the put timeout before FencedError goes up.
-
-        A fenced processor may give its lease up when the daemon says it moved (``Ownership.release``), and
-        its successor then verifies the chunk at once: that read must see all that will ever land of it.
-        """
-        try:
-            self.session.ensure_lease()
-        except FencedError:
-            if unknown:
-                self.clock.sleep_ms(self.put_timeout_ms)
-            raise
 
     def _routes(self, destination: str, stream: str) -> ShardMap | None:
         """The target's shard map before a round is sent (what verifying its ambiguous requests reads)."""

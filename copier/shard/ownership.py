@@ -38,7 +38,13 @@ class Ownership:
 
     def __init__(self, session: ShardSession) -> None:
         self.s = session
-        self.given_up = False  # this processor's lease was released (it puts nothing more)
+        self._gave_up: ShardState | None = None  # the state its last release wrote
+
+    @property
+    def given_up(self) -> bool:
+        """Whether the lease this processor holds is released: the state it last wrote is its release (a later
+        write, a renewal or a take-back, holds the shard again, and may be released again)."""
+        return self._gave_up is not None and self.s.state == self._gave_up
 
     def read(self) -> ShardState | None:
         s = self.s
@@ -168,8 +174,9 @@ class Ownership:
         """Give the lease up so a successor need not sleep it out; return the committed position.
 
         Only between the daemon's calls, when the processor puts nothing more
-        and no put of it is under way (an ambiguous one was waited out before
-        the call ended, fenced or not: ``Forwarder``). A successor may have
+        and every request it sent has been answered (or its answer timed
+        out: the ambiguous put, of which nothing lands or becomes readable
+        after one more put timeout). A successor may have
         announced itself meanwhile (its wait is what the release shortens):
         the release then goes on the item as announced, conditioned on its
         version, as long as it still names this processor's epoch as owner.
@@ -179,17 +186,20 @@ class Ownership:
         Fenced by an announcement (a write after it was refused), a chunk may
         be in flight, put and not committed; its successor verifies it, and
         reads the target up to the lease's end (``InFlight``). So the lease is
-        cut to now, not to 0: everything this processor put arrived before
-        it, and the successor waits only the clock margin. Without this, a
-        lease moved by the KCL while the old processor still wrote cost the
-        new one a whole lease (a rolling deploy's longest pause).
+        cut to now plus the put timeout, never to 0: every request of this
+        processor was answered (or timed out) before now, so what it put is
+        readable by then (the protocol's bound, the one an ambiguous put's
+        check waits out too), before the successor, which waits for the new
+        end and the clock margin, reads. Without this, a lease moved by the KCL while the old
+        processor still wrote cost the new one a whole lease (a rolling
+        deploy's longest pause).
 
         ``retry=False`` when the process is on its way out (the daemon is
         gone, or said the lease moved): one attempt, and a failure only costs
         the successor the wait.
         """
         s = self.s
-        if self.given_up or s.state is None or s.state.lease_until_ms == 0:
+        if s.state is None or s.state.lease_until_ms == 0 or self.given_up:
             return None
         owner, fenced = s.state, s.fenced
         position = owner.position
@@ -204,9 +214,8 @@ class Ownership:
             if not fenced:
                 s.fence(why)
             return None
-        self.given_up = True
         s.emit(now=True)
-        s.state = released
+        s.state = self._gave_up = released
         s.log.info(
             "released",
             position=str(position) if position else None,
@@ -217,14 +226,18 @@ class Ownership:
         return position
 
     def _released(self, owner: ShardState, retry: bool, fenced: bool) -> ShardState | None:
-        """Write the release of ``owner``'s lease (cut to now when ``fenced``, see ``release``); the state
-        written, or None if another epoch owns the shard."""
+        """Write the release of ``owner``'s lease (cut to now plus the put timeout when ``fenced``, see
+        ``release``); the state written, or None if another epoch owns the shard."""
         s = self.s
         until = 0
         bound = owner.clock_bound_ms
+        cut = s.clock.now_ms() + s.config.put_timeout_millis
         if fenced:
-            # On this host's clock, so with its bound now (a clock stepped since the last write reads wrong).
-            until = min(owner.lease_until_ms, s.clock.now_ms())
+            if cut >= owner.lease_until_ms:
+                return None  # nothing to cut: the successor's wait stays as it is
+            # Read on this host's clock now, so with its bound now (a clock stepped since the lease was written
+            # reads it wrong).
+            until = cut
             bound = max(bound or 0, s.margins.own_bound() or 0) or None
 
         def attempt(fn: Callable[[], None]) -> None:

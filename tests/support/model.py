@@ -17,7 +17,7 @@ fault stands for:
   receiving batches, fenced, holding at most a drawn number of records; or
   the first is told its lease moved while the rival waits, after a delivery
   whose commit the rival's announcement refused (its chunk left in flight,
-  its put ambiguous, throttled or clean): it cuts copier's lease to now;
+  its put ambiguous, throttled or clean): it cuts copier's lease short;
 * ``reshard_put``: an ambiguous put during which the target is split or
   merged, and the processor's cached shard map refreshed at once;
 * ``auto_put``: the target ignores partition keys (RecordDistributionStrategy

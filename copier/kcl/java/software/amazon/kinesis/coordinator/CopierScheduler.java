@@ -118,7 +118,7 @@ public class CopierScheduler extends Scheduler {
     /** Makes the scheduler build its 3.x leader decider with a {@code leaseMillis} lock; false if it cannot. */
     private boolean replaceLeaderDecider(final long leaseMillis) {
         try {
-            final Object components = field(Scheduler.class, "migrationComponentsInitializer").get(this);
+            final Object components = migrationComponents();
             final Class<?> type = DynamicMigrationComponentsInitializer.class;
             final CoordinatorStateDAO dao =
                     (CoordinatorStateDAO) field(type, "coordinatorStateDAO").get(components);
@@ -188,7 +188,7 @@ public class CopierScheduler extends Scheduler {
     /** The scheduler's WorkerMetricStats table (KCL 3.x), or null if this KCL keeps it elsewhere. */
     private WorkerMetricStatsDAO workerMetricsDao() {
         try {
-            final Object components = field(Scheduler.class, "migrationComponentsInitializer").get(this);
+            final Object components = migrationComponents();
             return (WorkerMetricStatsDAO)
                     field(DynamicMigrationComponentsInitializer.class, "workerMetricsDAO").get(components);
         } catch (ReflectiveOperationException | RuntimeException e) {
@@ -220,6 +220,11 @@ public class CopierScheduler extends Scheduler {
             LOG.info("copier: no metrics row of this worker deleted ({}): a 2.x-compatible application has none",
                     e.toString());
         }
+    }
+
+    /** The scheduler's private migration components (KCL 3.x): the leader decider's maker and the metrics table. */
+    private Object migrationComponents() throws ReflectiveOperationException {
+        return field(Scheduler.class, "migrationComponentsInitializer").get(this);
     }
 
     private static Field field(final Class<?> type, final String name) throws NoSuchFieldException {
