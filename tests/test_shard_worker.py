@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 from structlog.testing import capture_logs
@@ -17,7 +18,7 @@ from copier.core.positions import Position
 from copier.core.state import DigestBatch, ShardState, shard_key
 from copier.shard.ownership import RELEASE_POLL_MS
 from copier.testing import InMemoryStateStore
-from tests.support.fakes import SHARD, SimulatedCrash, World, config, once_asleep, rec
+from tests.support.fakes import SHARD, OffsetClock, SimulatedCrash, World, config, measured, once_asleep, rec
 
 KEY = shard_key("staging", SHARD)
 MINUTE = 60_000
@@ -803,3 +804,84 @@ def test_a_processor_that_released_and_then_wrote_again_releases_again() -> None
     assert worker.state is not None and worker.state.lease_until_ms > 0
     assert worker.lose_lease() is True
     assert worker.state is not None and worker.state.lease_until_ms == 0
+
+
+def _announce(world: World, successor: str = "rival", bound: int | None = None) -> ShardState:
+    """A successor announces itself on the state item (as ``Ownership._announced`` writes it)."""
+    key = shard_key(world.config.stream_name, SHARD)
+    seen = world.store.get(key)
+    assert seen is not None
+    announced = replace(seen, successor=successor, successor_bound_ms=bound, version=seen.version + 1)
+    world.store.replace_if_unchanged(key, seen, announced)
+    return announced
+
+
+def test_a_release_whose_answer_was_lost_is_not_undone_by_a_second_release_fenced() -> None:
+    """Told lease_lost, the processor released (lease 0) but lost the answer; it is then fenced (lose_lease
+    says so) and, its input closed, releases again: that must not raise the lease from 0 to a cut, which
+    would make a successor wait the put timeout again (found by the review)."""
+    world = World()
+    worker = world.worker()
+    worker.process([rec(1, "a")])
+    _announce(world)
+    store_write = world.store.replace_if_unchanged
+
+    def lands_then_times_out(key: str, seen: ShardState | None, new: ShardState) -> None:
+        store_write(key, seen, new)
+        raise TransientAwsError("UpdateItem", "RequestTimeout", "the answer was lost")
+
+    world.store.replace_if_unchanged = lands_then_times_out  # type: ignore[method-assign]
+    assert worker.lose_lease() is False  # one attempt; its answer lost
+    world.store.replace_if_unchanged = store_write  # type: ignore[method-assign]
+    key = shard_key(world.config.stream_name, SHARD)
+    assert world.store.get(key).lease_until_ms == 0  # type: ignore[union-attr]
+    worker.release(retry=False)  # input closed
+    assert world.store.get(key).lease_until_ms == 0, "the released lease stays released"  # type: ignore[union-attr]
+
+
+def test_a_fenced_release_that_meets_the_successor_raising_its_bound_tries_again() -> None:
+    """The successor raises its recorded bound between the release's read and its write: the release reads
+    again and cuts the lease all the same, instead of leaving the successor the whole lease."""
+    world = World()
+    worker = world.worker()
+    worker.process([rec(1, "a")])
+    _announce(world)
+    worker.process([rec(2, "b")])  # its commit refused: fenced
+    assert worker.fenced
+    store_get = world.store.get
+    raised = {"done": False}
+
+    def bound_raised_after_the_read(key: str) -> ShardState | None:
+        seen = store_get(key)
+        if not raised["done"] and seen is not None and seen.successor:
+            raised["done"] = True
+            world.store.replace_if_unchanged(
+                key, seen, replace(seen, successor_bound_ms=9_000, version=seen.version + 1)
+            )
+        return seen
+
+    world.store.get = bound_raised_after_the_read  # type: ignore[method-assign]
+    assert worker.lose_lease() is True
+    world.store.get = store_get  # type: ignore[method-assign]
+    state = store_get(shard_key(world.config.stream_name, SHARD))
+    assert raised["done"] and state is not None and state.successor_bound_ms == 9_000
+    assert state.lease_until_ms == world.clock.now_ms() + world.config.put_timeout_millis
+
+
+def test_a_fenced_release_that_would_not_end_the_wait_sooner_writes_nothing() -> None:
+    """A cut is worth writing only if the successor's wait, the lease's end plus the bound it counts, ends
+    sooner. Here the host's clock stepped back 3 s after its last write: the cut to the put timeout reads
+    1 s before the lease's end on this clock, but with the bound the step adds it ends later, so the fenced
+    processor writes nothing (found by the review: it compared the lease's ends alone)."""
+    world = World()
+    host = OffsetClock(world.clock, 0)
+    worker = world.worker(clock=host, clock_bounds=measured(host))
+    worker.process([rec(1, "a")])
+    announced = _announce(world)
+    worker.process([rec(2, "b")])
+    assert worker.fenced
+    host.offset_ms = -3_000
+    world.clock.now = announced.lease_until_ms - world.config.put_timeout_millis - 1_000 + 3_000
+    assert host.now_ms() + world.config.put_timeout_millis < announced.lease_until_ms
+    assert worker.lose_lease() is False
+    assert world.store.get(shard_key(world.config.stream_name, SHARD)) == announced

@@ -31,6 +31,9 @@ __all__ = ["RELEASE_POLL_MS", "Ownership"]
 # How often a successor waiting out a lease reads the state item again: a release ends its wait then. One
 # strongly consistent read a second per waiting processor, only while it waits.
 RELEASE_POLL_MS = 1000
+# Conditional writes a release tries on the item as announced before it gives up (the successor then sleeps out
+# the lease): each conflict is the successor raising its recorded bound, or the release's own lost answer.
+RELEASE_ATTEMPTS = 3
 
 
 class Ownership:
@@ -227,18 +230,15 @@ class Ownership:
 
     def _released(self, owner: ShardState, retry: bool, fenced: bool) -> ShardState | None:
         """Write the release of ``owner``'s lease (cut to now plus the put timeout when ``fenced``, see
-        ``release``); the state written, or None if another epoch owns the shard."""
+        ``release``); the state written (or found written: an answer lost), or None if another epoch owns the
+        shard or a fenced release would not end the successor's wait sooner."""
         s = self.s
-        until = 0
-        bound = owner.clock_bound_ms
-        cut = s.clock.now_ms() + s.config.put_timeout_millis
+        until, bound = 0, owner.clock_bound_ms
         if fenced:
-            if cut >= owner.lease_until_ms:
-                return None  # nothing to cut: the successor's wait stays as it is
-            # Read on this host's clock now, so with its bound now (a clock stepped since the lease was written
-            # reads it wrong).
-            until = cut
-            bound = max(bound or 0, s.margins.own_bound() or 0) or None
+            now, now_bound = s.margins.start()  # a time and the bound of that same moment
+            until = now + s.config.put_timeout_millis
+            # read on this host's clock now, so with its bound now (a clock stepped since the lease was written)
+            bound = max(bound or 0, now_bound) or None
 
         def attempt(fn: Callable[[], None]) -> None:
             if retry:
@@ -246,27 +246,25 @@ class Ownership:
             else:
                 fn()
 
-        def look() -> ShardState | None:
-            return self.read() if retry else s.store.get(s.key)
-
-        released = replace(owner, lease_until_ms=until, clock_bound_ms=bound, version=owner.version + 1)
-        try:
-            attempt(lambda: s.store.write(s.key, owner, released))
-            return released
-        except FencedError:
-            pass  # a successor announced itself, or took over
-        current = look()
-        if current is None or current.owner != owner.owner or current.epoch != owner.epoch:
-            return None
-        if current.lease_until_ms == until:
-            return current  # the first write went through; its answer was lost
-        released = replace(current, lease_until_ms=until, clock_bound_ms=bound, version=current.version + 1)
-        try:  # its successor kept
-            attempt(lambda: s.store.replace_if_unchanged(s.key, current, released))
-        except StateConflict:
-            again = look()
-            mine = (owner.owner, owner.epoch, until)
-            if again is not None and (again.owner, again.epoch, again.lease_until_ms) == mine:
-                return again  # our own write went through before an answer was lost
-            return None  # it changed again: the successor took over
-        return released
+        if not fenced:  # the item as this processor last wrote it, unless a successor announced itself since
+            released = replace(owner, lease_until_ms=0, version=owner.version + 1)
+            try:
+                attempt(lambda: s.store.write(s.key, owner, released))
+                return released
+            except FencedError:
+                pass
+        for _ in range(RELEASE_ATTEMPTS):  # on the item as announced (a successor may raise its bound meanwhile)
+            current = self.read() if retry else s.store.get(s.key)
+            if current is None or current.owner != owner.owner or current.epoch != owner.epoch:
+                return None  # the successor took over
+            if current.lease_until_ms + (current.clock_bound_ms or 0) <= until + (bound or 0):
+                # Ends no later than this release would: released already by this processor (an answer lost;
+                # only the owner's epoch changes the lease), or a fenced lease with nothing left to cut.
+                return current if current.lease_until_ms < owner.lease_until_ms else None
+            released = replace(current, lease_until_ms=until, clock_bound_ms=bound, version=current.version + 1)
+            try:
+                attempt(lambda: s.store.replace_if_unchanged(s.key, current, released))  # noqa: B023
+                return released
+            except StateConflict:
+                continue  # changed meanwhile (its successor's bound, or this write's lost answer): look again
+        return None
