@@ -295,19 +295,27 @@ class Driver:
 
     def next_batch(self, size: int) -> list[SourceRecord]:
         """The next ``size`` records, as the daemon reads them now: expired ones are gone (and noted)."""
-        oldest = self.world.clock.now_ms() - STAGING_RETENTION
         batch: list[SourceRecord] = []
         while self.position < len(self.records) and len(batch) < size:
             record = self.records[self.position]
             self.position += 1
-            if record.arrival_ms < oldest:
-                self.outcome.skipped.add(record.position)
-                continue
-            batch.append(record)
+            batch.extend(self.readable([record]))
         self.delivered = max(self.delivered, self.position)
         if batch:  # a record is read after it arrived
             self.world.clock.now = max(self.world.clock.now, max(r.arrival_ms for r in batch))
         return batch
+
+    def readable(self, records: list[SourceRecord]) -> list[SourceRecord]:
+        """Those of ``records`` the staging stream still holds now; the expired ones are noted as skipped
+        (Kinesis trims them: no processor, the rival's included, is ever delivered them)."""
+        oldest = self.world.clock.now_ms() - STAGING_RETENTION
+        kept = []
+        for record in records:
+            if record.arrival_ms < oldest or record.position in self.outcome.skipped:
+                self.outcome.skipped.add(record.position)
+            else:
+                kept.append(record)
+        return kept
 
     # -- the run --------------------------------------------------------------------------------------
 
@@ -462,7 +470,7 @@ class Driver:
         replay = self.checkpoint
         for _ in range(data.draw(st.integers(0, 2), label="batches the rival forwards")):
             size = data.draw(st.integers(1, 6), label="rival batch size")
-            batch = [r for r in self.records[replay : replay + size] if r.position not in self.outcome.skipped]
+            batch = self.readable(self.records[replay : replay + size])
             try:
                 done = rival.process(batch) if batch else None
             except SimulatedStall:
