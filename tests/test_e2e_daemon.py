@@ -9,6 +9,9 @@ nothing duplicated.
 
 from __future__ import annotations
 
+import contextlib
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,21 @@ from copier.local.producer import produce
 CLEAN = "lost: 0, pending: 0 (in staging after the copier's committed position), duplicated: 0"
 
 pytestmark = [pytest.mark.protocol, pytest.mark.timeout(420)]
+
+SERVICE = Path(__file__).resolve().parent.parent / "scripts" / "copier.service"
+
+
+def stop_timeout_s() -> float:
+    """``TimeoutStopSec`` of the shipped systemd unit: how long a graceful stop may take on a host.
+
+    A host's first stop also has its JVM write the class-data archive at exit
+    (``copier/kcl/classarchive.py``): on 2 busy cores that took 9 s after the
+    5 s shutdown grace, past a fixed 15 s (a flaky failure, -9 for a worker
+    that was stopping cleanly).
+    """
+    match = re.search(r"^TimeoutStopSec=(\d+)s?$", SERVICE.read_text(), re.MULTILINE)
+    assert match, f"{SERVICE} sets TimeoutStopSec"
+    return float(match.group(1))
 
 
 def test_two_workers_a_sigkill_and_a_split_lose_and_duplicate_nothing(tmp_path: Path) -> None:
@@ -61,6 +79,11 @@ def test_two_workers_a_sigkill_and_a_split_lose_and_duplicate_nothing(tmp_path: 
             # SIGTERM: every processor running then gets shutdown_requested, checkpoints and releases
             owners = [w for w in pipeline.workers if pipeline.shards_owned().get(w.name)]
             survivors = [w for w in pipeline.workers if w is not victim]
+            for worker in survivors:
+                worker.terminate()
+            for worker in survivors:  # the budget a host's systemd gives a stop before its SIGKILL
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    worker.proc.wait(timeout=stop_timeout_s())
             assert owners and pipeline.stop_workers(survivors) == [0] * len(survivors), "stopped by SIGTERM"
             for worker in owners:
                 assert '"event": "released"' in worker.log_path.read_text(), f"{worker.name} released its shards"
