@@ -164,3 +164,28 @@ def test_the_before_and_after_table_compares_cpu_and_write_units_with_the_run_be
         "| DynamoDB write units per 1,000,000 events, batches of 10, coalesced | 14,000 | 13,000 |",
     ]
     assert _before_after_cost({}) == []
+
+
+def test_compare_runs_this_tree_against_a_baseline_tree_and_the_plain_copier(tmp_path: Path) -> None:
+    """``python -m copier.bench.compare`` measures three processors in one run; a baseline that is this very tree
+    gives a ratio near 1, and a directory that is not a copier tree is refused with a message."""
+    out = tmp_path / "compare.json"
+    here = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "copier.bench.compare", "--baseline", str(here), "--smoke", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    (row,) = json.loads(out.read_text())
+    assert row["plain_us_per_event"] > 0 and row["this_us_per_event"] > 0 and row["baseline_us_per_event"] > 0
+    assert 0.5 < row["this_over_baseline"] < 2, row
+    assert "| 200 B | 1000 |" in done.stderr
+    refused = subprocess.run(
+        [sys.executable, "-m", "copier.bench.compare", "--baseline", str(tmp_path), "--smoke", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode != 0 and "not a copier source tree" in refused.stderr

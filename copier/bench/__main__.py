@@ -139,8 +139,6 @@ def run(profile: Profile, workdir: Path, command: str, parts: tuple[str, ...] = 
     from copier.bench import cost, cpu, e2e, host, ordering, window
     from copier.core.config import load_config
     from copier.local.backend import DUMMY_ENV, LocalBackend
-    from copier.local.multilang import COPIER
-    from copier.local.pipeline import local_properties
 
     for key, value in DUMMY_ENV.items():
         os.environ.setdefault(key, value)
@@ -159,19 +157,7 @@ def run(profile: Profile, workdir: Path, command: str, parts: tuple[str, ...] = 
             kinesis.get_waiter("stream_exists").wait(StreamName=name)
 
         def properties(name: str, **more: str) -> Path:
-            return local_properties(
-                workdir / f"{name}.properties",
-                backend.endpoint,
-                "bench",
-                "bench-staging",
-                "bench-target",
-                COPIER,
-                logLevel="INFO",
-                checkpointIntervalMillis="60000",
-                dedupWindowMaxEvents="10000000",
-                kcl=None,
-                **more,
-            )
+            return cpu.bench_properties(workdir / f"{name}.properties", backend.endpoint, **more)
 
         props = properties("bench")
         uncoalesced = properties("bench-uncoalesced", coalesceEvents="1")

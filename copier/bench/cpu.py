@@ -36,7 +36,7 @@ from typing import Any
 from copier.core.errors import CopierError
 from copier.local.multilang import Processor, records_message
 
-__all__ = ["CpuCase", "CpuResult", "messages", "payload", "run_case"]
+__all__ = ["CpuCase", "CpuResult", "bench_properties", "measure", "messages", "payload", "run_case"]
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,26 @@ class CpuResult:
         }
 
 
+def bench_properties(path: Path, endpoint: str, **more: str) -> Path:
+    """The properties every benchmark processor runs with (streams bench-staging and bench-target), plus ``more``."""
+    from copier.local.multilang import COPIER
+    from copier.local.pipeline import local_properties
+
+    return local_properties(
+        path,
+        endpoint,
+        "bench",
+        "bench-staging",
+        "bench-target",
+        COPIER,
+        logLevel="INFO",
+        checkpointIntervalMillis="60000",
+        dedupWindowMaxEvents="10000000",
+        kcl=None,
+        **more,
+    )
+
+
 def payload(n: int, size: int, run: str) -> tuple[str, bytes]:
     """(event ID, a JSON event of about ``size`` bytes): what a Spark job writes."""
     event_id = str(uuid.uuid5(uuid.NAMESPACE_OID, f"{run}-{n}"))
@@ -90,7 +110,7 @@ def messages(case: CpuCase, run: str, first_seq: int) -> Iterator[str]:
         yield records_message(entries, first_seq + first)
 
 
-def _measure(command: list[str] | None, properties: Path, case: CpuCase, shard: str, run: str) -> float:
+def measure(command: list[str] | None, properties: Path, case: CpuCase, shard: str, run: str) -> float:
     """CPU seconds per event of one processor over one case."""
     proc = Processor(properties, shard, command)
     try:
@@ -145,7 +165,7 @@ def run_case(
     for r in range(repeats):
         run = uuid.uuid4().hex[:8]
         for kind, command, props in runs[r % len(runs) :] + runs[: r % len(runs)]:
-            spent[kind].append(_measure(command, props, case, next(shards), f"{run}-{kind}"))
+            spent[kind].append(measure(command, props, case, next(shards), f"{run}-{kind}"))
 
     def ratio(kind: str) -> float:
         return statistics.median(c / p for c, p in zip(spent[kind], spent["plain"], strict=True))

@@ -3,7 +3,7 @@
 For each window size, on the local backend:
 
 * *memory*: a window filled a second of arrivals at a time (as a shard at
-  1,000 events/s fills it), its table's bytes per ID (``memory_bytes``);
+  1,000 events/s fills it), its bytes per ID (``memory_bytes``);
 * *takeover*: the size's IDs written as committed digest batches of a
   shard, then a real ``copier process`` takes the shard over (over its
   pipes): the time ``initialize`` takes, and the load as the processor logs

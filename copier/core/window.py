@@ -14,65 +14,72 @@ guarantee's edge, reported by :meth:`DedupWindow.stats` (``copier status``
 shows it per shard).
 
 What the window compares is the top 72 bits of an ID's 80-bit digest (the
-low 8 bits of the low word are dropped, see ``IDENTITY_MASK``): a new ID is
-taken for a forwarded one, and dropped, only if those 72 bits equal those
-of one of the IDs in the window, about 3.6e6 / 2**72 = 8e-16 an event
-against a full hour at 1,000 events/s. The digests stored in the state
-table keep all 80 bits (a verification compares them all).
+low 8 bits of the low word are dropped): a new ID is taken for a forwarded
+one, and dropped, only if those 72 bits equal those of one of the IDs in the
+window, about 3.6e6 / 2**72 = 8e-16 an event against a full hour at 1,000
+events/s. The digests stored in the state table keep all 80 bits (a
+verification compares them all).
 
 Memory is the constraint: an hour at a shard's write limit is 3.6 million
 IDs, and a host runs dozens of shards. A Python ``set`` of digests costs
-about 95 bytes an ID. The window has two forms, one at a time:
+about 95 bytes an ID; the window takes 10.5 to 11.7 bytes an ID from a
+thousand IDs to 3.6 million (``memory_bytes``, ``copier.bench`` section 3;
+the per-bucket counts add a few kilobytes). It has two forms, one at a time:
 
-*A table* while it holds fewer than ``block_threshold`` IDs (1,000,000):
-12 bytes a slot, kept between 55% and 75% full, so 16 to 22 bytes an ID
-(``memory_bytes``; 20 right after a takeover's load), plus a transient copy
-while it is rebuilt:
+*Pair blocks* while it holds fewer than ``word_blocks_at`` IDs (2,500,000):
+10 bytes an ID, plus about 6% of growth margin and a few hundred bytes a
+block:
 
-* open addressing with linear probing over two machine arrays: ``_keys``
-  (``'Q'``: the digest's low 64 bits with the low 8 cleared; 0 marks an empty
-  slot, so a low word of 0 is stored as ``ZERO_LOW``) and ``_aux`` (``'I'``:
-  the digest's high 16 bits, shifted left 16, or'ed with a 16-bit bucket
-  tag); an entry's home slot is ``(key >> 8) % slots``;
-* a bucket is live while it may hold an arrival within the horizon of the
-  newest; entries of expired buckets are *stale*: lookups ignore them, an
-  insert takes over the first stale slot on its probe path, and when live
-  and stale entries fill 75% of the slots the rest are dropped in place
-  (``_compact``), or, if too few are stale, the table grows by 1.36 times;
-* tags are bucket numbers modulo 2**16; every entry's bucket lies within
-  2**16 of the newest (a rebuild is forced before it could not), so a tag
-  always names exactly one bucket.
+* an identity is split into a *key*, its top 64 bits (the digest's high 16
+  bits above the low word's bits 16-63), kept in an ``array('Q')``, and a
+  *tail*, the low word's bits 8-15 above an 8-bit bucket *tag*, kept at the
+  same index of an ``array('H')``;
+* the pairs sit in blocks, each sorted by key: block ``i`` holds the keys
+  whose top ``bits`` bits are ``i``. A lookup or an insert is one binary
+  search (``bisect``, in C) in a block of 512 to 1,024 keys on average, then
+  a look at the tails of the keys equal to it (two identities share a key
+  about once in 2**64 pairs); an insert moves the rest of its block up (a
+  ``memmove`` of a few kilobytes);
+* the blocks *split* when they hold more than ``split_at`` (1,024) entries
+  on average, and before a batch that would overfill them is added (a KPL
+  batch of tens of thousands of events): ``bits`` grows by one and every
+  block is cut in two where its keys' next bit turns to 1 (a binary search
+  and two slices in C). They never merge; an empty one is freed.
 
-*Blocks* from then on: 65,536 sorted arrays (``'Q'``), one for each value of
-the digest's high 16 bits, so those bits need no storage. A word is the
-rest of the 72 bits (the low word with its low 8 bits cleared) or'ed with
-an 8-bit bucket tag: 8 bytes an ID, plus 80 bytes an array, Python's growth
-margin and the stale words not yet swept: 10.3 bytes an ID at 3.6 million
-(``copier.bench``, section 3), under 12 from about 2 million. A lookup or
-an insert is one binary search in an array of about 55 words (``bisect``,
-in C): about 0.2 us more a lookup than the table's probe, 0.6 us more an
-insert with the sweeps. Stale words stay in their arrays until a *sweep*
+*Word blocks* from then on: 65,536 sorted arrays (``'Q'``), one for each
+value of the digest's high 16 bits, so those bits need no storage. A word is
+the rest of the 72 bits (the low word with its low 8 bits cleared) or'ed
+with the 8-bit tag: 8 bytes an ID, plus 80 bytes an array and the growth
+margin: 10.3 bytes an ID at 3.6 million. Their lookups are binary searches
+in arrays of about 55 words, cheaper than in the pair blocks' 1,024 (fewer
+comparisons, each turning an array item into a Python int, and smaller moves
+that stay in the cache), but their fixed cost (5 MB) is only small against
+millions of IDs. The word blocks never turn back into pair blocks: a shard
+whose rate drops keeps them, at less memory than at its peak. The turn takes
+about a second for 2.5 million IDs, once in a window's life (a takeover's
+load that large goes straight into word blocks).
+
+In both forms entries of expired buckets are *stale*: lookups ignore them,
+an insert of the same identity makes its entry live again, and a *sweep*
 drops them: it reads each array's tag bytes at C speed (``bytes.translate``
-over every eighth byte) and rebuilds only the arrays holding a stale word
-(``itertools.compress``). A sweep runs once an eighth of the words are
-stale (every four buckets or so at a steady rate; 0.3 s for 3.6 million
-IDs), and before any word could be 256 buckets old, so an 8-bit tag always
-names exactly one bucket. The blocks never turn back into a table; an
-array left empty is freed. The array is chosen by bits of an unkeyed hash of
-the event ID: a producer that searched for IDs sharing their top 16 bits
-(about 65,536 hashes an ID) could fill one array and make inserts into it
-slow (a copy of the array each); nothing is lost, and the producers are
-the operator's own jobs.
+over every second or eighth byte) and rebuilds only the arrays holding a
+stale entry (``itertools.compress``). A sweep runs once an eighth of the
+entries are stale (every four buckets or so at a steady rate; about 0.3 s
+for 3.6 million IDs), and before any entry could be 256 buckets old, so an
+8-bit tag always names exactly one bucket.
 
-In both forms:
+Which block an ID lands in follows bits of an unkeyed hash of the event ID:
+a producer that searched for IDs sharing their top 16 bits (about 65,536
+hashes an ID) could fill one block and make inserts into it slow (a longer
+move each); nothing is lost, and the producers are the operator's own jobs.
 
-* time in *buckets* of ``horizon / 32``: an entry's tag is the bucket of the
-  newest arrival of the chunk that added it, so it is remembered at least as
-  long as its own arrival requires, and longer by up to one bucket plus the
-  arrival span of its chunk (harmless: an ID seen again is a duplicate
-  however late; the guarantee is the lower bound);
-* a count cap (``copier.dedupWindowMaxEvents``) guards memory: above it the
-  oldest buckets expire early and :attr:`DedupWindow.cut_short` says so.
+Time is kept in *buckets* of ``horizon / 32``: an entry's tag is the bucket
+of the newest arrival of the chunk that added it, so it is remembered at
+least as long as its own arrival requires, and longer by up to one bucket
+plus the arrival span of its chunk (harmless: an ID seen again is a
+duplicate however late; the guarantee is the lower bound). A count cap
+(``copier.dedupWindowMaxEvents``) guards memory: above it the oldest buckets
+expire early and :attr:`DedupWindow.cut_short` says so.
 """
 
 from __future__ import annotations
@@ -80,31 +87,36 @@ from __future__ import annotations
 import sys
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import chain, compress
+from itertools import compress
 
 from copier.core.packing import LOW_MASK
 
-__all__ = ["BUCKETS_PER_HORIZON", "IDENTITY_MASK", "DedupWindow", "WindowStats"]
+__all__ = ["BUCKETS_PER_HORIZON", "DedupWindow", "WindowStats"]
 
 BUCKETS_PER_HORIZON = 32
-MIN_SLOTS = 1024
-GROW_LOAD = 0.55  # after a rebuild that grows the table: 22 bytes an ID, growth by 1.36x
-RESERVE_LOAD = 0.6  # after a bulk reservation (a takeover's load): 20 bytes an ID
-MAX_LOAD = 0.75  # occupied slots (live and stale) that trigger a rebuild: 16 bytes an ID
-MIN_LOAD = 0.3  # live entries below which a larger table shrinks
-TAG_MASK = 0xFFFF
-TAG_LIMIT = 60_000  # buckets between the oldest entry and the newest before a forced rebuild
+SPLIT_AT = 1024  # entries a pair block holds on average before the pair blocks split in two
+MAX_BITS = 12  # at most 4,096 pair blocks (the word blocks take over before they would fill)
+WORD_BLOCKS_AT = 2_500_000  # live IDs from which the pair blocks become word blocks, for good
+WORD_BLOCKS = 1 << 16  # one word block for each value of a digest's high 16 bits
+WORD_MASK = LOW_MASK ^ 0xFF  # a word: the digest's low word without its low 8 bits (they hold the tag)
+LOW48 = (1 << 48) - 1
+TAG_MASK = 0xFF
+TAG_LIMIT = 200  # buckets between the oldest entry and the newest before a forced sweep (< 256: no tag wraps)
+SWEEP_STALE = 8  # a sweep runs once more than 1/SWEEP_STALE of the entries are stale
+_TAIL_TAG_BYTE = 1 if sys.byteorder == "big" else 0  # where a tail's low byte (its tag) sits in its array's bytes
+_WORD_TAG_BYTE = 7 if sys.byteorder == "big" else 0  # where a word's low byte (its tag) sits in its array's bytes
 
-IDENTITY_MASK = LOW_MASK ^ 0xFF  # the bits of a digest's low word the window compares (and its high 16)
-ZERO_LOW = 0x80  # how the table stores a low word of 0 (0 marks an empty slot; no real word has these bits)
-BLOCK_THRESHOLD = 1_000_000  # IDs from which the table becomes blocks: about 13 bytes an ID either way there
-BLOCKS = 1 << 16  # one sorted array for each value of the high 16 bits
-BLOCK_TAG_MASK = 0xFF
-BLOCK_TAG_LIMIT = 200  # buckets between the oldest word and the newest before a forced sweep (< 256: no word wraps)
-SWEEP_STALE = 8  # a sweep runs once more than 1/SWEEP_STALE of the words are stale
-_TAG_BYTE = 7 if sys.byteorder == "big" else 0  # where a word's low byte (its tag) sits in its array's bytes
+
+def _split(digest_low: int, digest_high: int) -> tuple[int, int]:
+    """(key, tail without its tag) of a digest given as its two words: the 72 bits the window compares."""
+    return (digest_high << 48) | (digest_low >> 16), digest_low & 0xFF00
+
+
+def _live_tags(newest_bucket: int, span: int) -> bytes:
+    """A translation table from a tag byte to 1 (its bucket is live) or 0 (stale), for sweeps in C."""
+    return bytes(1 if ((newest_bucket - tag) & TAG_MASK) <= span else 0 for tag in range(256))
 
 
 @dataclass(frozen=True)
@@ -121,10 +133,10 @@ class DedupWindow:
     """A time-bounded set of 72-bit identities (80-bit digests, see the module docstring)."""
 
     def __init__(
-        self, horizon_ms: int, max_ids: int, min_slots: int = MIN_SLOTS, block_threshold: int = BLOCK_THRESHOLD
+        self, horizon_ms: int, max_ids: int, split_at: int = SPLIT_AT, word_blocks_at: int = WORD_BLOCKS_AT
     ) -> None:
-        if horizon_ms < 0 or max_ids < 0:
-            raise ValueError("horizon_ms and max_ids must be >= 0")
+        if horizon_ms < 0 or max_ids < 0 or split_at < 1:
+            raise ValueError("horizon_ms and max_ids must be >= 0, split_at >= 1")
         self.horizon_ms = horizon_ms
         self.max_ids = max_ids
         self.enabled = horizon_ms > 0 and max_ids > 0
@@ -132,143 +144,85 @@ class DedupWindow:
         self.newest_ms = 0
         self._newest_bucket = 0
         self._oldest_live = 0  # lowest bucket whose entries count
-        self._floor = 0  # no entry in the table (or word in the blocks) has a lower bucket
+        self._floor = 0  # no stored entry has a lower bucket
         self._counts: dict[int, int] = {}  # live bucket -> entries
         self._live = 0
         self._cap_floor: int | None = None  # the count cap expired every bucket below this one
-        self._min_slots = max(8, min_slots)
-        self._block_threshold = block_threshold
-        self._blocks: list[array[int] | None] | None = None  # the blocks, once the table became them
-        self._words = 0  # words in the blocks, live and stale
-        self._allocate(self._min_slots if self.enabled else 1)
+        self._split_at = split_at
+        self._bits = 0
+        self._shift = 64  # a key's block is key >> shift (the top ``_bits`` bits; 0 while there is one block)
+        self._keys: list[array[int] | None] = [None]  # per pair block: the keys, sorted ('Q')
+        self._tails: list[array[int] | None] = [None]  # per pair block, at the same index: tail | tag ('H')
+        self._word_blocks_at = word_blocks_at
+        self._blocks: list[array[int] | None] | None = None  # the word blocks, once the pair blocks became them
+        self._words = 0  # entries stored, live and stale
 
     # -- sizing ---------------------------------------------------------------
 
-    def _allocate(self, slots: int) -> None:
-        self._slots = slots
-        self._keys: array[int] = array("Q", bytes(8 * slots))
-        self._aux: array[int] = array("I", bytes(4 * slots))
-        self._used = 0  # occupied slots, live or stale
-        self._limit = int(slots * MAX_LOAD)
+    def _split_blocks(self, words: int) -> None:
+        """Split every block in two until ``words`` average at most ``split_at`` a block (or the blocks reach
+        ``MAX_BITS``): each cut where the keys' next bit turns to 1, found by a binary search."""
+        while words > self._split_at << self._bits and self._bits < MAX_BITS:
+            self._bits += 1
+            self._shift = 64 - self._bits
+            keys: list[array[int] | None] = []
+            tails: list[array[int] | None] = []
+            for i, (block, tail) in enumerate(zip(self._keys, self._tails, strict=True)):
+                if block is None or tail is None:
+                    keys += (None, None)
+                    tails += (None, None)
+                    continue
+                cut = bisect_left(block, (2 * i + 1) << self._shift)
+                for lo, hi in ((0, cut), (cut, len(block))):
+                    keys.append(block[lo:hi] if hi > lo else None)
+                    tails.append(tail[lo:hi] if hi > lo else None)
+            self._keys, self._tails = keys, tails
 
-    def _span(self) -> int:
-        return self._newest_bucket - self._oldest_live
-
-    def _rebuild(self, live_needed: int, load: float = GROW_LOAD) -> None:
-        """Copy the live entries into a table sized for ``live_needed`` at ``load`` (or into blocks, if that many
-        IDs reach the threshold)."""
-        if live_needed >= self._block_threshold:
-            self._to_blocks()
-            return
-        keys, aux = self._keys, self._aux
-        nb, span = self._newest_bucket, self._span()
-        self._allocate(max(self._min_slots, int(live_needed / load) + 1))
-        new_keys, new_aux, slots = self._keys, self._aux, self._slots
-        used = 0
-        for k, a in zip(keys, aux, strict=True):
-            if k and ((nb - a) & TAG_MASK) <= span:
-                j = (k >> 8) % slots
-                while new_keys[j]:
-                    j += 1
-                    if j == slots:
-                        j = 0
-                new_keys[j] = k
-                new_aux[j] = a
-                used += 1
-        self._used = used
-        self._floor = self._oldest_live
-
-    def _compact(self) -> None:
-        """Drop the stale entries in place, moving live ones back into the holes (no second table).
-
-        One pass from an empty slot: within each cluster, a stale entry
-        becomes a hole, and a live entry moves to the first hole at or after
-        its home slot, which keeps every entry reachable from its home with
-        no empty slot on the way (the linear-probing invariant).
-        """
-        keys, aux, slots = self._keys, self._aux, self._slots
-        nb, span = self._newest_bucket, self._span()
-        start = keys.index(0)  # the table is never full, so an empty slot exists
-        holes: list[int] = []  # offsets from start of the current cluster's holes, ascending
-        used = 0
-        for offset in range(1, slots):
-            i = start + offset
-            if i >= slots:
-                i -= slots
-            k = keys[i]
-            if not k:
-                holes.clear()  # end of a cluster: its holes cannot serve the next one
-                continue
-            a = aux[i]
-            if ((nb - a) & TAG_MASK) > span:
-                keys[i] = 0
-                holes.append(offset)
-                continue
-            used += 1
-            if not holes:
-                continue
-            home = ((k >> 8) % slots - start) % slots
-            at = bisect_left(holes, home)
-            if at == len(holes):
-                continue  # every hole lies before its home: it stays
-            j = start + holes.pop(at)
-            if j >= slots:
-                j -= slots
-            keys[j] = k
-            aux[j] = a
-            keys[i] = 0
-            holes.append(offset)
-        self._used = used
-        self._floor = self._oldest_live
-
-    def _make_room(self, live_now: int) -> None:
-        """The table is full (live and stale): compact it if a fifth is stale, and grow it if still nearly full."""
-        if self._used - live_now >= self._used // 5:
-            self._compact()
-        if self._used >= self._limit * 0.8:
-            self._rebuild(live_now)
-
-    def _to_blocks(self) -> None:
-        """Turn the table into blocks: its live entries sorted into one array per high 16 bits, for good."""
-        nb, span = self._newest_bucket, self._span()
-        grouped: list[array[int] | None] = [None] * BLOCKS
+    def _to_word_blocks(self) -> None:
+        """Turn the pair blocks into word blocks: each live entry a word in the array of its high 16 bits, for
+        good (about a second for 2.5 million IDs, once in a window's life)."""
+        live = _live_tags(self._newest_bucket, self._span())
+        grouped: list[list[int] | None] = [None] * WORD_BLOCKS
         words = 0
-        for k, a in zip(self._keys, self._aux, strict=True):
-            if k and ((nb - a) & TAG_MASK) <= span:
-                word = (k & IDENTITY_MASK) | (a & BLOCK_TAG_MASK)
-                block = grouped[a >> 16]
-                if block is None:
-                    grouped[a >> 16] = array("Q", (word,))
-                else:
-                    block.append(word)
-                words += 1
-        self._keys = array("Q")
-        self._aux = array("I")
-        self._slots = self._used = self._limit = 0
-        for i, block in enumerate(grouped):
-            if block is not None:
-                grouped[i] = array("Q", sorted(block))
-        self._blocks = grouped
+        for keys, tails in zip(self._keys, self._tails, strict=True):
+            if keys is None or tails is None:
+                continue
+            for key, tail in zip(keys, tails, strict=True):
+                if live[tail & TAG_MASK]:
+                    group = grouped[key >> 48]
+                    if group is None:
+                        grouped[key >> 48] = group = []
+                    group.append(((key & LOW48) << 16) | tail)
+                    words += 1
+        self._keys, self._tails = [None], [None]
+        self._bits, self._shift = 0, 64
+        self._blocks = [None if group is None else array("Q", sorted(group)) for group in grouped]
         self._words = words
         self._floor = self._oldest_live
 
     def reserve(self, more: int) -> None:
-        """Make room for ``more`` new IDs without rebuilding while they are added (bulk loads)."""
-        if self.enabled and self._blocks is None and self._used + more > self._limit:
-            self._rebuild(self._live + more, RESERVE_LOAD)
+        """Make room once for ``more`` new IDs, not step by step while they are added (bulk loads): split the pair
+        blocks for them, or turn them into word blocks now if that many IDs reach the threshold."""
+        if not self.enabled or self._blocks is not None:
+            return
+        if self._live + more >= self._word_blocks_at:
+            self._to_word_blocks()
+        else:
+            self._split_blocks(self._words + more)
 
     def memory_bytes(self) -> int:
-        """Bytes held by the table's arrays, or by the blocks and their list (the per-bucket counts add a few
-        kilobytes). Summed over the blocks (a few milliseconds): for logs and benchmarks, not per batch."""
-        blocks = self._blocks
-        if blocks is not None:
-            return sum(map(sys.getsizeof, filter(None, blocks))) + sys.getsizeof(blocks)
-        return self._keys.buffer_info()[1] * 8 + self._aux.buffer_info()[1] * 4
+        """Bytes held by the blocks and their lists (the per-bucket counts add a few kilobytes). Summed over the
+        blocks (a few milliseconds): for logs and benchmarks, not per batch."""
+        arrays = [self._keys, self._tails] if self._blocks is None else [self._blocks]
+        return sum(sum(map(sys.getsizeof, filter(None, each))) + sys.getsizeof(each) for each in arrays)
 
     def __len__(self) -> int:
         return self._live
 
     # -- time -------------------------------------------------------------------
+
+    def _span(self) -> int:
+        return self._newest_bucket - self._oldest_live
 
     def advance(self, arrival_ms: int) -> None:
         """The shard has seen an arrival this new: expire what the horizon no longer covers."""
@@ -276,21 +230,14 @@ class DedupWindow:
             return
         newest_bucket = arrival_ms // self.bucket_ms
         horizon_floor = (arrival_ms - self.horizon_ms) // self.bucket_ms
-        if newest_bucket - self._floor > (TAG_LIMIT if self._blocks is None else BLOCK_TAG_LIMIT):
+        if newest_bucket - self._floor > TAG_LIMIT:
             # drop the stale before the newest bucket moves: under the old one every tag still names one bucket
             self._expire_below(horizon_floor)
-            if self._blocks is None:
-                self._rebuild(self._live)
-            else:
-                self._sweep()
+            self._sweep()
         self.newest_ms = arrival_ms
         self._newest_bucket = newest_bucket
-        expired = self._expire_below(horizon_floor)
-        if self._blocks is not None:
-            self._maybe_sweep()
-            return
-        if expired and self._slots > self._min_slots and self._live < self._slots * MIN_LOAD:
-            self._rebuild(self._live)
+        self._expire_below(horizon_floor)
+        self._maybe_sweep()
 
     def _expire_below(self, bucket: int) -> int:
         """Expire every bucket below ``bucket``; returns how many live entries became stale."""
@@ -309,25 +256,46 @@ class DedupWindow:
             self._cap_floor = self._oldest_live
 
     def _maybe_sweep(self) -> None:
-        """Sweep the blocks if enough of their words are stale (:meth:`advance` sweeps before a tag could name two
-        buckets)."""
+        """Sweep if enough entries are stale (:meth:`advance` sweeps before a tag could name two buckets)."""
         if self._words == self._live:
             self._floor = self._oldest_live  # nothing stale is stored
         elif self._words - self._live > self._words // SWEEP_STALE:
             self._sweep()
 
     def _sweep(self) -> None:
-        """Drop every stale word: each array's tag bytes mapped to live (1) or stale (0) in C, and only the
-        arrays holding a stale word rebuilt from the live ones."""
+        """Drop every stale entry: each block's tag bytes mapped to live (1) or stale (0) in C, and only the
+        blocks holding a stale entry rebuilt from the live ones."""
+        live = _live_tags(self._newest_bucket, self._span())
+        if self._blocks is not None:
+            self._sweep_words(live)
+            return
+        keys, tails = self._keys, self._tails
+        words = 0
+        for i, tail in enumerate(tails):
+            if tail is None:
+                continue
+            mask = tail.tobytes()[_TAIL_TAG_BYTE::2].translate(live)
+            if 0 in mask:
+                kept = array("H", compress(tail, mask))
+                if not kept:
+                    keys[i] = tails[i] = None
+                    continue
+                block = keys[i]
+                assert block is not None
+                keys[i] = array("Q", compress(block, mask))
+                tails[i] = tail = kept
+            words += len(tail)
+        self._words = words
+        self._floor = self._oldest_live
+
+    def _sweep_words(self, live: bytes) -> None:
         blocks = self._blocks
         assert blocks is not None
-        nb, span = self._newest_bucket, self._span()
-        live = bytes(1 if ((nb - tag) & BLOCK_TAG_MASK) <= span else 0 for tag in range(256))
         words = 0
         for i, block in enumerate(blocks):
             if block is None:
                 continue
-            mask = block.tobytes()[_TAG_BYTE::8].translate(live)
+            mask = block.tobytes()[_WORD_TAG_BYTE::8].translate(live)
             if 0 in mask:
                 kept = array("Q", compress(block, mask))
                 blocks[i] = block = kept if kept else None
@@ -352,40 +320,37 @@ class DedupWindow:
     def __contains__(self, digest: object) -> bool:
         if not isinstance(digest, int) or not self._live:
             return False
-        blocks = self._blocks
-        if blocks is not None:
-            block = blocks[digest >> 64]
+        key, tail = _split(digest & LOW_MASK, digest >> 64)
+        if self._blocks is not None:
+            block = self._blocks[key >> 48]
             if block is None:
                 return False
-            x = digest & IDENTITY_MASK
+            x = ((key & LOW48) << 16) | tail
             j = bisect_left(block, x)
             if j < len(block):
                 w = block[j]
-                if w ^ x <= BLOCK_TAG_MASK:  # the same 72 bits (x's tag byte is 0)
-                    return ((self._newest_bucket - w) & BLOCK_TAG_MASK) <= self._newest_bucket - self._oldest_live
+                if w ^ x <= TAG_MASK:  # the same 72 bits (x's tag byte is 0)
+                    return ((self._newest_bucket - w) & TAG_MASK) <= self._span()
             return False
-        low = (digest & IDENTITY_MASK) or ZERO_LOW
-        high = digest >> 64
-        keys, slots = self._keys, self._slots
-        i = (low >> 8) % slots
-        while True:
-            k = keys[i]
-            if k == low:
-                a = self._aux[i]
-                if a >> 16 == high:
-                    return ((self._newest_bucket - a) & TAG_MASK) <= self._span()
-            elif not k:
-                return False
-            i += 1
-            if i == slots:
-                i = 0
+        block = self._keys[key >> self._shift]
+        if block is None:
+            return False
+        tails = self._tails[key >> self._shift]
+        assert tails is not None
+        j, n = bisect_left(block, key), len(block)
+        while j < n and block[j] == key:
+            t = tails[j]
+            if t ^ tail <= TAG_MASK:  # the same tail: the same 72 bits
+                return ((self._newest_bucket - t) & TAG_MASK) <= self._span()
+            j += 1
+        return False
 
     def add(self, digests: Iterable[int], arrival_ms: int) -> None:
         """Remember digests forwarded by a batch whose newest arrival is ``arrival_ms``."""
         values = digests if isinstance(digests, list) else list(digests)
         self.add_columns([d & LOW_MASK for d in values], [d >> 64 for d in values], arrival_ms)
 
-    def add_columns(self, low: Iterable[int], high: Iterable[int], arrival_ms: int) -> None:
+    def add_columns(self, low: Sequence[int], high: Sequence[int], arrival_ms: int) -> None:
         """:meth:`add` from the two columns of a stored digest list (``copier.core.packing``), without int objects."""
         if not self.enabled:
             return
@@ -393,19 +358,22 @@ class DedupWindow:
         bucket = arrival_ms // self.bucket_ms
         if bucket < self._oldest_live:
             return  # older than the horizon (or than what the cap keeps)
+        self.reserve(len(low))  # a KPL batch of tens of thousands of events must not pile into a few blocks
         if self._blocks is not None:
-            added, moved = self._add_to_blocks(low, high, bucket)
+            added, moved = self._add_words(low, high, bucket)
         else:
-            added, moved = self._add_to_table(low, high, bucket)
+            added, moved = self._add_pairs(low, high, bucket)
         if added or moved:
             counts = self._counts
             counts[bucket] = counts.get(bucket, 0) + added + moved
             self._live += added
             self._enforce_cap()
-            if self._blocks is not None:
-                self._maybe_sweep()
-            elif self._live >= self._block_threshold:
-                self._to_blocks()
+            self._maybe_sweep()
+            if self._blocks is None:
+                if self._live >= self._word_blocks_at:
+                    self._to_word_blocks()
+                else:
+                    self._split_blocks(self._words)
 
     def _unlive(self, bucket: int) -> None:
         """An entry of live ``bucket`` moves to a newer one."""
@@ -414,60 +382,53 @@ class DedupWindow:
         if not counts[bucket]:
             del counts[bucket]
 
-    def _add_to_table(self, low: Iterable[int], high: Iterable[int], bucket: int) -> tuple[int, int]:
+    def _add_pairs(self, low: Iterable[int], high: Iterable[int], bucket: int) -> tuple[int, int]:
+        keys, tails, shift = self._keys, self._tails, self._shift
         nb, span = self._newest_bucket, self._span()
         tag = bucket & TAG_MASK
-        added = moved = 0
-        keys, aux, slots, used, limit = self._keys, self._aux, self._slots, self._used, self._limit
-        lows, highs = iter(low), iter(high)
-        for lo, hi in zip(lows, highs, strict=True):
-            if used >= limit:
-                self._used = used
-                self._make_room(self._live + added)
-                if self._blocks is not None:  # the table became blocks: this ID and the rest go there
-                    more, also = self._add_to_blocks(chain((lo,), lows), chain((hi,), highs), bucket)
-                    return added + more, moved + also
-                keys, aux, slots, used, limit = self._keys, self._aux, self._slots, self._used, self._limit
-            lo = (lo & IDENTITY_MASK) or ZERO_LOW
-            i = (lo >> 8) % slots
-            reuse = -1  # the first stale slot on the way: the new entry goes there
-            while True:
-                k = keys[i]
-                if not k:
-                    if reuse < 0:
-                        reuse = i
-                        used += 1
-                    keys[reuse] = lo
-                    aux[reuse] = (hi << 16) | tag
-                    added += 1
-                    break
-                a = aux[i]
-                if k == lo and a >> 16 == hi:
-                    age = (nb - a) & TAG_MASK
+        added = moved = words = 0
+        for lo, hi in zip(low, high, strict=True):
+            key, tail = (hi << 48) | (lo >> 16), lo & 0xFF00  # _split, inline: this loop runs per event
+            i = key >> shift
+            block = keys[i]
+            if block is None:
+                keys[i] = array("Q", (key,))
+                tails[i] = array("H", (tail | tag,))
+                words += 1
+                added += 1
+                continue
+            ts = tails[i]
+            assert ts is not None
+            j, n = bisect_left(block, key), len(block)
+            while j < n and block[j] == key:
+                t = ts[j]
+                if t ^ tail <= TAG_MASK:  # the same 72 bits: this ID is stored
+                    age = (nb - t) & TAG_MASK
                     if age > span:  # stale: it counts again, in this bucket
-                        aux[i] = (hi << 16) | tag
+                        ts[j] = tail | tag
                         added += 1
                     elif nb - age < bucket:  # live in an older bucket: it now lives in this one
                         self._unlive(nb - age)
-                        aux[i] = (hi << 16) | tag
+                        ts[j] = tail | tag
                         moved += 1
                     break
-                if reuse < 0 and ((nb - a) & TAG_MASK) > span:
-                    reuse = i
-                i += 1
-                if i == slots:
-                    i = 0
-        self._used = used
+                j += 1
+            else:
+                block.insert(j, key)
+                ts.insert(j, tail | tag)
+                words += 1
+                added += 1
+        self._words += words
         return added, moved
 
-    def _add_to_blocks(self, low: Iterable[int], high: Iterable[int], bucket: int) -> tuple[int, int]:
+    def _add_words(self, low: Iterable[int], high: Iterable[int], bucket: int) -> tuple[int, int]:
         blocks = self._blocks
         assert blocks is not None
         nb, span = self._newest_bucket, self._span()
-        tag = bucket & BLOCK_TAG_MASK
+        tag = bucket & TAG_MASK
         added = moved = words = 0
         for lo, hi in zip(low, high, strict=True):
-            x = lo & IDENTITY_MASK
+            x = lo & WORD_MASK
             block = blocks[hi]
             if block is None:
                 blocks[hi] = array("Q", (x | tag,))
@@ -477,8 +438,8 @@ class DedupWindow:
             j = bisect_left(block, x)
             if j < len(block):
                 w = block[j]
-                if w ^ x <= BLOCK_TAG_MASK:  # the same 72 bits: this ID is stored
-                    age = (nb - w) & BLOCK_TAG_MASK
+                if w ^ x <= TAG_MASK:  # the same 72 bits: this ID is stored
+                    age = (nb - w) & TAG_MASK
                     if age > span:  # stale: it counts again, in this bucket
                         block[j] = x | tag
                         added += 1

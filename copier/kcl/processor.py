@@ -223,7 +223,8 @@ class CopierRecordProcessor(processor.RecordProcessorBase):  # type: ignore[misc
             worker.flush()
             if worker.state is None:
                 return
-            if worker.fenced:  # nothing to checkpoint (its position is the owner's); its lease is cut to now
+            if worker.fenced:
+                # nothing to checkpoint (its position is the owner's); its lease is cut to now plus the put timeout
                 worker.release()
                 return
             if worker.state.position is not None:
