@@ -181,6 +181,14 @@ def test_a_large_first_batch_is_spread_over_blocks_before_it_is_added() -> None:
     _check_blocks(window)
 
 
+def test_columns_of_different_lengths_are_refused_before_anything_is_added() -> None:
+    """A batch is added whole or not at all: mismatched columns change neither the IDs nor their count."""
+    window = DedupWindow(HORIZON, 10**6)
+    with pytest.raises(ValueError, match="2 low and 1 high"):
+        window.add_columns([1 << 16, 2 << 16], [0], 1_000_000)
+    assert len(window) == 0 and (1 << 16) not in window and window._words == 0
+
+
 def test_ids_sharing_a_key_differ_by_their_tail() -> None:
     """Two identities with the same top 64 bits (only the low word's bits 8-15 differ) are two IDs; the low 8
     bits are not compared (one identity)."""

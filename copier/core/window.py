@@ -22,9 +22,10 @@ verification compares them all).
 
 Memory is the constraint: an hour at a shard's write limit is 3.6 million
 IDs, and a host runs dozens of shards. A Python ``set`` of digests costs
-about 95 bytes an ID; the window takes 10.5 to 11.7 bytes an ID from a
-thousand IDs to 3.6 million (``memory_bytes``, ``copier.bench`` section 3;
-the per-bucket counts add a few kilobytes). It has two forms, one at a time:
+about 95 bytes an ID; the window takes 10.3 to 10.7 bytes an ID from 10,000
+IDs to 3.6 million (``memory_bytes``, ``copier.bench`` section 3; the
+per-bucket counts add a few kilobytes), and at most 12 from 1,000 IDs up
+(``tests/test_window.py``). It has two forms, one at a time:
 
 *Pair blocks* while it holds fewer than ``word_blocks_at`` IDs (2,500,000):
 10 bytes an ID, plus about 6% of growth margin and a few hundred bytes a
@@ -354,6 +355,8 @@ class DedupWindow:
         """:meth:`add` from the two columns of a stored digest list (``copier.core.packing``), without int objects."""
         if not self.enabled:
             return
+        if len(low) != len(high):  # checked before anything changes: a batch is added whole or not at all
+            raise ValueError(f"digest columns of {len(low)} low and {len(high)} high words")
         self.advance(arrival_ms)
         bucket = arrival_ms // self.bucket_ms
         if bucket < self._oldest_live:
