@@ -200,6 +200,24 @@ def test_ids_sharing_a_key_differ_by_their_tail() -> None:
     assert len(window) == 2 and b in window and window._words == 2
 
 
+@pytest.mark.parametrize("split_at, word_blocks_at", [(10**9, 10**9), (4, 1)])
+def test_a_bucket_over_the_cap_by_itself_is_kept_whole(split_at: int, word_blocks_at: int) -> None:
+    """A cap below one bucket's events never forgets the bucket being filled (an adversarial review found the
+    window emptying itself, then ignoring the rest of that bucket): older buckets go, the newest stays whole, and
+    the reach reported is never in the future."""
+    window = DedupWindow(HORIZON, 2, split_at=split_at, word_blocks_at=word_blocks_at)
+    t0 = 1_000_000
+    window.add([9 << 8], t0)
+    window.add([1 << 8, 2 << 8, 3 << 8], t0 + 5 * BUCKET)
+    assert len(window) == 3 and all(n << 8 in window for n in (1, 2, 3)) and (9 << 8) not in window
+    window.add([4 << 8], t0 + 5 * BUCKET + 10)  # the same bucket: added, not ignored
+    assert (4 << 8) in window and len(window) == 4
+    stats = window.stats()
+    assert window.cut_short and stats.oldest_ms <= stats.newest_ms
+    window.add([5 << 8], t0 + 6 * BUCKET)  # a newer bucket: the one over the cap goes
+    assert len(window) == 1 and (5 << 8) in window and (1 << 8) not in window
+
+
 def test_a_disabled_window_remembers_nothing() -> None:
     """dedupWindowSeconds = 0 (or dedupWindowMaxEvents = 0) turns deduplication by ID off."""
     for window in (DedupWindow(0, 100), DedupWindow(HORIZON, 0)):

@@ -80,7 +80,8 @@ least as long as its own arrival requires, and longer by up to one bucket
 plus the arrival span of its chunk (harmless: an ID seen again is a
 duplicate however late; the guarantee is the lower bound). A count cap
 (``copier.dedupWindowMaxEvents``) guards memory: above it the oldest buckets
-expire early and :attr:`DedupWindow.cut_short` says so.
+expire early, never the newest one, and :attr:`DedupWindow.cut_short` says
+so.
 """
 
 from __future__ import annotations
@@ -252,7 +253,10 @@ class DedupWindow:
         return expired
 
     def _enforce_cap(self) -> None:
-        while self._live > self.max_ids and self._counts:
+        """Over the cap, expire whole buckets oldest first, but never the newest one left: a bucket over the cap
+        by itself (a cap below a bucket's worth of events) stays, so the window never forgets the IDs it was just
+        given, and holds at most the cap plus one bucket."""
+        while self._live > self.max_ids and len(self._counts) > 1:
             self._expire_below(min(self._counts) + 1)
             self._cap_floor = self._oldest_live
 
