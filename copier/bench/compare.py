@@ -13,9 +13,10 @@ alike::
     git worktree add /tmp/base <commit>
     python -m copier.bench.compare --baseline /tmp/base --repeats 5 --out compare.json
 
-Both trees must run against the state table this tree creates (the table's
-format has been compatible since the digest-batch format, see
-docs/protocol.md "Upgrading").
+Both trees run against the state table this tree creates, so the baseline
+must read its format: a tree from before the digest-batch format
+(docs/protocol.md, "Upgrading from copier 0.1") cannot. bdad890 and later
+trees can (run on 2026-11-26).
 """
 
 from __future__ import annotations
