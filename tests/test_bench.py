@@ -166,6 +166,28 @@ def test_the_before_and_after_table_compares_cpu_and_write_units_with_the_run_be
     assert _before_after_cost({}) == []
 
 
+def test_a_plots_linear_axes_start_at_zero_and_its_log_axes_are_left_alone(tmp_path: Path) -> None:
+    """A linear axis cut to the data's range shows a run's noise (10.3 against 10.7 bytes an ID) as a
+    trend; a log axis cannot start at 0."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from copier.bench.report import _save
+
+    fig, (linear, log) = plt.subplots(1, 2)
+    linear.plot([1, 2], [10.3, 10.7])
+    log.plot([1, 2], [9_900, 200_000])
+    log.set_yscale("log")
+    axes = fig.axes
+    _save(fig, tmp_path / "plot.png", plt)
+    assert (tmp_path / "plot.png").stat().st_size > 0
+    assert axes[0].get_ylim()[0] == 0
+    assert axes[0].get_ylim()[1] >= 10.7
+    assert axes[1].get_ylim()[0] > 0
+
+
 def test_compare_runs_this_tree_against_a_baseline_tree_and_the_plain_copier(tmp_path: Path) -> None:
     """``python -m copier.bench.compare`` measures three processors in one run; a baseline that is this very tree
     gives a ratio near 1, and a directory that is not a copier tree is refused with a message."""

@@ -399,6 +399,17 @@ def write(data: dict[str, Any], out: Path) -> None:
     _plots(data, out)
 
 
+def _save(fig: Any, path: Path, plt: Any) -> None:
+    """Write ``fig`` with every linear y axis from 0: an axis cut to the data's range makes a run's noise
+    (10.3 against 10.7 bytes an ID, 31 against 35 µs) look like a trend."""
+    for ax in fig.axes:
+        if ax.get_yscale() == "linear":
+            ax.set_ylim(bottom=0)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def _cpu_plot(cpu: list[dict[str, Any]], out: Path, plt: Any) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     for payload in sorted({r["payload_bytes"] for r in cpu}):
@@ -411,9 +422,7 @@ def _cpu_plot(cpu: list[dict[str, Any]], out: Path, plt: Any) -> None:
             ax.plot(*zip(*alone, strict=True), "x:", label=f"copier, coalescing off, {payload} B")
     ax.set(xscale="log", xlabel="events a batch", ylabel="CPU µs per event", title="Processor CPU per event")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "bench-cpu.png", dpi=110)
-    plt.close(fig)
+    _save(fig, out / "bench-cpu.png", plt)
 
 
 def _plots(data: dict[str, Any], out: Path) -> None:
@@ -436,9 +445,7 @@ def _plots(data: dict[str, Any], out: Path) -> None:
         ax.set(xscale="log", yscale="log", xlabel="events a batch", ylabel="write units per 1M events")
         ax.set_title("DynamoDB write units per million forwarded events")
         ax.legend()
-        fig.tight_layout()
-        fig.savefig(out / "bench-cost.png", dpi=110)
-        plt.close(fig)
+        _save(fig, out / "bench-cost.png", plt)
 
     if data["window"]:
         rows = data["window"]
@@ -447,14 +454,12 @@ def _plots(data: dict[str, Any], out: Path) -> None:
         axes[0].plot(ids, [w["bytes_per_id"] for w in rows], "o-", label="filled")
         axes[0].plot(ids, [w["loaded_bytes_per_id"] for w in rows], "s--", label="loaded")
         axes[0].set(xscale="log", xlabel="IDs in the window", ylabel="bytes per ID", title="Memory")
-        axes[0].legend()
+        axes[0].legend(loc="lower left")
         axes[1].plot(ids, [w["takeover_s"] for w in rows], "o-")
         axes[1].set(xscale="log", xlabel="IDs in the window", ylabel="seconds", title="Takeover (initialize)")
         axes[2].plot(ids, [w["cpu_us_per_event"] for w in rows], "o-")
         axes[2].set(xscale="log", xlabel="IDs in the window", ylabel="CPU µs per event", title="CPU per event")
-        fig.tight_layout()
-        fig.savefig(out / "bench-window.png", dpi=110)
-        plt.close(fig)
+        _save(fig, out / "bench-window.png", plt)
 
     if data["e2e"]:
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
@@ -468,9 +473,7 @@ def _plots(data: dict[str, Any], out: Path) -> None:
         axes[1].set(xlabel="shards", ylabel="ms", title="Added latency")
         axes[0].legend()
         axes[1].legend()
-        fig.tight_layout()
-        fig.savefig(out / "bench-e2e.png", dpi=110)
-        plt.close(fig)
+        _save(fig, out / "bench-e2e.png", plt)
 
     if data.get("host"):
         rows = sorted(data["host"], key=lambda r: r["shards"])
@@ -486,6 +489,4 @@ def _plots(data: dict[str, Any], out: Path) -> None:
         axes[1].legend()
         axes[2].plot(shards, [r["all_first_event_s"] for r in rows], "o-")
         axes[2].set(xlabel="shards on the host", ylabel="seconds", title="Until every shard forwarded")
-        fig.tight_layout()
-        fig.savefig(out / "bench-host.png", dpi=110)
-        plt.close(fig)
+        _save(fig, out / "bench-host.png", plt)
