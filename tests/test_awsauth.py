@@ -1,15 +1,11 @@
-"""The lean path's credentials, signatures and endpoints are botocore's: same signature, same endpoint,
-the instance profile over IMDSv2 with its refresh, and botocore kept wherever it would do otherwise."""
+"""The lean path's credentials, signatures and endpoints are botocore's: same signature, same endpoint, and
+botocore kept wherever it would do otherwise (the instance profile: tests/test_imds.py)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
 import random
-import threading
-import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from unittest import mock
 
@@ -21,16 +17,13 @@ from botocore.awsrequest import AWSRequest
 
 from copier.adapters import awsauth
 from copier.adapters.awsauth import (
-    MANDATORY_BEFORE_S,
     Credentials,
-    ImdsCredentials,
     StaticCredentials,
     endpoint_for,
     lean_credentials,
     lean_reason,
     sign,
 )
-from copier.core.errors import TransientAwsError
 
 NOW = dt.datetime(2026, 11, 24, 7, 30, 15, tzinfo=dt.UTC)
 
@@ -125,8 +118,14 @@ def test_botocore_is_kept_wherever_it_would_do_otherwise(tmp_path: Path) -> None
         "AWS_CREDENTIAL_EXPIRATION",
         "AWS_ACCOUNT_ID",
         "AWS_ACCOUNT_ID_ENDPOINT_MODE",
+        "AWS_METADATA_SERVICE_TIMEOUT",
+        "AWS_METADATA_SERVICE_NUM_ATTEMPTS",
     ):
         assert lean_reason(here, None, {**keys, name: "x"}) == f"{name} is set"
+    https = {**keys, "AWS_EC2_METADATA_SERVICE_ENDPOINT": "https://imds.example/"}
+    assert "https" in str(lean_reason(here, None, https)), "the lean path reads the instance profile over http"
+    for name in ("AWS_CA_BUNDLE", "REQUESTS_CA_BUNDLE"):
+        assert "blank" in str(lean_reason(here, None, {**keys, name: " "})), "botocore refuses a blank bundle"
     assert "only one of" in str(lean_reason(here, None, {"AWS_ACCESS_KEY_ID": "a", "HOME": str(tmp_path)}))
     disabled = {"AWS_EC2_METADATA_DISABLED": "true", "HOME": str(tmp_path)}
     assert "AWS_EC2_METADATA_DISABLED" in str(lean_reason(here, None, disabled))
@@ -171,116 +170,82 @@ def test_environment_keys_are_used_as_they_are() -> None:
     assert lean_credentials({**keys, "AWS_SECURITY_TOKEN": "old"}).get_frozen_credentials().token == "old"
 
 
-def test_the_instance_profile_endpoint_is_botocores() -> None:
-    default = lean_credentials({})
-    ipv6 = lean_credentials({"AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE": "IPv6"})
-    assert isinstance(default, ImdsCredentials) and isinstance(ipv6, ImdsCredentials)
-    assert (default._host, default._port) == ("169.254.169.254", 80)
-    assert (ipv6._host, ipv6._port) == ("fd00:ec2::254", 80)
+PATHS = [
+    "~",
+    "~/",
+    "~/.aws/config",
+    "~nosuchuser-copier/x",
+    "~root/x",
+    "$HOME/x",
+    "${HOME}/x",
+    "$UNSET_COPIER/x",
+    "${UNSET_COPIER}/x",
+    "$",
+    "${}",
+    "a$HOME",
+    "$DIR/config",
+    "${DIR}config",
+    "$DIRü/x",
+    "x/~/y",
+    "/etc/boto.cfg",
+]
 
 
-class _Imds:
-    """A fake instance metadata service on 127.0.0.1: IMDSv2 only (a token is required), one role."""
+@pytest.mark.parametrize("home", ["/home/copier", "/home/copier/", "", None], ids=["home", "slash", "empty", "unset"])
+def test_file_settings_expand_as_botocore_expands_them(monkeypatch: pytest.MonkeyPatch, home: str | None) -> None:
+    """Variables first, then ``~`` (botocore: ``os.path.expanduser(os.path.expandvars(path))``), HOME set but
+    empty taken as it is, ``~name`` a user's home: the lean path looks at the very files botocore reads."""
+    monkeypatch.setenv("DIR", "~/cfg")
+    monkeypatch.delenv("UNSET_COPIER", raising=False)
+    if home is None:
+        monkeypatch.delenv("HOME", raising=False)
+    else:
+        monkeypatch.setenv("HOME", home)
+    import os
 
-    def __init__(self) -> None:
-        self.expiration = NOW + dt.timedelta(hours=6)
-        self.serial = 0
-        self.down = False
-        self.v1: int | None = None  # an IMDSv1-only service: the token PUT answers this status, GETs need none
-        self.put_delay = 0.0
-        self.requests: list[str] = []
-        imds = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _answer(self, status: int, body: str) -> None:
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body.encode())
-
-            def do_PUT(self) -> None:  # noqa: N802
-                imds.requests.append(f"PUT {self.path}")
-                time.sleep(imds.put_delay)
-                if imds.v1 is not None:
-                    return self._answer(imds.v1, "")
-                ok = self.path == "/latest/api/token" and self.headers["X-aws-ec2-metadata-token-ttl-seconds"]
-                self._answer(200 if ok and not imds.down else 503, "tok")
-
-            def do_GET(self) -> None:  # noqa: N802
-                imds.requests.append(f"GET {self.path}")
-                token_ok = imds.v1 is not None or self.headers.get("X-aws-ec2-metadata-token") == "tok"
-                if not token_ok or imds.down:
-                    return self._answer(401, "")
-                base = "/latest/meta-data/iam/security-credentials/"
-                if self.path == base:
-                    return self._answer(200, "copier-host\n")
-                if self.path == base + "copier-host":
-                    imds.serial += 1
-                    doc = {
-                        "AccessKeyId": f"ASIA{imds.serial}",
-                        "SecretAccessKey": "s",
-                        "Token": f"t{imds.serial}",
-                        "Expiration": imds.expiration.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                    }
-                    return self._answer(200, json.dumps(doc))
-                return self._answer(404, "")
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    for path in PATHS:
+        expected = os.path.expanduser(os.path.expandvars(path))
+        assert awsauth._expanduser(awsauth._expandvars(path, os.environ), os.environ) == expected, path
 
 
-@pytest.fixture
-def imds() -> Iterator[_Imds]:
-    fake = _Imds()
-    yield fake
-    fake.server.shutdown()
-    fake.server.server_close()
+def _credential_process(directory: Path) -> Path:
+    """A config file whose default profile takes its credentials from a process (another identity)."""
+    script = directory / "creds.sh"
+    script.write_text('#!/bin/sh\necho \'{"Version": 1, "AccessKeyId": "PROCESS", "SecretAccessKey": "s"}\'\n')
+    script.chmod(0o755)
+    config = directory / "config"
+    config.write_text(f"[default]\ncredential_process = {script}\n")
+    return config
 
 
-def test_instance_profile_credentials_come_over_imdsv2_and_are_refreshed_before_they_expire(imds: _Imds) -> None:
-    now = [NOW.timestamp()]
-    source = lean_credentials({"AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.url})
-    assert isinstance(source, ImdsCredentials)
-    source = ImdsCredentials(imds.url, clock=lambda: now[0])
-    first = source.get_frozen_credentials()
-    assert first == Credentials("ASIA1", "s", "t1")
-    assert imds.requests[0] == "PUT /latest/api/token", "IMDSv2: a token first"
-    now[0] += 3600
-    assert source.get_frozen_credentials() is first, "hours before the expiry: no new fetch"
-    imds.expiration = NOW + dt.timedelta(hours=12)
-    now[0] = NOW.timestamp() + 6 * 3600 - 14 * 60  # inside the 15-minute refresh window
-    assert source.get_frozen_credentials() == Credentials("ASIA2", "s", "t2")
+@pytest.mark.parametrize("naming", ["variable holding ~", "braced variable holding ~", "~user"])
+def test_a_credential_process_botocore_would_use_keeps_botocore(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, naming: str
+) -> None:
+    """botocore signs as the config file's credential_process says; the lean path would have signed as the
+    instance profile (it did not find the file: it expanded ``~`` before the variable that holds it). Wherever
+    botocore reads another identity, the lean path is not taken."""
+    import os
+    import pwd
 
+    from tests.support.fakeaws import clean_aws_env
 
-def test_a_failed_refresh_keeps_good_credentials_and_never_uses_expiring_ones(imds: _Imds) -> None:
-    now = [NOW.timestamp()]
-    source = ImdsCredentials(imds.url, clock=lambda: now[0])
-    first = source.get_frozen_credentials()
-    imds.down = True
-    now[0] = NOW.timestamp() + 6 * 3600 - 14 * 60  # refresh due, 14 minutes left: keep them
-    assert source.get_frozen_credentials() is first
-    now[0] = NOW.timestamp() + 6 * 3600 - MANDATORY_BEFORE_S + 1  # under 10 minutes left: refuse
-    with pytest.raises(TransientAwsError, match="instance profile credentials"):
-        source.get_frozen_credentials()
-    imds.down = False
-    assert source.get_frozen_credentials().access_key == "ASIA2"
-
-
-@pytest.mark.parametrize("status", [403, 404, 405, None], ids=["403", "404", "405", "put-timeout"])
-def test_an_imds_without_tokens_is_read_over_imdsv1_as_botocore_does(imds: _Imds, status: int | None) -> None:
-    imds.v1 = status or 200
-    imds.put_delay = 0.0 if status else 1.0
-    source = ImdsCredentials(imds.url, clock=lambda: NOW.timestamp(), timeout=0.3)
-    assert source.get_frozen_credentials() == Credentials("ASIA1", "s", "t1")
-    assert imds.requests[0] == "PUT /latest/api/token", "IMDSv2 tried first"
-
-
-def test_an_imds_token_refused_otherwise_is_an_error(imds: _Imds) -> None:
-    imds.v1 = 400
-    source = ImdsCredentials(imds.url, clock=lambda: NOW.timestamp())
-    with pytest.raises(TransientAwsError, match="HTTP 400"):
-        source.get_frozen_credentials()
+    clean_aws_env(monkeypatch, tmp_path)
+    (tmp_path / "cfg").mkdir()
+    _credential_process(tmp_path / "cfg")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "false")
+    real = pwd.getpwnam
+    monkeypatch.setattr(
+        pwd, "getpwnam", lambda name: mock.Mock(pw_dir=str(tmp_path)) if name == "copier-user" else real(name)
+    )
+    setting = {
+        "variable holding ~": ("$CFG/config", "~/cfg"),
+        "braced variable holding ~": ("${CFG}/config", "~/cfg"),
+        "~user": ("~copier-user/cfg/config", ""),
+    }[naming]
+    monkeypatch.setenv("AWS_CONFIG_FILE", setting[0])
+    monkeypatch.setenv("CFG", setting[1])
+    reference = botocore.session.Session().get_credentials()
+    assert reference is not None and reference.access_key == "PROCESS"
+    reason = lean_reason([("kinesis", "us-east-1", None)], None, dict(os.environ))
+    assert reason == f"{tmp_path / 'cfg' / 'config'} exists"

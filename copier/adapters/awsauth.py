@@ -9,10 +9,10 @@ processor needs none of it for the calls it makes (``copier.adapters.awsjson``).
 The lean path covers how copier runs in production and in local runs:
 
 * credentials from the environment (``AWS_ACCESS_KEY_ID``, ...), else from
-  the EC2 instance profile over IMDSv2 (IMDSv1 where the token request is
-  refused or unanswered, the IPv6 endpoint where configured, refreshed 15
-  minutes before they expire: all as botocore does), the first and the last
-  link of botocore's default chain;
+  the EC2 instance profile (``copier.adapters.imds``: IMDSv2, IMDSv1 where
+  allowed, refreshed before they expire, as botocore does, with a back-off
+  where botocore asks again on every call), the first and the last link of
+  botocore's default chain;
 * endpoints from copier's properties, else AWS's standard regional endpoint
   of the region's partition (botocore's own ``partitions.json``, read as a
   file).
@@ -29,24 +29,22 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import hmac
-import http.client
 import importlib.util
 import json
 import os
 import pwd
 import re
-import threading
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from copier.core.errors import TransientAwsError
+if TYPE_CHECKING:
+    from copier.adapters.imds import ImdsCredentials
 
 __all__ = [
     "Credentials",
-    "ImdsCredentials",
     "StaticCredentials",
     "endpoint_for",
     "host_header",
@@ -54,13 +52,6 @@ __all__ = [
     "lean_reason",
     "sign",
 ]
-
-REFRESH_BEFORE_S = 15 * 60  # botocore's advisory refresh window for refreshable credentials
-MANDATORY_BEFORE_S = 10 * 60  # within this, credentials that could not be refreshed are not used
-IMDS_DEFAULT = "http://169.254.169.254/"
-IMDS_IPV6 = "http://[fd00:ec2::254]/"  # AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE=IPv6, as botocore
-IMDS_TOKEN_TTL_S = 21_600
-IMDS_TIMEOUT_S = 2.0
 
 # Settings under which botocore would not do what the lean path does (see the module docstring).
 _BOTOCORE_SETTINGS = (
@@ -79,6 +70,8 @@ _BOTOCORE_SETTINGS = (
     "AWS_CREDENTIAL_EXPIRATION",  # environment credentials botocore treats as expiring
     "AWS_ACCOUNT_ID",  # DynamoDB's account-based endpoints
     "AWS_ACCOUNT_ID_ENDPOINT_MODE",
+    "AWS_METADATA_SERVICE_TIMEOUT",  # the instance profile's request timeout and attempts, as botocore reads them
+    "AWS_METADATA_SERVICE_NUM_ATTEMPTS",
 )
 
 
@@ -99,122 +92,66 @@ class StaticCredentials:
         return self._credentials
 
 
-class ImdsCredentials:
-    """The instance profile's credentials over IMDSv2, fetched on first use and again before they expire.
-
-    A refresh that fails while the credentials in hand have more than
-    ``MANDATORY_BEFORE_S`` left keeps them (IMDS may be briefly busy); past
-    that, the failure is a TransientAwsError and the caller retries, as
-    botocore's refreshable credentials behave.
-    """
-
-    def __init__(
-        self,
-        endpoint: str = IMDS_DEFAULT,
-        clock: Callable[[], float] = time.time,
-        timeout: float = IMDS_TIMEOUT_S,
-    ) -> None:
-        parts = urlsplit(endpoint)
-        self._host, self._port = parts.hostname or "", parts.port or 80
-        self._clock, self._timeout = clock, timeout
-        self._credentials: Credentials | None = None
-        self._expires = 0.0
-        self._lock = threading.Lock()
-
-    def get_frozen_credentials(self) -> Credentials:
-        with self._lock:
-            left = self._expires - self._clock()
-            if self._credentials is None or left < REFRESH_BEFORE_S:
-                try:
-                    self._credentials, self._expires = self._fetch()
-                except (OSError, http.client.HTTPException, ValueError, KeyError) as exc:
-                    if self._credentials is None or left < MANDATORY_BEFORE_S:
-                        what = f"instance profile credentials: {exc}"
-                        raise TransientAwsError("IMDS", type(exc).__name__, what) from exc
-            return self._credentials
-
-    def _request(self, method: str, path: str, headers: dict[str, str]) -> tuple[int, str]:
-        connection = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
-        try:
-            connection.request(method, path, headers=headers)
-            answer = connection.getresponse()
-            body = answer.read().decode()
-        finally:
-            connection.close()
-        return answer.status, body
-
-    def _get(self, path: str, headers: dict[str, str]) -> str:
-        status, body = self._request("GET", path, headers)
-        if status != 200:
-            raise http.client.HTTPException(f"GET {path}: HTTP {status}")
-        return body
-
-    def _token(self) -> str | None:
-        """An IMDSv2 session token; None where botocore falls back to IMDSv1 (the PUT refused or unanswered)."""
-        ttl = {"X-aws-ec2-metadata-token-ttl-seconds": str(IMDS_TOKEN_TTL_S)}
-        try:
-            status, body = self._request("PUT", "/latest/api/token", ttl)
-        except TimeoutError:
-            return None
-        if status in (403, 404, 405):
-            return None
-        if status != 200:
-            raise http.client.HTTPException(f"PUT /latest/api/token: HTTP {status}")
-        return body
-
-    def _fetch(self) -> tuple[Credentials, float]:
-        token = self._token()
-        headers = {"X-aws-ec2-metadata-token": token} if token is not None else {}
-        base = "/latest/meta-data/iam/security-credentials/"
-        role = self._get(base, headers).splitlines()[0].strip()
-        doc = json.loads(self._get(base + role, headers))
-        expires = dt.datetime.fromisoformat(doc["Expiration"].replace("Z", "+00:00")).timestamp()
-        return Credentials(doc["AccessKeyId"], doc["SecretAccessKey"], doc.get("Token")), expires
-
-
 def lean_credentials(environ: Mapping[str, str] = os.environ) -> StaticCredentials | ImdsCredentials:
-    """The environment's keys if set, else the instance profile (call :func:`lean_reason` first)."""
+    """The environment's keys if set, else the instance profile (call :func:`lean_reason` first).
+
+    The instance metadata settings are checked either way (a ConfigError names a bad one), as botocore
+    checks them whenever it builds its default chain.
+    """
+    from copier.adapters.imds import ImdsCredentials, imds_settings
+
+    settings = imds_settings(environ)
     key, secret = environ.get("AWS_ACCESS_KEY_ID"), environ.get("AWS_SECRET_ACCESS_KEY")
     if key and secret:
         # botocore's environment provider reads AWS_SECURITY_TOKEN before AWS_SESSION_TOKEN
         token = environ.get("AWS_SECURITY_TOKEN") or environ.get("AWS_SESSION_TOKEN") or None
         return StaticCredentials(Credentials(key, secret, token))
-    endpoint = environ.get("AWS_EC2_METADATA_SERVICE_ENDPOINT")
-    if not endpoint:
-        ipv6 = environ.get("AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE", "").lower() == "ipv6"
-        endpoint = IMDS_IPV6 if ipv6 else IMDS_DEFAULT
-    return ImdsCredentials(endpoint)
+    return ImdsCredentials.from_settings(settings)
 
 
-def _home(environ: Mapping[str, str]) -> str:
-    """``~`` as botocore expands it: HOME, else the user's home in the password database."""
-    if environ.get("HOME"):
-        return environ["HOME"]
+_VARIABLE = re.compile(r"\$(\w+|\{[^}]*\})", re.ASCII)
+
+
+def _expandvars(path: str, environ: Mapping[str, str]) -> str:
+    """``os.path.expandvars`` against ``environ``: ``$NAME`` and ``${NAME}`` of a set variable, others kept."""
+
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1)
+        name = name[1:-1] if name.startswith("{") else name
+        return environ.get(name, match.group(0))
+
+    return _VARIABLE.sub(value, path)
+
+
+def _expanduser(path: str, environ: Mapping[str, str]) -> str:
+    """``os.path.expanduser`` against ``environ``: ``~`` is HOME if set (even empty), else the password
+    database's home; ``~name`` that user's; a name it does not know keeps the path as it is."""
+    if not path.startswith("~"):
+        return path
+    end = path.find("/", 1)
+    end = len(path) if end < 0 else end
     try:
-        return pwd.getpwuid(os.getuid()).pw_dir
+        if end == 1:
+            home = environ["HOME"] if "HOME" in environ else pwd.getpwuid(os.getuid()).pw_dir
+        else:
+            home = pwd.getpwnam(path[1:end]).pw_dir
     except KeyError:
-        return "/nonexistent"
-
-
-def _expand(path: str, environ: Mapping[str, str]) -> str:
-    """``~`` and ``$VAR`` expanded against ``environ``, as botocore expands its file settings."""
-    if path == "~" or path.startswith("~/"):
-        path = _home(environ) + path[1:]
-    return re.sub(
-        r"\$(\w+|\{[^}]*\})",
-        lambda m: environ.get(m.group(1).strip("{}"), m.group(0)),
-        path,
-    )
+        return path
+    return (home.rstrip("/") + path[end:]) or "/"
 
 
 def _config_files(environ: Mapping[str, str]) -> list[str]:
-    home = _home(environ)
-    return [
-        _expand(environ.get("AWS_SHARED_CREDENTIALS_FILE") or "~/.aws/credentials", environ),
-        _expand(environ.get("AWS_CONFIG_FILE") or "~/.aws/config", environ),
-        _expand(environ.get("BOTO_CONFIG") or "/etc/boto.cfg", environ),
-        os.path.join(home, ".boto"),
+    """Every file botocore may read credentials or settings from, expanded as botocore expands them
+    (``os.path.expandvars``, then ``os.path.expanduser``): a superset where it reads fewer (with BOTO_CONFIG
+    set it reads neither /etc/boto.cfg nor ~/.boto)."""
+    names = [
+        environ.get("AWS_SHARED_CREDENTIALS_FILE") or "~/.aws/credentials",
+        environ.get("AWS_CONFIG_FILE") or "~/.aws/config",
+        environ.get("BOTO_CONFIG") or "/etc/boto.cfg",
+        "/etc/boto.cfg",
+        "~/.boto",
     ]
+    return [_expanduser(_expandvars(name, environ), environ) for name in dict.fromkeys(names)]
 
 
 def lean_reason(
@@ -239,6 +176,11 @@ def lean_reason(
         return "only one of AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY is set"
     if not key and environ.get("AWS_EC2_METADATA_DISABLED", "").lower() == "true":
         return "no credentials in the environment and AWS_EC2_METADATA_DISABLED is set"
+    if urlsplit(environ.get("AWS_EC2_METADATA_SERVICE_ENDPOINT", "")).scheme.lower() == "https":
+        return "AWS_EC2_METADATA_SERVICE_ENDPOINT is an https URL"
+    for name in ("AWS_CA_BUNDLE", "REQUESTS_CA_BUNDLE"):
+        if name in environ and not environ[name].strip():
+            return f"{name} is set and blank (botocore refuses it)"
     for path in _config_files(environ):
         # credentials, a profile's endpoint_url, use_fips_endpoint, a proxy...: botocore reads the file;
         # isfile (botocore's own check) never raises on a path it cannot look at

@@ -12,9 +12,10 @@ S = TypeVar("S", bound=socketserver.BaseServer)
 
 
 @contextmanager
-def serving(server: S) -> Iterator[S]:
-    """Serve from a daemon thread; shut down and close the socket afterwards."""
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+def serving(server: S, poll_s: float = 0.5) -> Iterator[S]:
+    """Serve from a daemon thread, looking for a shutdown every ``poll_s`` (what stopping it waits at most);
+    shut down and close the socket afterwards."""
+    thread = threading.Thread(target=server.serve_forever, args=(poll_s,), daemon=True)
     thread.start()
     try:
         yield server
