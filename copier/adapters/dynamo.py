@@ -88,7 +88,7 @@ class DynamoStateStore(StateStore):
             if credentials is not None and usable(client.meta.endpoint_url):
                 on_answer = None if self.clock_bounds is None else self.clock_bounds.observe
                 fast = JsonClient.for_botocore(client, credentials, 5.0, 10.0, on_answer)
-                self._fast = LeanStateStore(self.config, fast)
+                self._fast = None if fast is None else LeanStateStore(self.config, fast)
         return self._fast
 
     # -- calls ---------------------------------------------------------------

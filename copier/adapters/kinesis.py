@@ -5,10 +5,18 @@ re-sending a request whose first attempt may already have landed: that
 turns an ambiguous put into a silent duplicate. The put client here makes
 exactly one attempt; copier retries, knowing which failures are ambiguous:
 
-* failed before the request was sent (cannot connect): not ambiguous;
+* failed before the request was sent (cannot connect), or cut off at its
+  deadline before its last byte left: not ambiguous;
 * per-entry ``ErrorCode`` in a PutRecords answer: those entries did not land;
-* read timeout, dropped connection, a 5xx answer: ambiguous, raised as
-  :class:`~copier.core.errors.AmbiguousPutError` and verified by reading the stream.
+* no answer by the deadline after the whole request left, a dropped
+  connection, a 5xx answer, an answer that cannot be read: ambiguous, raised
+  as :class:`~copier.core.errors.AmbiguousPutError` and verified by reading the stream.
+
+Each put carries a deadline (``time.monotonic()``), taken by the forwarder
+at its lease check plus ``copier.putTimeoutMillis``: its whole life, from the
+credentials to the answer, fits before it (``copier.adapters.httpwire``; the
+botocore path, taken where a proxy applies, as far as botocore allows:
+``copier.adapters.botokinesis``).
 """
 
 from __future__ import annotations
@@ -21,7 +29,8 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any
 
 from copier.adapters.awserrors import naming_the_resource, place
-from copier.adapters.awsjson import CredentialSource, JsonClient, Unanswered
+from copier.adapters.awsjson import DECODING_ERRORS, CredentialSource, JsonClient, Unanswered, Unreadable
+from copier.adapters.kinesisanswers import put_results
 from copier.adapters.kinesisread import GET_RECORDS_LIMIT, KinesisReads
 from copier.adapters.leankinesis import LeanKinesis
 from copier.core.clockcheck import ClockBounds
@@ -109,7 +118,9 @@ class KinesisStreams:
             # The target and dead-letter streams may be in another region or account (copier.adapters.target),
             # behind another endpoint than the staging stream.
             target, where = target_session(config), (config.target_region, config.target_endpoint)
-            self._put = botocore_client(target, *where, attempts=1, read_timeout=put_timeout, clock_bounds=clock)
+            self._put = botocore_client(
+                target, *where, attempts=1, read_timeout=put_timeout, clock_bounds=clock, put_deadlines=True
+            )
             self._read = botocore_client(target, *where, attempts=None, read_timeout=30, clock_bounds=clock)
             staging = (config.region, config.kinesis_endpoint)
             self._staging = botocore_client(
@@ -125,10 +136,13 @@ class KinesisStreams:
         self._lineage: dict[str, tuple[float, list[dict[str, Any]]]] = {}
         self._reads = KinesisReads(self._call, self._staging, self._read, sleep)
 
-    def put_records(self, stream: str, entries: Sequence[PutEntry]) -> list[str | None]:
-        """One PutRecords attempt; returns each entry's error code, None where it landed."""
+    def put_records(self, stream: str, entries: Sequence[PutEntry], deadline: float | None = None) -> list[str | None]:
+        """One PutRecords attempt, all of it by ``deadline`` (``time.monotonic()``; None: the put timeout from
+        now); returns each entry's error code, None where it landed."""
+        if deadline is None:
+            deadline = time.monotonic() + self.config.put_timeout_millis / 1000
         try:
-            return self._put_records(stream, entries)
+            return self._put_records(stream, entries, deadline)
         except FatalAwsError as exc:
             raise self._naming_the_key(stream, exc, "kms:GenerateDataKey") from exc
 
@@ -148,24 +162,29 @@ class KinesisStreams:
             f"on that key (key policy and IAM policy). AWS said: {exc}",
         )
 
-    def _put_records(self, stream: str, entries: Sequence[PutEntry]) -> list[str | None]:
-        if self._fast is not None:
-            records = [
-                {"Data": text if text is not None else base64.b64encode(data).decode(), "PartitionKey": pk}
-                for pk, data, text in entries
-            ]
-            body = json.dumps({"StreamName": stream, "Records": records}).encode()
-            try:
-                answer = self._fast.call("PutRecords", body)
-            except Unanswered as exc:
-                raise AmbiguousPutError("PutRecords", exc.code, str(exc)) from exc
-            return [r.get("ErrorCode") for r in answer["Records"]]
-        from copier.adapters.botokinesis import put_records
+    def _put_records(self, stream: str, entries: Sequence[PutEntry], deadline: float) -> list[str | None]:
+        if self._fast is None:
+            from copier.adapters.botokinesis import put_records
 
-        return put_records(self._put, stream, entries)
+            return put_records(self._put, stream, entries, deadline)
+        records = [
+            {"Data": text if text is not None else base64.b64encode(data).decode(), "PartitionKey": pk}
+            for pk, data, text in entries
+        ]
+        body = json.dumps({"StreamName": stream, "Records": records}).encode()
+        try:
+            return put_results(self._fast.call("PutRecords", body, deadline), len(entries))
+        except Unanswered as exc:
+            raise AmbiguousPutError("PutRecords", exc.code, str(exc)) from exc
+        except ValueError as exc:  # an answer that does not say what landed: its outcome is unknown
+            raise AmbiguousPutError("PutRecords", "UnreadableAnswer", str(exc)) from exc
 
     def _call(self, operation: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
-        """``fn(**kwargs)``; a botocore error as copier's, and a missing stream named (``_named``)."""
+        """``fn(**kwargs)``; a botocore error as copier's, and a missing stream named (``_named``).
+
+        botocore's parser raises plain Python errors on some malformed answers (JSON that is not an object,
+        a body that is not UTF-8): those are :class:`~copier.adapters.awsjson.Unreadable`, as the lean
+        client's are, never an exception that ends the process."""
         try:
             return fn(**kwargs)
         except Exception as exc:
@@ -175,6 +194,8 @@ class KinesisStreams:
                 from copier.adapters.aws import convert_aws_error
 
                 error = convert_aws_error(operation, exc)
+            elif isinstance(exc, DECODING_ERRORS):
+                error = Unreadable(operation, "UnreadableAnswer", repr(exc)[:300])
             else:
                 raise
             stream = kwargs.get("StreamName")

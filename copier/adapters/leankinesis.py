@@ -6,15 +6,16 @@ left there) through a client with botocore's method names; this is that
 client without botocore (``copier.adapters.awsauth``): the same calls, the
 answers in the shape botocore's parser gives them (record data as bytes), and
 what botocore's standard retry mode retries (no connection, no answer, a 5xx,
-throttling: :func:`_retried`) retried a few times with backoff (a read cannot
-duplicate anything); any other error answer, an expired iterator among them,
-goes to the caller at once. Puts do not come here:
+throttling, an answer that cannot be read: :func:`_retried`) retried a few
+times with backoff (a read cannot duplicate anything); any other error
+answer, an expired iterator among them, goes to the caller at once. Every
+answer is checked for the fields copier reads before it is returned
+(``copier.adapters.kinesisanswers``). Puts do not come here:
 ``KinesisStreams`` sends them itself, exactly once each.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import random
 import time
@@ -22,7 +23,8 @@ from collections.abc import Callable
 from typing import Any
 
 from copier.adapters.awserrors import RETRIED_CODES
-from copier.adapters.awsjson import JsonClient, Unanswered, Unsent
+from copier.adapters.awsjson import JsonClient, Unanswered, Unsent, reading
+from copier.adapters.kinesisanswers import records_page, shard_iterator, shards_page, stream_summary
 from copier.core.errors import AwsError
 
 __all__ = ["LeanKinesis"]
@@ -42,11 +44,13 @@ class LeanKinesis:
         self.client = client
         self._sleep = sleep
 
-    def _call(self, operation: str, params: dict[str, Any]) -> dict[str, Any]:
+    def _call(
+        self, operation: str, params: dict[str, Any], check: Callable[[dict[str, Any]], dict[str, Any]]
+    ) -> dict[str, Any]:
         body = json.dumps(params).encode()
         for attempt in range(READ_ATTEMPTS):
             try:
-                return self.client.call(operation, body)
+                return reading(operation, check, self.client.call(operation, body))
             except AwsError as exc:
                 if attempt == READ_ATTEMPTS - 1 or not _retried(exc):
                     raise
@@ -54,17 +58,14 @@ class LeanKinesis:
         raise AssertionError("unreachable")
 
     def list_shards(self, **params: Any) -> dict[str, Any]:
-        return self._call("ListShards", params)
+        return self._call("ListShards", params, shards_page)
 
     def describe_stream_summary(self, **params: Any) -> dict[str, Any]:
-        return self._call("DescribeStreamSummary", params)
+        return self._call("DescribeStreamSummary", params, stream_summary)
 
     def get_shard_iterator(self, **params: Any) -> dict[str, Any]:
-        return self._call("GetShardIterator", params)
+        return self._call("GetShardIterator", params, shard_iterator)
 
     def get_records(self, **params: Any) -> dict[str, Any]:
         """GetRecords; each record's ``Data`` decoded from base64 to bytes, as botocore gives it."""
-        page = self._call("GetRecords", params)
-        for record in page.get("Records", []):
-            record["Data"] = base64.b64decode(record["Data"])
-        return page
+        return self._call("GetRecords", params, records_page)

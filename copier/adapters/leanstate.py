@@ -11,6 +11,12 @@ Retries: reads (GetItem, Query, BatchGetItem) are retried here on a
 transient error, a few times with backoff, as PynamoDB's client would. A
 conditional write is not: the caller retries it (``copier.shard.session``),
 knowing that an unanswered write may have applied.
+
+An answer whose items cannot be read (an attribute of a type copier does not
+write, a number that is not one, a field of the wrong shape) is a
+``copier.adapters.awsjson.Unreadable`` error, transient, never a plain
+Python exception; an item of another state format stays
+IncompatibleStateError.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from copier.adapters.awserrors import naming_the_resource, place
-from copier.adapters.awsjson import ConditionFailed, JsonClient
+from copier.adapters.awsjson import ConditionFailed, JsonClient, reading
 from copier.adapters.stateitems import (
     BATCH_CONDITION,
     STATE_SK,
@@ -95,12 +101,11 @@ class LeanStateStore(StateStore):
 
     def _get(self, key: str, sk: str) -> dict[str, Any] | None:
         body = {"TableName": self.table, "Key": {"pk": {"S": key}, "sk": {"S": sk}}, "ConsistentRead": True}
-        item = self._read("GetItem", body).get("Item")
-        return None if item is None else from_wire(item)
+        return reading("GetItem", _item_of, self._read("GetItem", body))
 
     def get(self, key: str) -> ShardState | None:
         fields = self._get(key, STATE_SK)
-        return None if fields is None else state_from_fields(fields, self.table)
+        return None if fields is None else reading("GetItem", state_from_fields, fields, self.table)
 
     def get_many(self, keys: Iterable[str]) -> dict[str, ShardState]:
         """BatchGetItem in groups of 100, unprocessed keys asked again (eventually consistent: for display)."""
@@ -114,10 +119,8 @@ class LeanStateStore(StateStore):
             }
             while request:
                 answer = self._read("BatchGetItem", {"RequestItems": request})
-                for item in answer.get("Responses", {}).get(self.table, []):
-                    fields = from_wire(item)
-                    found[fields["pk"]] = state_from_fields(fields, self.table)
-                request = answer.get("UnprocessedKeys") or {}
+                states, request = reading("BatchGetItem", _batch_got, answer, self.table)
+                found.update(states)
                 if request:
                     self._sleep(0.05)
         return found
@@ -142,7 +145,7 @@ class LeanStateStore(StateStore):
 
     def get_batch(self, key: str, index: int) -> DigestBatch | None:
         fields = self._get(key, batch_key(index))
-        return None if fields is None else batch_from_fields(fields)
+        return None if fields is None else reading("GetItem", batch_from_fields, fields)
 
     def batches(self, key: str, upto: int, page_size: int | None = None) -> Iterator[DigestBatch]:
         if upto < 1:
@@ -162,10 +165,35 @@ class LeanStateStore(StateStore):
         if page_size is not None:
             body["Limit"] = page_size
         while True:
-            page = self._read("Query", body)
-            for item in page.get("Items", []):
-                yield batch_from_fields(from_wire(item))
-            after = page.get("LastEvaluatedKey")
+            found, after = reading("Query", _batches_of, self._read("Query", body))
+            yield from found
             if not after:
                 return
             body = {**body, "ExclusiveStartKey": after}
+
+
+def _item_of(answer: dict[str, Any]) -> dict[str, Any] | None:
+    """A GetItem answer's item as plain values (None: no such item)."""
+    item = answer.get("Item")
+    return None if item is None else from_wire(item)
+
+
+def _batch_got(answer: dict[str, Any], table: str) -> tuple[dict[str, ShardState], dict[str, Any]]:
+    """A BatchGetItem answer: the states found by key, and the keys to ask again."""
+    found: dict[str, ShardState] = {}
+    for item in answer.get("Responses", {}).get(table, []):
+        fields = from_wire(item)
+        found[str(fields["pk"])] = state_from_fields(fields, table)
+    again = answer.get("UnprocessedKeys") or {}
+    if not isinstance(again, dict):
+        raise TypeError(f"UnprocessedKeys is {again!r}")
+    return found, again
+
+
+def _batches_of(page: dict[str, Any]) -> tuple[list[DigestBatch], dict[str, Any] | None]:
+    """A Query page of digest batches, and where the next page starts (None: the last page)."""
+    found = [batch_from_fields(from_wire(item)) for item in page.get("Items", [])]
+    after = page.get("LastEvaluatedKey") or None
+    if after is not None and not isinstance(after, dict):
+        raise TypeError(f"LastEvaluatedKey is {after!r}")
+    return found, after

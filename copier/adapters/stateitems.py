@@ -141,7 +141,8 @@ def batch_fields(b: DigestBatch, ttl_hours: int) -> dict[str, Any]:
 def batch_from_fields(f: Mapping[str, Any]) -> DigestBatch:
     """A digest batch read back (plain values; ``expires_at`` a datetime or None)."""
     last = _position_from(f.get("last"))
-    assert last is not None
+    if last is None:
+        raise ValueError(f"digest batch {f.get('sk')} has no last position")
     bound, expires = f.get("clock_bound_ms"), f.get(TTL_FIELD)
     return DigestBatch(
         index=int(str(f["sk"]).partition("#")[2]),

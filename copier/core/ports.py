@@ -44,11 +44,15 @@ class Found:
 class Streams(Protocol):
     """The Kinesis calls of a record processor."""
 
-    def put_records(self, stream: str, entries: Sequence[tuple[str, bytes, str | None]]) -> list[str | None]:
+    def put_records(
+        self, stream: str, entries: Sequence[tuple[str, bytes, str | None]], deadline: float | None = None
+    ) -> list[str | None]:
         """One PutRecords attempt: each (partition key, data, data in base64 if at hand) entry's error code,
         None where it landed.
 
-        Raises ``AmbiguousPutError`` when the outcome is unknown.
+        ``deadline`` (``time.monotonic()``): no byte of the request leaves after it; a put that cannot be
+        sent whole by then is not sent (a TransientAwsError). Raises ``AmbiguousPutError`` when the outcome is
+        unknown: the whole request left before the deadline and no answer says what landed.
         """
         ...
 

@@ -151,12 +151,14 @@ class Forwarder:
             stalled: FatalAwsError | None = None
             routes = self._routes(destination, stream)
             for request in split_requests(sending, _size_bound):
+                deadline = time.monotonic() + self.put_timeout_ms / 1000  # read before the lease check: its whole life
                 self.session.ensure_lease()
                 stats.requests += 1
                 self.attempted.extend(request)
                 sent = time.monotonic()
                 try:
-                    results = self.streams.put_records(stream, [(o.partition_key, o.data, o.b64) for o in request])
+                    sending_now = [(o.partition_key, o.data, o.b64) for o in request]
+                    results = self.streams.put_records(stream, sending_now, deadline=deadline)
                 except AmbiguousPutError as exc:
                     stats.ambiguous_requests += 1
                     unknown.extend(request)

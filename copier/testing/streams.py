@@ -146,7 +146,10 @@ class InMemoryStreams(ShardLayout):
                 raise FatalAwsError("PutRecords", "ValidationException", f"record over {limit} bytes")
 
     def put_records(
-        self, stream: str, entries: Sequence[tuple[str, bytes] | tuple[str, bytes, str | None]]
+        self,
+        stream: str,
+        entries: Sequence[tuple[str, bytes] | tuple[str, bytes, str | None]],
+        deadline: float | None = None,
     ) -> list[str | None]:
         self.put_calls += 1
         pairs = [(entry[0], entry[1]) for entry in entries]

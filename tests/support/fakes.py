@@ -117,9 +117,9 @@ class StallingStreams(InMemoryStreams):
         self.rejections = 0
         self.stalls = 0
 
-    def put_records(self, stream: str, entries: object) -> list[str | None]:  # type: ignore[override]
+    def put_records(self, stream: str, entries: object, deadline: float | None = None) -> list[str | None]:  # type: ignore[override]
         try:
-            out = super().put_records(stream, entries)  # type: ignore[arg-type]
+            out = super().put_records(stream, entries, deadline)  # type: ignore[arg-type]
         except FatalAwsError:
             self.rejections += 1
             if self.stall_after is not None and self.rejections >= self.stall_after:

@@ -1,0 +1,287 @@
+"""One HTTP/1.1 exchange on a kept-alive connection, within a deadline: nothing of a request leaves after it.
+
+Why: copier puts only while its lease outlives ``now + putTimeoutMillis +
+margin`` (docs/protocol.md, "Fencing"), so a put must be over, or known not
+to have happened, by then. ``http.client`` bounds each socket operation, not
+the call: a name lookup without a timeout, a connect of up to its timeout, a
+body written in many operations each allowed the whole timeout, and, once
+the client gives up, bytes of the request still in the kernel's send queue,
+which the kernel goes on sending to a slow reader after the socket is closed.
+Here one deadline (``time.monotonic()``) bounds the whole exchange:
+
+* the connection (name lookup, connect, TLS handshake) gets what is left of
+  it, at most the connect timeout; nothing is written once it has passed;
+* each write of the request is bounded by what is left (a write returns
+  with what the kernel took; a TLS write gives up at its timeout);
+* when the deadline passes before a complete answer, a socket whose send
+  queue still holds bytes of the request (Linux: ``SIOCOUTQ``) is reset
+  (``SO_LINGER`` 0): the kernel discards them and sends nothing more, not even
+  a retransmission. If some byte had never left (``SIOCOUTQNSD``), the
+  server cannot hold the whole request, and a request whose body never fully
+  arrived is not processed: :class:`NotSent`, safe to send again. If every
+  byte had left, the server may have processed it: :class:`NoAnswer`.
+* a kept-alive connection the server closed while idle (readable at rest: an
+  end of file or a reset, as urllib3's ``is_connection_dropped`` checks) is
+  never written to: a new one is opened, so a request is never lost to a
+  connection that was dead before it was sent.
+
+What no client can do: a process frozen (a pause, SIGSTOP) while the kernel
+holds bytes of its request cannot reset the socket, and the kernel sends
+them when it can: the honest limit of docs/protocol.md. Where the kernel's
+queues cannot be read (not Linux), a request cut at its deadline is
+:class:`NoAnswer`, the cautious outcome.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import http.client
+import io
+import ipaddress
+import select
+import socket
+import ssl
+import struct
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from email.message import Message
+from typing import Any
+
+from copier.adapters.clockhooks import wall_ms
+
+__all__ = ["Answer", "NoAnswer", "NotSent", "Wire", "request_head"]
+
+IDLE_RECONNECT_S = 20.0  # servers close idle connections (AWS after about a minute): never send on a stale one
+SIOCOUTQ = 0x5411  # Linux: bytes in the send queue not yet acknowledged (TIOCOUTQ)
+SIOCOUTQNSD = 0x894B  # Linux: bytes in the send queue never sent
+
+
+class NotSent(Exception):
+    """The server cannot hold the whole request: not connected, or cut off before its last byte left.
+
+    Internal to the adapters: ``copier.adapters.awsjson`` raises it as its Unsent (and :class:`NoAnswer` as
+    Unanswered), copier errors."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        self.code = code
+        super().__init__(detail)
+
+
+class NoAnswer(Exception):
+    """Every byte of the request left and no complete answer came by the deadline: it may have been processed."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        self.code = code
+        super().__init__(detail)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A complete answer; ``sent_ms`` and ``received_ms``: local wall time of the request's first byte and of
+    the answer's status line (for ``copier.core.clockcheck``)."""
+
+    status: int
+    headers: Message
+    body: bytes
+    sent_ms: int
+    received_ms: int
+
+
+def request_head(headers: dict[str, str], length: int) -> bytes:
+    """The head of a POST to "/" of a body of ``length`` bytes, with exactly these headers (Host among them).
+
+    A header value with a line break would split the request: refused (ValueError), as http.client does.
+    """
+    lines = ["POST / HTTP/1.1"]
+    for name, value in {**headers, "Accept-Encoding": "identity", "Content-Length": str(length)}.items():
+        if any(c in value for c in "\r\n\0") or any(c in name for c in ":\r\n\0 "):
+            raise ValueError(f"header {name!r} cannot be sent: {value[:40]!r}")
+        lines.append(f"{name}: {value}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def _queue(sock: socket.socket, request: int) -> int | None:
+    """A Linux send-queue count of ``sock`` (None where it cannot be read)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        count: int = struct.unpack("i", fcntl.ioctl(sock.fileno(), request, b"\0\0\0\0"))[0]
+    except OSError:
+        return None
+    return count
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close with a reset: the kernel discards whatever it still holds to send and sends nothing more."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    except OSError:
+        pass
+    sock.close()
+
+
+def _dropped(sock: socket.socket) -> bool:
+    """True when a connection at rest is readable: the server closed it (an end of file, a reset) or sent
+    something unasked; either way it is not written to."""
+    if isinstance(sock, ssl.SSLSocket) and sock.pending():
+        return True
+    poller = select.poll()
+    poller.register(sock, select.POLLIN | select.POLLPRI)
+    return bool(poller.poll(0))
+
+
+def _resolve(host: str, port: int, within: float) -> list[Any]:
+    """getaddrinfo, given up after ``within`` seconds (it has no timeout of its own; the lookup runs on
+    in a daemon thread, harmlessly)."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    found: list[Any] = []
+    failed: list[BaseException] = []
+
+    def lookup() -> None:
+        try:
+            found.extend(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except OSError as exc:
+            failed.append(exc)
+
+    worker = threading.Thread(target=lookup, name=f"resolve {host}", daemon=True)
+    worker.start()
+    worker.join(max(within, 0.0))
+    if failed:
+        raise failed[0]
+    if not found:
+        raise TimeoutError(f"looking up {host} took longer than {within:.3f} s")
+    return found
+
+
+class _Reader(io.RawIOBase):
+    """The socket as http.client reads an answer from it, each read bounded by what is left of the deadline."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock, self._deadline = sock, deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the deadline passed before a complete answer")
+        self._sock.settimeout(left)
+        return self._sock.recv_into(buffer)
+
+    def makefile(self, mode: str) -> io.BufferedReader:
+        return io.BufferedReader(self)
+
+
+class Wire:
+    """A kept-alive connection to one host and port (TLS when ``tls`` is given). Not thread-safe."""
+
+    def __init__(self, host: str, port: int, tls: ssl.SSLContext | None, connect_timeout: float) -> None:
+        self.host, self.port, self.tls, self.connect_timeout = host, port, tls, connect_timeout
+        self._sock: socket.socket | None = None
+        self._last_used = 0.0
+        self.opened = 0  # connections opened (tests read it)
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def _connection(self, deadline: float) -> socket.socket:
+        """The kept-alive connection if it is alive and was used recently, else a new one; NotSent when none
+        can be made by the deadline."""
+        if self._sock is not None:
+            if time.monotonic() - self._last_used < IDLE_RECONNECT_S and not _dropped(self._sock):
+                return self._sock
+            self.close()
+        try:
+            self._sock = self._open(deadline)
+        except (OSError, ssl.SSLError) as exc:  # nothing of the request was written
+            raise NotSent(type(exc).__name__, str(exc) or type(exc).__name__) from exc
+        self.opened += 1
+        return self._sock
+
+    def _open(self, deadline: float) -> socket.socket:
+        def left() -> float:
+            remaining = min(self.connect_timeout, deadline - time.monotonic())
+            if remaining <= 0:
+                raise TimeoutError("the deadline passed while connecting")
+            return remaining
+
+        error: OSError = OSError(f"no address for {self.host}")
+        for family, kind, proto, _, address in _resolve(self.host, self.port, left()):
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.settimeout(left())
+                sock.connect(address)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if self.tls is not None:
+                    sock.settimeout(left())
+                    sock = self.tls.wrap_socket(sock, server_hostname=self.host)
+                return sock
+            except OSError as exc:
+                sock.close()
+                error = exc
+        raise error
+
+    def exchange(self, head: bytes, body: bytes, deadline: float | None, budget: float = 0.0) -> Answer:
+        """Send a request (``head`` and ``body``) and read its answer by ``deadline``; NotSent or NoAnswer
+        otherwise (module docstring).
+
+        Without a deadline: the connect timeout for a new connection, then ``budget`` seconds for the rest.
+        """
+        if deadline is not None and time.monotonic() >= deadline:
+            raise NotSent("DeadlinePassed", "the deadline passed before the request was sent")
+        sock = self._connection(time.monotonic() + self.connect_timeout if deadline is None else deadline)
+        if deadline is None:
+            deadline = time.monotonic() + budget
+        sent_ms = wall_ms()
+        done = 0
+        try:
+            for part in (memoryview(head), memoryview(body)):
+                written = 0
+                while written < len(part):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError("the deadline passed while sending")
+                    sock.settimeout(left)
+                    written += sock.send(part[written:])
+                done += written
+        except OSError as exc:  # the last byte never left: the server cannot hold the whole request
+            self._sock = None
+            _reset(sock)
+            size = len(head) + len(body)
+            raise NotSent(type(exc).__name__, f"{exc or type(exc).__name__} ({done} of {size} bytes)") from exc
+        try:
+            answer = http.client.HTTPResponse(_Reader(sock, deadline), method="POST")  # type: ignore[arg-type]
+            answer.begin()
+            received_ms = wall_ms()
+            data = answer.read()
+        except (OSError, http.client.HTTPException) as exc:
+            self._sock = None
+            raise self._cut(sock, exc) from exc
+        if _queue(sock, SIOCOUTQNSD):  # answered before the whole request was taken: the rest is not sent
+            self._sock = None
+            _reset(sock)
+        elif answer.will_close:
+            self.close()
+        else:
+            self._last_used = time.monotonic()
+        return Answer(answer.status, answer.msg, data, sent_ms, received_ms)
+
+    def _cut(self, sock: socket.socket, exc: BaseException) -> NotSent | NoAnswer:
+        """No complete answer: reset the socket (nothing more of the request leaves) and say whether the server
+        can have the whole request."""
+        unsent = _queue(sock, SIOCOUTQNSD)
+        _reset(sock)
+        detail = str(exc) or type(exc).__name__
+        if unsent:
+            return NotSent(type(exc).__name__, f"{detail} ({unsent} bytes of the request never left; discarded)")
+        return NoAnswer(type(exc).__name__, detail)
