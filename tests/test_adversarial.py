@@ -21,6 +21,7 @@ from structlog.testing import capture_logs
 
 from copier.core.config import Config
 from copier.core.errors import AmbiguousPutError, FatalAwsError, TransientAwsError
+from copier.core.limits import UTF16_UNITS
 from copier.core.plan import SourceRecord
 from copier.core.positions import Position
 from copier.core.state import shard_key
@@ -432,7 +433,8 @@ def test_a_partition_key_too_long_to_be_an_id_is_no_id(fault: str) -> None:
         else:
             left_in_flight(world, [record], landed=True)
             world.worker().process([record])
-    assert [e["reason"] for e in logs if e["event"] == "unkeyed_event"][0] == "partition key longer than 256 characters"
+    reasons = [e["reason"] for e in logs if e["event"] == "unkeyed_event"]
+    assert reasons[0] == "partition key has 300 characters, over Kinesis' 256"
     assert all(pk.startswith("copier-") for pk, _, _, _ in world.streams.records["target"])
 
 
@@ -530,14 +532,16 @@ def test_a_successor_whose_clock_steps_back_while_it_waits_waits_longer() -> Non
     assert stepping.now_ms() >= lease_end + world.config.clock_skew_millis
 
 
-def test_a_key_of_characters_outside_the_basic_plane_counts_as_kinesis_may_count_it() -> None:
-    """200 emoji are 200 code points but 400 UTF-16 units: treated as too long (replaced), never refused by
-    Kinesis with the shard stalled."""
+def test_a_key_of_characters_outside_the_basic_plane_counts_as_kinesis_counts_it() -> None:
+    """200 emoji are 200 code points (400 UTF-16 units): a key Kinesis takes, forwarded as it is; 257 are too
+    many, replaced (copier.core.limits: Kinesis counts code points)."""
     world = World(stall_after=2)
-    key = "\U0001f600" * 200
-    world.worker().process([SourceRecord(Position(1), key, json.dumps({"eventId": "e"}).encode(), 0)])
-    assert ids_in(world.streams) == Counter({"e": 1})
-    assert world.streams.records["target"][0][0].startswith("copier-")
+    fits, over = "\U0001f600" * 200, "\U0001f600" * 257
+    e, f = json.dumps({"eventId": "e"}).encode(), json.dumps({"eventId": "f"}).encode()
+    world.worker().process([SourceRecord(Position(1), fits, e, 0), SourceRecord(Position(2), over, f, 0)])
+    assert ids_in(world.streams) == Counter({"e": 1, "f": 1})
+    keys = [pk for pk, _, _, _ in world.streams.records["target"]]
+    assert keys[0] == fits and keys[1].startswith("copier-")
 
 
 def test_a_chunk_in_flight_to_a_stream_deleted_since_is_redone_under_the_current_configuration() -> None:
@@ -698,6 +702,27 @@ def test_a_window_from_a_version_before_typed_ids_still_catches_a_producer_retry
     world.clock.advance(MINUTE)
     world.worker().process([_int_event(world, 2, 7), _int_event(world, 3, 8)])
     assert Counter(json.loads(d)["eventId"] for d in world.streams.data("target")) == Counter({7: 1, 8: 1})
+
+
+@pytest.mark.parametrize("setup", [{"deadLetterStreamName": "dlq"}, {"dedupKey": "partitionKey"}])
+def test_a_chunk_in_flight_from_a_version_that_counted_utf16_units_is_redone_as_it_recorded_it(
+    setup: dict[str, str],
+) -> None:
+    """An upgrade with a chunk in flight that did not land: the earlier copier found a key of 200 emoji too long
+    (so dead-lettered it, or, with the key as the ID, found no ID); the new one redoes the chunk recognising the
+    record by the identity the batch recorded (its settings say UTF-16): sent once, not taken for landed."""
+    world = World(cfg=config(**setup))
+    old = world.worker()
+    settings = old.session.settings
+    old.session.settings = lambda: replace(settings(), key_count=UTF16_UNITS)  # type: ignore[method-assign]
+    record = SourceRecord(Position(1), "\U0001f600" * 200, json.dumps({"eventId": "e"}).encode(), world.clock.now_ms())
+    world.streams.fault = lambda s, e: ([False] * len(e), SimulatedCrash("mid put"))
+    with pytest.raises(SimulatedCrash):
+        old.process([record])
+    world.streams.fault = lambda s, e: ([True] * len(e), None)
+    world.clock.advance(60_000)
+    world.worker().process([record])
+    assert len(world.streams.data("target")) + len(world.streams.data("dlq")) == 1
 
 
 def test_a_fenced_writers_late_digest_batch_cannot_replace_a_verified_one() -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,15 +21,16 @@ from tests.support.fakes import config
 
 
 def test_the_daemon_command_has_the_kcl_classpath_jvm_options_and_the_file(tmp_path: Path) -> None:
-    """java, copier's own options, copier.jvmArgs then COPIER_JAVA_OPTS, every KCL jar and copier's launcher, its
-    main class and the properties file."""
+    """java, copier's own options, copier.jvmArgs then COPIER_JAVA_OPTS, the charset the daemon writes to its
+    processors in, every KCL jar and copier's launcher, its main class and the properties file."""
     cfg = replace(config(), executable_name="copier process", jvm_args=("-Daws.cborEnabled=false",))
     command = daemon_command(cfg, str(tmp_path / "p.properties"), {"COPIER_JAVA_OPTS": "-Xmx512m -Dx=y"}, "java")
     assert command[:2] == ["java", "-Dcopier.daemonLogLevel=WARN"]
-    assert command[2:7] == [
+    assert command[2:8] == [
         "-Daws.cborEnabled=false",
         "-Xmx512m",
         "-Dx=y",
+        "-Dfile.encoding=UTF-8",
         f"-D{DISPATCH_PROPERTY}=200",
         f"-D{EMPTY_TABLE_WAIT_PROPERTY}=3000",
     ]
@@ -34,6 +38,26 @@ def test_the_daemon_command_has_the_kcl_classpath_jvm_options_and_the_file(tmp_p
     assert classpath == [*(str(p) for p in jars()), str(LAUNCHER_JAR)] and len(classpath) > 50
     assert command[command.index(LAUNCHER_CLASS) + 1 :][:2] == ["--properties-file", str(tmp_path / "p.properties")]
     assert Path(command[-1]).name == "logback.xml" and Path(command[-1]).is_file()
+
+
+def test_the_daemon_writes_to_its_processors_in_utf8_whatever_the_hosts_locale() -> None:
+    """The daemon writes each record's partition key to its processor in the JVM's default charset: on Java 17
+    under a C or unset locale that is ASCII, and every other character became "?" (measured: "é" and an emoji
+    both), so two keys became one, and two events one under dedupKey = partitionKey. The JVM copier run starts
+    writes UTF-8 whatever LANG says."""
+    java = shutil.which("java")
+    assert java, "Java 17 is on every machine make test runs on"
+    cfg = replace(config(jvmClassArchive="none"), executable_name="copier process")
+    command = daemon_command(cfg, "p.properties", {"COPIER_JAVA_OPTS": "-Dfile.encoding=ISO-8859-1"}, java)
+    options = command[1 : command.index("-cp")]
+    shown = subprocess.run(
+        [java, *options, "-XshowSettings:properties", "-version"],
+        env={"PATH": os.environ["PATH"], "LANG": "C"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "file.encoding = UTF-8" in shown.stderr
 
 
 def test_a_file_without_executable_name_is_rejected() -> None:
@@ -80,6 +104,14 @@ def test_status_lists_every_shard_with_owner_lag_and_counters() -> None:
     text = render(table)
     assert text.splitlines()[0].split()[:3] == ["shard", "state", "owner"]
     assert text.splitlines()[-1] == "2 shards; forwarded 10, duplicates dropped 2, replays dropped 1"
+
+
+def test_status_shows_a_window_whose_arrivals_no_date_holds() -> None:
+    """Arrivals are what the daemon passes on, a Java long: a window reaching the largest long printed as a
+    date raised, and copier status failed for every shard. It shows the number."""
+    state = ShardState(epoch=1, owner="o", window_ids=1, window_oldest_ms=2**63 - 1, window_newest_ms=2**63 - 1)
+    (row,) = rows([{"ShardId": "shardId-0", "SequenceNumberRange": {}}], {"shardId-0": state}, 1_700_000_000_000)
+    assert row.window == f"1 IDs since {2**63 - 1} ms (0m00s)"
 
 
 def test_status_shows_a_batch_a_gone_owner_left_in_flight_and_a_cut_window() -> None:

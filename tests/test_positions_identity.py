@@ -1,4 +1,4 @@
-"""Positions compare as numbers; event IDs are extracted without ever raising."""
+"""Positions compare as numbers; event IDs are extracted, and keys measured, without ever raising."""
 
 from __future__ import annotations
 
@@ -10,7 +10,15 @@ from hypothesis import strategies as st
 
 from copier.core.config import DedupKey
 from copier.core.identity import EventId, Unkeyed, content_digest, extract_event_id, id_digest, identity_of
+from copier.core.limits import CODE_POINTS, UTF16_UNITS, key_length, key_problem, record_size
+from copier.core.plan import PlanSettings
 from copier.core.positions import Position
+from copier.core.shardmap import hash_key
+from tests.support.fakes import SHARD, config
+from tests.support.records import kinesis_takes
+
+EMOJI = "\U0001f600"
+
 
 seqs = st.integers(min_value=0, max_value=10**60)
 
@@ -107,3 +115,35 @@ def test_the_fast_json_parse_rejects_what_is_not_one_json_value() -> None:
     for bad in (b'{"a": 1} x', b"{} {}", b"", b"   ", b"\xff"):
         with pytest.raises((ValueError, UnicodeDecodeError)):
             parse_json(bad)
+
+
+# -- partition keys: counted in code points; a lone surrogate is refused, never raised on -------------------------
+
+
+@given(st.text(st.characters(exclude_categories=[]), max_size=300), st.binary(max_size=20))
+def test_sizes_digests_and_hash_keys_are_defined_for_every_key(key: str, data: bytes) -> None:
+    """Whatever the key: its size (its UTF-8 bytes, a lone surrogate as three), its content digest, its hash key
+    and its problem are computed, never raised; Kinesis' rule, written apart, agrees with the problem found."""
+    assert record_size(key, data) == len(data) + len(key.encode("utf-8", "surrogatepass"))
+    assert 0 <= content_digest(key, data) < 2**80
+    assert 0 <= hash_key(key) < 2**128
+    assert (key_problem(key) is None) == kinesis_takes(key)
+
+
+def test_a_partition_key_is_counted_in_code_points_and_an_old_batch_in_utf16_units() -> None:
+    """Kinesis counts code points (copier.core.limits); a digest batch planned when copier counted UTF-16 code
+    units says nothing of the count ("kc" absent) and is redone under it, so it recognises what it recorded."""
+    assert key_length(EMOJI * 200) == 200 and key_problem(EMOJI * 256) is None
+    assert key_problem(EMOJI * 257) == "partition key has 257 characters, over Kinesis' 256"
+    assert key_problem(EMOJI * 200, UTF16_UNITS) == "partition key has 400 characters, over Kinesis' 256"
+    recorded = json.dumps({"k": "json:eventId", "u": "forward", "d": None, "t": "target", "m": 1, "dm": 1, "i": 1})
+    assert PlanSettings.decode(recorded, "staging", SHARD).key_count == UTF16_UNITS
+    fresh = PlanSettings(config().dedup_key, "forward", None, "staging", SHARD)
+    assert PlanSettings.decode(fresh.encode(), "staging", SHARD).key_count == CODE_POINTS
+
+
+def test_with_the_partition_key_as_the_id_a_lone_surrogate_is_no_id() -> None:
+    """dedupKey = partitionKey: a key with a lone surrogate goes out under a replacement key, so it is no ID."""
+    key = config(dedupKey="partitionKey").dedup_key
+    assert extract_event_id(key, "k\ud800", b"") != EventId("k\ud800")
+    assert extract_event_id(key, EMOJI * 200, b"") == EventId(EMOJI * 200)

@@ -7,6 +7,7 @@ it holds every expected event exactly once and nothing else.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import threading
 import time
@@ -16,9 +17,12 @@ from typing import Any
 
 import pytest
 
-from copier.local.multilang import Rec, event
+from copier.core import kpl
+from copier.core.plan import replacement_key
+from copier.local.multilang import Processor, Rec, event
 from tests.conftest import Pipeline
 from tests.support.backend import read_stream
+from tests.support.records import check_outcome
 
 pytestmark = pytest.mark.protocol
 
@@ -391,3 +395,83 @@ def test_a_processor_whose_daemon_goes_away_gives_its_lease_up(pipeline: Pipelin
     assert not second.events("waiting_for_lease"), "no lease left to sleep out"
     second.process([event(2, "b"), event(3, "c")])
     assert target_ids(pipeline) == exactly_once(["a", "b", "c"])
+
+
+# -- no record's key, bytes or arrival ends the process ----------------------------------------------------------
+
+EMOJI = "\U0001f600"
+
+
+def _hostile_records() -> list[Rec]:
+    """One delivery of what records can hold: keys with a lone surrogate, empty, of 256 and 257 code points and
+    of 400 UTF-16 units, a NUL; bytes that are not UTF-8 or not JSON, JSON that is not an object, event IDs of
+    every JSON type; the user records of an aggregate whose keys were written as bytes that are not UTF-8 (as the
+    daemon de-aggregates them); arrival times 0, negative, the largest long and none."""
+    ids: list[object] = ["s1", 7, -(2**70), 1.5, None, True, [1], {"a": 1}, "\ud800x", ""]
+    records = [
+        Rec(1, b"not json", "k\ud800", 0, 0),
+        Rec(2, b'{"eventId": "lone"}', "\udc00", 0, -1),
+        Rec(3, b'{"eventId": "emoji 200"}', EMOJI * 200, 0, 2**63 - 1),
+        Rec(4, b'{"eventId": "emoji 257"}', EMOJI * 257, 0, -(2**63)),
+        Rec(5, b"\xff\xfe\x00", "", 0, None),
+        Rec(6, b"[1, 2]", "\xe9" * 256, 0, 1_700_000_000_000),
+        Rec(7, b'"text"', "x" * 257, 0, 1_700_000_000_000),
+        Rec(8, b"", "a\x00b", 0, 1_700_000_000_000),
+    ]
+    records += [Rec(10 + i, json.dumps({"eventId": v}).encode(), f"id{i}", 0) for i, v in enumerate(ids)]
+    parts = [kpl._delimited(1, k) for k in (b"k\xff", b"k\xed\xa0\x80", "\xe9".encode() * 256)]
+    for i in range(3):
+        parts.append(
+            kpl._delimited(3, b"\x08" + bytes([i]) + kpl._delimited(3, json.dumps({"eventId": f"u{i}"}).encode()))
+        )
+    message = b"".join(parts)
+    view = kpl.as_daemon_delivers(kpl.MAGIC + message + hashlib.md5(message).digest(), "outer", (0, 2**128 - 1))
+    assert view.aggregated and len(view.records) == 3
+    records += [Rec(30, data, key, i) for i, (key, data) in enumerate(view.records)]
+    return records
+
+
+@pytest.mark.parametrize("dead_letter", [False, True], ids=["replacement keys", "dead-letter stream"])
+def test_no_record_ends_copier_process_and_each_is_forwarded_or_dead_lettered_once(
+    pipeline: Pipeline, processors: Any, dead_letter: bool
+) -> None:
+    """The records of ``_hostile_records`` over the pipes (the JSON escapes a lone surrogate as the daemon would
+    if it did not write it as "?"): the process acknowledges the delivery and stays up, and every record is in the
+    target (a key Kinesis takes as it is, any other under the replacement key) or the dead-letter stream, once.
+    Before, the first record's key ended the process with exit status 3, on every delivery."""
+    if dead_letter:
+        pipeline.kinesis.create_stream(StreamName=pipeline.target + "-dlq", ShardCount=1)
+        pipeline.write_properties(deadLetterStreamName=pipeline.target + "-dlq", unkeyedPolicy="deadletter")
+    records = _hostile_records()
+    proc = processors(pipeline)
+    proc.initialize(SHARD)
+    proc.process_json(
+        json.dumps({"action": "processRecords", "records": [r.to_json() for r in records], "millisBehindLatest": 0})
+    )
+    assert proc.proc.poll() is None
+    target = [(r["PartitionKey"], bytes(r["Data"])) for r in read_stream(pipeline.kinesis, pipeline.target)]
+    letters = [bytes(r["Data"]) for r in read_stream(pipeline.kinesis, pipeline.target + "-dlq")] if dead_letter else []
+    check_outcome(records, target, letters)
+    assert proc.close() == 0
+
+
+def test_the_daemons_utf8_is_read_as_utf8_whatever_the_processors_locale(pipeline: Pipeline, processors: Any) -> None:
+    """A processor whose locale decodes stdin as Latin-1 (``PYTHONIOENCODING`` stands for such a locale) read the
+    key "é" as "Ã©" and forwarded it under that key: it reads UTF-8, what the daemon writes. And a byte that is
+    not UTF-8 in a key (a daemon writing another charset) is a key Kinesis would refuse, forwarded under the
+    replacement key, not an error that ends the process."""
+    proc = Processor(pipeline.properties, "latin-1 locale", env={"PYTHONIOENCODING": "latin-1"})
+    try:
+        proc.initialize(SHARD)
+        records = [Rec(1, b'{"eventId": "e"}', "\xe9", 0), Rec(2, b'{"eventId": "k"}', "k", 0)]
+        line = json.dumps(
+            {"action": "processRecords", "records": [r.to_json() for r in records], "millisBehindLatest": 0},
+            ensure_ascii=False,
+        )
+        proc.process_bytes(line.encode("utf-8").replace(b'"k"', b'"k\xff"', 1))
+        target = {bytes(r["Data"]): r["PartitionKey"] for r in read_stream(pipeline.kinesis, pipeline.target)}
+        assert target[b'{"eventId": "e"}'] == "\xe9"
+        assert target[b'{"eventId": "k"}'] == replacement_key("k\udcff")
+        assert proc.close() == 0
+    finally:
+        proc.kill()

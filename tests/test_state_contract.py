@@ -236,6 +236,17 @@ def test_a_digest_batch_round_trips_every_field(store: StateStore) -> None:
     assert len(full.target_digests()) == 503 and full.target_digests()[:500] == unpack_digests(full.keyed)
 
 
+def test_a_digest_batch_of_arrivals_at_the_edges_of_a_long_is_written(store: StateStore) -> None:
+    """A batch's expiry follows its newest staging arrival, which the daemon passes on as a Java long: at the
+    largest long the expiry is past any datetime, and the write raised (the processor exited on every delivery).
+    It is written, with an expiry far off (never, in practice), and its arrivals as they were."""
+    huge = batch(1, arrival_min_ms=-(2**63), arrival_max_ms=2**63 - 1, expires_ms=2**63 - 1 + 3_600_000)
+    store.put_batch(KEY, huge)
+    stored = store.get_batch(KEY, 1)
+    assert stored is not None and (stored.arrival_min_ms, stored.arrival_max_ms) == (-(2**63), 2**63 - 1)
+    assert stored.expires_ms > 5_000 * 365 * 86_400_000  # past the year 6900
+
+
 def test_a_lower_epoch_cannot_overwrite_a_digest_batch(store: StateStore) -> None:
     """A zombie's late write of an index a newer owner recorded fails; the same or a newer epoch may overwrite."""
     store.put_batch(KEY, batch(1, epoch=2, keyed=digests(1, seed=2)))

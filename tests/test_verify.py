@@ -22,6 +22,7 @@ from copier.commands.verify import (
     VerifyResult,
     dead_letter_event_id,
     lineage_order,
+    read_envelope,
     read_manifest,
     render_text,
 )
@@ -267,6 +268,23 @@ def test_text_report_format() -> None:
         "  dead-lettered (1, delivered there): c\n"
         "verify: FAILED (lost 2)"
     )
+
+
+def test_a_lone_surrogate_in_an_event_id_or_a_key_prints_as_its_escape() -> None:
+    """JSON can carry an event ID "\\ud800x", which has no UTF-8 form: the text report printed it as is and the
+    print failed (UnicodeEncodeError) after the whole audit had run. It shows the escape instead."""
+    report = audit(["\ud800x"], [TargetRecord(None, "k\udc00", "s", "9")], examples=5)
+    text = render_text(VerifyResult(report, "manifest", 1, 0, "t", None))
+    text.encode("utf-8")
+    assert "lost: \\ud800x" in text and "partition key k\\udc00" in text
+
+
+def test_an_envelope_nested_too_deep_to_read_is_no_envelope() -> None:
+    """A dead-letter record of JSON nested past Python's recursion limit is judged, not an error that ends the
+    audit."""
+    deep = b"[" * 100_000 + b"]" * 100_000
+    letter = read_envelope(DedupKey("json", ("eventId",)), "s", {"SequenceNumber": "1", "Data": deep})
+    assert letter.problem is not None and "not JSON" in letter.problem
 
 
 # -- against the local backend, through a process, as an operator runs it ---------------------------

@@ -132,10 +132,23 @@ def batch_fields(b: DigestBatch, ttl_hours: int) -> dict[str, Any]:
         "redo_ids": b.redo_ids or None,
         "batch_redo_settings": b.redo_settings or None,
         "clock_bound_ms": b.clock_bound_ms,
-        TTL_FIELD: datetime.fromtimestamp(b.expires_ms / 1000, UTC)
-        if b.expires_ms
-        else datetime.fromtimestamp(b.started_ms / 1000, UTC) + timedelta(hours=ttl_hours),
+        TTL_FIELD: _expiry(b.expires_ms) if b.expires_ms else _expiry(b.started_ms) + timedelta(hours=ttl_hours),
     }
+
+
+#: The latest expiry a TTL attribute holds here (a datetime, as PynamoDB's ``TTLAttribute`` takes it).
+_LATEST_EXPIRY = datetime(9000, 1, 1, tzinfo=UTC)
+
+
+def _expiry(ms: int) -> datetime:
+    """An expiry in epoch milliseconds as a TTL datetime, at most ``_LATEST_EXPIRY``. A digest batch expires
+    after its newest staging arrival (``copier.shard.pipeline``), and an arrival is a number the daemon passes
+    on as a Java long: one far past a datetime's year 9999 must not fail the batch's write (the processor would
+    exit on every delivery, as ``tests/test_protocol.py`` found with the largest long). Such a batch never
+    expires."""
+    if ms >= _LATEST_EXPIRY.timestamp() * 1000:
+        return _LATEST_EXPIRY
+    return datetime.fromtimestamp(max(ms, 0) / 1000, UTC)
 
 
 def batch_from_fields(f: Mapping[str, Any]) -> DigestBatch:

@@ -8,6 +8,7 @@ fault in the record processor.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 from collections.abc import Sequence
@@ -266,6 +267,11 @@ def cmd_process(args: argparse.Namespace) -> int:
 
     processor = CopierRecordProcessor(make_worker, config.checkpoint_interval_millis)
     tune_gc()
+    if isinstance(sys.stdin, io.TextIOWrapper):
+        # The daemon writes UTF-8 (copier run starts it with -Dfile.encoding=UTF-8): read UTF-8 whatever this
+        # host's locale, and a byte that is not UTF-8 as a lone surrogate in its key (refused per record,
+        # copier.core.limits), never an error that would end the process and every shard on the host.
+        sys.stdin.reconfigure(encoding="utf-8", errors="surrogateescape")
     kcl_process(processor, sys.stdin, protocol_out, sys.stderr).run()
     processor.input_closed()
     return 0

@@ -69,7 +69,10 @@ def _window(state: ShardState) -> str:
     """How far back the dedup guarantee reaches: '<ids> IDs since <time> (<span>)'."""
     if not state.window_newest_ms:
         return "-"
-    since = datetime.fromtimestamp(state.window_oldest_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        since = datetime.fromtimestamp(state.window_oldest_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (ValueError, OverflowError, OSError):  # an arrival no datetime holds (a Java long can)
+        since = f"{state.window_oldest_ms} ms"
     cut = ", cut short" if state.window_cut else ""
     return f"{state.window_ids} IDs since {since} ({_span(state.window_newest_ms - state.window_oldest_ms)}{cut})"
 

@@ -62,6 +62,7 @@ from copier.core.config import Config, load_config
 from copier.core.errors import CopierError
 from copier.core.identity import EventValue
 from copier.core.kpl import as_daemon_delivers
+from copier.core.limits import record_size
 from copier.core.positions import Position
 from copier.core.state import shard_key
 from copier.core.verifyreport import VerifyResult, render_json, render_text
@@ -152,7 +153,7 @@ def read_staging(config: Config, reader: StreamReader) -> list[StagedRecord]:
                 pk,
                 sha256_hex(data),
                 (shard_id, seq, n if view.aggregated else 0),
-                size=len(data) + len(pk.encode("utf-8")),
+                size=record_size(pk, data),
             )
             for n, (pk, data) in enumerate(view.written)
         ]

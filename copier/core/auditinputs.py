@@ -82,7 +82,7 @@ def read_envelope(key: DedupKey, shard_id: str, record: KinesisRecord) -> DeadLe
     where = {"shard_id": shard_id, "sequence_number": record["SequenceNumber"], "arrival_ms": arrival_ms(record)}
     try:
         body = json.loads(bytes(record["Data"]))
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return DeadLetter(**where, problem="not a dead-letter envelope (not JSON)")
     if not isinstance(body, dict):
         return DeadLetter(**where, problem="not a dead-letter envelope (not a JSON object)")

@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 
 from copier.core.audittypes import DeadLetter, Position, Produced
-from copier.core.identity import key_length
-from copier.core.limits import MAX_PARTITION_KEY_CHARS
+from copier.core.limits import UTF16_UNITS
+from copier.core.limits import key_problem as refused_key
 
 __all__ = ["check_dead_letter", "key_problem"]
 
@@ -29,10 +29,12 @@ _REASONS = {  # reason kind -> what the envelope's reason says (copier.core.plan
 
 
 def key_problem(partition_key: str) -> str | None:
-    """Why Kinesis refuses a partition key (empty, over 256 characters), or None."""
-    if not partition_key:
-        return "empty"
-    return "too long" if key_length(partition_key) > MAX_PARTITION_KEY_CHARS else None
+    """Why a copier may have refused a partition key (empty, a lone surrogate, over 256 characters), or None.
+
+    Counted in UTF-16 code units, the larger count: copier counted so before it counted code points
+    (``copier.core.limits``), so an envelope either version wrote for a key checks out.
+    """
+    return refused_key(partition_key, UTF16_UNITS)
 
 
 def _reason_kind(reason: str) -> str | None:

@@ -34,7 +34,7 @@ import json.scanner
 from dataclasses import dataclass
 
 from copier.core.config import DedupKey
-from copier.core.limits import MAX_PARTITION_KEY_CHARS
+from copier.core.limits import CODE_POINTS, KeyCount, key_bytes, key_problem
 
 __all__ = [
     "DIGEST_BITS",
@@ -46,7 +46,6 @@ __all__ = [
     "extract_event_id",
     "id_digest",
     "identity_of",
-    "key_length",
     "parse_json",
 ]
 
@@ -97,29 +96,20 @@ def parse_json(data: bytes) -> object:
     return value
 
 
-def key_length(partition_key: str) -> int:
-    """A partition key's length as Kinesis may count it: UTF-16 code units (Java's ``String.length()``), which
-    is the larger count for keys outside the Basic Multilingual Plane; a key within 256 of them is valid
-    whichever way Kinesis counts."""
-    if partition_key.isascii():
-        return len(partition_key)
-    return len(partition_key.encode("utf-16-le", "surrogatepass")) // 2
-
-
-def extract_event_id(key: DedupKey, partition_key: str, data: bytes) -> EventId | Unkeyed:
+def extract_event_id(
+    key: DedupKey, partition_key: str, data: bytes, count: KeyCount = CODE_POINTS
+) -> EventId | Unkeyed:
     """Find the event ID where ``key`` says; never raises on bad input.
 
-    With the partition key as the ID, a key Kinesis would refuse (empty, or
-    over 256 characters: a non-KPL aggregate can carry one) is no ID: such
-    a record goes out under a replacement key, and the target could not give
-    its ID back.
+    With the partition key as the ID, a key Kinesis would refuse (empty, a
+    lone surrogate, or over 256 characters counted in ``count``: an
+    aggregate's user record can carry one; ``copier.core.limits``) is no ID:
+    such a record goes out under a replacement key, and the target could not
+    give its ID back.
     """
     if key.kind == "partitionKey":
-        if not partition_key:
-            return Unkeyed("empty partition key")
-        if key_length(partition_key) > MAX_PARTITION_KEY_CHARS:
-            return Unkeyed("partition key longer than 256 characters")
-        return EventId(partition_key)
+        problem = key_problem(partition_key, count)
+        return EventId(partition_key) if problem is None else Unkeyed(problem)
     try:
         node: object = parse_json(data)
     except (ValueError, UnicodeDecodeError, RecursionError):
@@ -152,21 +142,25 @@ def id_digest(event_id: EventValue, typed: bool = True) -> int:
 
 
 def content_digest(partition_key: str, data: bytes) -> int:
-    """The identity of a record with no event ID: its partition key and bytes."""
+    """The identity of a record with no event ID: its partition key and bytes. Defined for every key, one
+    with a lone surrogate too (its bytes keep it: ``copier.core.limits.key_bytes``), so a record read back
+    from any stream has one."""
     h = hashlib.blake2b(digest_size=DIGEST_SIZE, person=b"copier-content")
     h.update(len(partition_key).to_bytes(4, "big"))
-    h.update(partition_key.encode("utf-8"))
+    h.update(key_bytes(partition_key))
     h.update(data)
     return int.from_bytes(h.digest(), "little")
 
 
-def identity_of(key: DedupKey, partition_key: str, data: bytes, typed: bool = True) -> int:
+def identity_of(
+    key: DedupKey, partition_key: str, data: bytes, typed: bool = True, count: KeyCount = CODE_POINTS
+) -> int:
     """How a record is recognised in the target stream: ID digest, else content digest.
 
     The target holds the very bytes copier forwarded, so applying this to a
     target record gives the digest that was recorded for it in the intent.
     """
-    found = extract_event_id(key, partition_key, data)
+    found = extract_event_id(key, partition_key, data, count)
     if isinstance(found, EventId):
         return id_digest(found.value, typed)
     return content_digest(partition_key, data)

@@ -1,8 +1,42 @@
-"""Kinesis and DynamoDB service limits that copier plans around, and copier's own bounds."""
+"""Kinesis and DynamoDB service limits that copier plans around, and copier's own bounds.
+
+Partition keys (docs/protocol.md, "Partition keys"): Kinesis takes a key of
+1 to 256 *characters*, and a character here is a Unicode code point (a
+scalar value), not a UTF-16 code unit. The evidence: the API reference calls
+keys "Unicode strings with a maximum length limit of 256 characters" and its
+model gives the limit as a length constraint (min 1, max 256), which the
+Smithy specification, the language AWS models are written in, defines for a
+string as its number of Unicode scalar values; AWS's own Smithy server
+framework (smithy-typescript's ``LengthValidator``) counts code points. The
+UTF-16 counts found elsewhere are each tool's own string length (the KPL's
+Java check ``partitionKey.length()``, kinesis-mock in Scala, kinesalite in
+JavaScript), and moto counts code points. Not measured against AWS (no
+account where this was written); docs/protocol.md's assumptions table says
+what breaks if the service counts UTF-16 units. A key that staging accepted
+passed the same rule the target applies, and is forwarded as it is.
+
+A key with a lone surrogate (U+D800 to U+DFFF standing alone) is not a
+Unicode string at all: it has no UTF-8 form, which is what Kinesis hashes
+(the MD5 of the key's UTF-8 bytes picks the shard) and counts against the
+record size. Such a key never comes from Kinesis through the stock daemon
+(measured: the MultiLangDaemon writes one to its child as ``?``), only from
+a daemon that escapes it (``\\ud800`` in JSON is grammatical) or from bytes
+that were not UTF-8; sent on, it would be refused with the whole PutRecords
+or routed by a hash copier cannot know. So it is refused like an empty or a
+too long key: the record is dead-lettered, or forwarded under a replacement
+key (``copier.core.plan``). Nothing here raises on such a key: its bytes
+(:func:`key_bytes`) keep the surrogate (``surrogatepass``), so digests and
+sizes are defined for every string.
+"""
 
 from __future__ import annotations
 
+import re
+from typing import Literal
+
 __all__ = [
+    "CODE_POINTS",
+    "KeyCount",
     "MAX_CHUNK_EVENTS",
     "MAX_ITEM_BYTES",
     "MAX_PARTITION_KEY_CHARS",
@@ -10,6 +44,10 @@ __all__ = [
     "MAX_REQUEST_BYTES",
     "MAX_REQUEST_RECORDS",
     "MAX_STREAM_RECORD_BYTES",
+    "UTF16_UNITS",
+    "key_bytes",
+    "key_length",
+    "key_problem",
     "record_size",
 ]
 
@@ -19,10 +57,51 @@ MAX_STREAM_RECORD_BYTES = 10 * 1024 * 1024  # the most UpdateMaxRecordSize allow
 MAX_REQUEST_BYTES = 10 * 1024 * 1024  # a PutRecords request, every entry together
 MAX_PARTITION_KEY_CHARS = 256
 
+#: How a partition key's characters are counted: "code points" (Kinesis' count, see the module docstring),
+#: or "utf-16" code units, which copier used before and which digest batches planned then still name.
+KeyCount = Literal["code points", "utf-16"]
+CODE_POINTS: KeyCount = "code points"
+UTF16_UNITS: KeyCount = "utf-16"
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def key_bytes(partition_key: str) -> bytes:
+    """A key's UTF-8 bytes, a lone surrogate kept as its three bytes (``surrogatepass``): never raises, and a
+    valid key's bytes are its UTF-8."""
+    return partition_key.encode("utf-8", "surrogatepass")
+
+
+def key_length(partition_key: str, count: KeyCount = CODE_POINTS) -> int:
+    """A partition key's length in ``count``: code points (Kinesis), or UTF-16 code units (copier before)."""
+    if count == CODE_POINTS or partition_key.isascii():
+        return len(partition_key)
+    return len(partition_key.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def key_problem(partition_key: str, count: KeyCount = CODE_POINTS) -> str | None:
+    """Why Kinesis would refuse this partition key (empty, a lone surrogate, over 256 characters), or None.
+
+    The reasons' words are what dead-letter envelopes carry (and audits read): unchanged since copier
+    counted UTF-16 code units, so a digest batch planned then gets the same envelopes when redone.
+    """
+    if not partition_key:
+        return "partition key is empty"
+    if not partition_key.isascii():
+        lone = _SURROGATE.search(partition_key)
+        if lone is not None:
+            return f"partition key is not Unicode text: a lone surrogate U+{ord(lone.group()):04X} at {lone.start()}"
+    length = key_length(partition_key, count)
+    if length > MAX_PARTITION_KEY_CHARS:
+        return f"partition key has {length} characters, over Kinesis' {MAX_PARTITION_KEY_CHARS}"
+    return None
+
 
 def record_size(partition_key: str, data: bytes) -> int:
-    """Bytes a record counts against the limits: payload plus UTF-8 partition key."""
-    return len(data) + len(partition_key.encode("utf-8"))
+    """Bytes a record counts against the limits: payload plus UTF-8 partition key (:func:`key_bytes`)."""
+    if partition_key.isascii():
+        return len(data) + len(partition_key)
+    return len(data) + len(key_bytes(partition_key))
 
 
 # --- copier's own bounds (docs/protocol.md, "Limits") ---------------------------------------------

@@ -19,8 +19,9 @@ Rules, per record, in shard order:
    ID under that key is in the window): a duplicate, dropped;
 4. unkeyed: forwarded as is (``unkeyedPolicy = forward``) or wrapped into a
    dead-letter envelope with the reason (``deadletter``);
-5. a partition key Kinesis refuses (empty, or over 256 characters: a
-   non-KPL aggregate can carry one) or a record too large for the target:
+5. a partition key Kinesis refuses (empty, a lone surrogate, or over 256
+   code points: an aggregate's user record, which Kinesis never checked,
+   can carry one; ``copier.core.limits``) or a record too large for the target:
    dead-lettered when a dead-letter stream is configured; otherwise an
    invalid key is replaced by a stable one derived from it
    (:func:`replacement_key`, so a key's records stay together and in order)
@@ -45,8 +46,17 @@ from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 from copier.core.config import DedupKey, parse_dedup_key
-from copier.core.identity import EventId, EventValue, Unkeyed, content_digest, extract_event_id, id_digest, key_length
-from copier.core.limits import MAX_PARTITION_KEY_CHARS, MAX_RECORD_BYTES, record_size
+from copier.core.identity import EventId, EventValue, Unkeyed, content_digest, extract_event_id, id_digest
+from copier.core.limits import (
+    CODE_POINTS,
+    MAX_PARTITION_KEY_CHARS,
+    MAX_RECORD_BYTES,
+    UTF16_UNITS,
+    KeyCount,
+    key_bytes,
+    key_problem,
+    record_size,
+)
 from copier.core.positions import Position
 from copier.core.window import DedupWindow
 
@@ -109,6 +119,7 @@ class PlanSettings:
     max_record_bytes: int = MAX_RECORD_BYTES  # the target's record limit
     dead_letter_max_bytes: int = MAX_RECORD_BYTES
     typed_ids: bool = True  # False: recorded by a version that read the integer 7 as the string "7"
+    key_count: KeyCount = CODE_POINTS  # "utf-16": recorded by a version that counted keys in UTF-16 code units
 
     @property
     def dead_letter(self) -> bool:
@@ -125,6 +136,7 @@ class PlanSettings:
                 "m": self.max_record_bytes,
                 "dm": self.dead_letter_max_bytes,
                 "i": 1 if self.typed_ids else 0,
+                "kc": "cp" if self.key_count == CODE_POINTS else "u16",
             },
             separators=(",", ":"),
         )
@@ -147,6 +159,7 @@ class PlanSettings:
                 max_record_bytes=int(raw.get("m", MAX_RECORD_BYTES)),
                 dead_letter_max_bytes=int(raw.get("dm", MAX_RECORD_BYTES)),
                 typed_ids=raw.get("i") == 1,  # absent: written before IDs were typed
+                key_count=CODE_POINTS if raw.get("kc") == "cp" else UTF16_UNITS,  # absent: counted in UTF-16
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"not stored plan settings: {text!r}") from exc
@@ -224,18 +237,8 @@ class BatchPlan:
 
 def replacement_key(partition_key: str) -> str:
     """A valid partition key standing in for one Kinesis refuses: stable, so a key's records stay together."""
-    raw = partition_key.encode("utf-8", "surrogatepass")
+    raw = key_bytes(partition_key)
     return "copier-" + hashlib.blake2b(raw, digest_size=16, person=b"copier-pkey").hexdigest()
-
-
-def _key_problem(partition_key: str) -> str | None:
-    """Why Kinesis would refuse this partition key (1 to 256 characters), or None (see ``key_length``)."""
-    if not partition_key:
-        return "partition key is empty"
-    length = key_length(partition_key)
-    if length > MAX_PARTITION_KEY_CHARS:
-        return f"partition key has {length} characters, over Kinesis' {MAX_PARTITION_KEY_CHARS}"
-    return None
 
 
 def dead_letter_envelope(settings: PlanSettings, record: SourceRecord, reason: str) -> bytes:
@@ -256,8 +259,9 @@ def dead_letter_envelope(settings: PlanSettings, record: SourceRecord, reason: s
         "approximateArrivalTimestamp": record.arrival_ms,
         "data": base64.b64encode(record.data).decode("ascii"),
     }
-    encoded = json.dumps(body, separators=(",", ":")).encode()
-    key = record.partition_key if _key_problem(record.partition_key) is None else replacement_key(record.partition_key)
+    encoded = json.dumps(body, separators=(",", ":")).encode()  # ASCII: a lone surrogate is written \ud800
+    problem = key_problem(record.partition_key, settings.key_count)
+    key = record.partition_key if problem is None else replacement_key(record.partition_key)
     if record_size(key, encoded) > settings.dead_letter_max_bytes:
         body["data"] = None
         body["dataTruncated"] = True
@@ -305,6 +309,7 @@ def plan_batch(
     redo_last = redo.last if redo else None
     redo_settings = redo.settings if redo else None
     limit = settings.max_record_bytes
+    count = settings.key_count
     send = plan.send
     last = committed
     low = high = records[0].arrival_ms
@@ -322,7 +327,7 @@ def plan_batch(
             continue
         last = position
         partition_key, data = record.partition_key, record.data
-        found = extract_event_id(settings.dedup_key, partition_key, data)
+        found = extract_event_id(settings.dedup_key, partition_key, data, count)
         in_redo = redo_last is not None and position <= redo_last
         keyed = type(found) is EventId
         identity = id_digest(found.value, settings.typed_ids) if keyed else 0  # type: ignore[union-attr]
@@ -333,8 +338,10 @@ def plan_batch(
             plan.duplicates += 1
             continue
         # The common case inline; the rest (dead letters, odd keys, size) in becomes().
-        short_key = 0 < 2 * len(partition_key) <= MAX_PARTITION_KEY_CHARS  # valid however Kinesis counts
-        if keyed and short_key and len(data) + 4 * len(partition_key) <= limit:
+        valid_key = (partition_key.isascii() and 0 < len(partition_key) <= MAX_PARTITION_KEY_CHARS) or (
+            key_problem(partition_key, count) is None
+        )
+        if keyed and valid_key and len(data) + 4 * len(partition_key) <= limit:  # 4: the most UTF-8 a character
             out = Outgoing(position, "target", partition_key, data, identity, found.value, record.b64)  # type: ignore[union-attr]
         else:
             out = becomes(settings, record, found)
@@ -383,7 +390,7 @@ def _seen_under(keys: Sequence[tuple[DedupKey, bool]], partition_key: str, data:
 
 def _why(settings: PlanSettings, record: SourceRecord, found: EventId | Unkeyed) -> str:
     """Why a record goes out otherwise than as it came: the first reason that applies (see :func:`becomes`)."""
-    problem = _key_problem(record.partition_key)
+    problem = key_problem(record.partition_key, settings.key_count)
     if problem is not None:
         return problem
     size = record_size(record.partition_key, record.data)
@@ -403,9 +410,9 @@ def becomes(settings: PlanSettings, record: SourceRecord, found: EventId | Unkey
     an earlier owner gave a record.
     """
     if found is None:
-        found = extract_event_id(settings.dedup_key, record.partition_key, record.data)
+        found = extract_event_id(settings.dedup_key, record.partition_key, record.data, settings.key_count)
     event_id = found.value if isinstance(found, EventId) else None
-    problem = _key_problem(record.partition_key)
+    problem = key_problem(record.partition_key, settings.key_count)
     oversize = record_size(record.partition_key, record.data) > settings.max_record_bytes
     unwanted = event_id is None and settings.unkeyed_policy == "deadletter"
     if settings.dead_letter and (problem is not None or oversize or unwanted):

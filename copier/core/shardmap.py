@@ -28,8 +28,12 @@ _PREFIX = "shardId-"
 
 
 def hash_key(partition_key: str) -> int:
-    """The 128-bit hash key Kinesis routes a partition key by: MD5 of its UTF-8 bytes, big-endian."""
-    return int.from_bytes(hashlib.md5(partition_key.encode("utf-8")).digest(), "big")
+    """The 128-bit hash key Kinesis routes a partition key by: MD5 of its UTF-8 bytes, big-endian.
+
+    A lone surrogate, which has no UTF-8 form, counts as ``?``, as Java's ``String.getBytes(UTF_8)`` (the
+    KCL's ``AggregatorUtil``) encodes it: never raises (copier sends no such key; ``copier.core.limits``).
+    """
+    return int.from_bytes(hashlib.md5(partition_key.encode("utf-8", "replace")).digest(), "big")
 
 
 def shard_number(shard_id: str) -> int:

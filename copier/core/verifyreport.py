@@ -154,7 +154,9 @@ def render_text(result: VerifyResult) -> str:
             if n
         ]
         lines.append(f"verify: FAILED ({', '.join(problems)})")
-    return "\n".join(lines)
+    # Event IDs and keys are shown as they are, but a lone surrogate (JSON can carry one) has no UTF-8 form and
+    # would make printing the report fail: it is shown as its escape, \ud800.
+    return "\n".join(lines).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def render_json(result: VerifyResult) -> str:

@@ -62,6 +62,11 @@ def daemon_command(config: Config, properties: str, env: Mapping[str, str], java
         *archive,  # the KCL's classes mapped, not loaded (copier.kcl.classarchive)
         *config.jvm_args,
         *shlex.split(env.get("COPIER_JAVA_OPTS", "")),
+        # The daemon writes each record's partition key to its processors in the JVM's default charset:
+        # ASCII on Java 17 under a C or unset locale, every other character a "?" (measured), so two keys
+        # became one. UTF-8 whatever the host's locale (what copier process reads); after the operator's
+        # options, so none of them can take it back (the JVM keeps the last -D of a name).
+        "-Dfile.encoding=UTF-8",
         # last, so that the validated keys are what the launcher reads (the JVM keeps the last -D of a name)
         *(
             [

@@ -43,7 +43,14 @@ _TRANSIENT = ("ThrottlingException", "KinesisClientLibDependencyException")
 
 def _records(raw: list[dict[str, Any]]) -> list[SourceRecord]:
     """The daemon's records (as :class:`FastIO` leaves them: JSON objects) as copier's: numeric positions,
-    decoded data, and the base64 kept to send on unchanged."""
+    decoded data, and the base64 kept to send on unchanged.
+
+    What a record's content can put here never raises: the key is any string (a lone surrogate too, which
+    ``copier.core.limits`` refuses per record), the data any bytes (base64 of them), the arrival any number
+    the daemon's ``Long`` holds, or none. A ProtocolError (the process exits) is left for what the daemon
+    itself never sends: a record without a key, data or sequence number, a key that is not a string, data
+    that is not base64, a position that is not a number.
+    """
     out = []
     decode = binascii.a2b_base64
     for r in raw:
@@ -51,9 +58,11 @@ def _records(raw: list[dict[str, Any]]) -> list[SourceRecord]:
             position = Position(int(r["sequenceNumber"]), int(r.get("subSequenceNumber") or 0))
             if position.seq < 0 or position.subseq < 0:
                 raise ValueError(f"negative position {position}")
-            text = r["data"]
+            key, text = r["partitionKey"], r["data"]
+            if not isinstance(key, str) or not isinstance(text, str):
+                raise TypeError(f"partitionKey {type(key).__name__}, data {type(text).__name__}")
             arrival = int(r.get("approximateArrivalTimestamp") or 0)
-            out.append(SourceRecord(position, r["partitionKey"], decode(text, strict_mode=True), arrival, text))
+            out.append(SourceRecord(position, key, decode(text, strict_mode=True), arrival, text))
         except (ValueError, KeyError, binascii.Error, TypeError) as exc:
             raise ProtocolError(f"record from the daemon is malformed: {exc!r}") from exc
     return out

@@ -14,6 +14,7 @@ the same protocol costs.
 from __future__ import annotations
 
 import base64
+import io
 import json
 import os
 import queue
@@ -40,7 +41,7 @@ class Rec:
     data: bytes
     partition_key: str = "pk"
     subseq: int = 0
-    arrival_ms: int = 1_700_000_000_000
+    arrival_ms: int | None = 1_700_000_000_000  # None: a record the daemon has no arrival time for
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -87,12 +88,13 @@ class Processor:
     properties: Path
     name: str = "processor"
     command: list[str] | None = None
+    env: dict[str, str] = field(default_factory=dict)  # set in the child's environment besides this one's
     proc: subprocess.Popen[str] = field(init=False)
     checkpoints: list[tuple[str | None, int | None]] = field(default_factory=list)
     stderr_lines: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        env = {**os.environ, **DUMMY_ENV}
+        env = {**os.environ, **DUMMY_ENV, **self.env}
         self.proc = subprocess.Popen(
             self.command or [COPIER, "process", "--properties", str(self.properties)],
             stdin=subprocess.PIPE,
@@ -211,17 +213,23 @@ class Processor:
 
     def process_json(self, message: str, timeout: float = 600) -> None:
         """A processRecords action already encoded (the benchmarks encode theirs before timing)."""
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(message + "\n")
-        self.proc.stdin.flush()
-        status = self.next_status(timeout)
-        if status != "processRecords":
-            raise ProtocolViolation(f"{self.name}: {status} while waiting for processRecords")
+        self.process_bytes(message.encode("utf-8"), timeout)
 
     def cpu_seconds(self) -> float:
         """The child's own user + system CPU time so far (from /proc: its ticks, 10 ms on Linux)."""
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def process_bytes(self, line: bytes, timeout: float = 600) -> None:
+        """A processRecords action as the very bytes the daemon writes (UTF-8, or its JVM's charset if not)."""
+        stdin = self.proc.stdin
+        assert isinstance(stdin, io.TextIOWrapper)
+        stdin.flush()
+        stdin.buffer.write(line + b"\n")
+        stdin.buffer.flush()
+        status = self.next_status(timeout)
+        if status != "processRecords":
+            raise ProtocolViolation(f"{self.name}: {status} while waiting for processRecords")
 
     def send_process(self, records: list[Rec]) -> None:
         """Send a batch without waiting (to kill the child while it works on it)."""

@@ -72,7 +72,7 @@ class InFlight:
                     shards,
                     since,
                     until,
-                    lambda pk, data: identity_of(key, pk, data, settings.typed_ids),
+                    lambda pk, data: identity_of(key, pk, data, settings.typed_ids, settings.key_count),
                     s.keep_lease,
                 ),
             )

@@ -44,9 +44,9 @@ class InMemoryStreams(ShardLayout):
     * Retention: records older than ``retention_ms[stream]`` (default 24 h) can no longer be read.
     * Reads page: ``read_page`` records a GetRecords page (0: one page a shard), each page advancing
       the clock by ``page_ms`` and calling ``on_read_page`` (a test's hook: a rival takes over mid-read).
-    * Validation as Kinesis does it: a request with a partition key that is empty or longer than 256
-      characters, or with a record larger than the stream's ``max_record_bytes``, is refused whole
-      (``ValidationException``).
+    * Validation as Kinesis does it: a request with a partition key that is empty, longer than 256
+      code points or not Unicode text (a lone surrogate), or with a record larger than the stream's
+      ``max_record_bytes``, is refused whole (``ValidationException``, ``SerializationException``).
     * ``fault(stream, entries)`` returns which entries land and an optional exception to raise after
       landing them: per-entry throttling (entries that do not land get
       ``ProvisionedThroughputExceededException``), an ambiguous put (``AmbiguousPutError`` after a
@@ -140,8 +140,10 @@ class InMemoryStreams(ShardLayout):
     def _validate(self, stream: str, pairs: list[tuple[str, bytes]]) -> None:
         limit = self.max_record_bytes.get(stream, MAX_RECORD_BYTES)
         for pk, data in pairs:
-            if not 1 <= len(pk) <= MAX_PARTITION_KEY_CHARS:
+            if not 1 <= len(pk) <= MAX_PARTITION_KEY_CHARS:  # code points, as Kinesis counts (copier.core.limits)
                 raise FatalAwsError("PutRecords", "ValidationException", f"partition key of {len(pk)} characters")
+            if any("\ud800" <= c <= "\udfff" for c in pk):
+                raise FatalAwsError("PutRecords", "SerializationException", "partition key is not Unicode text")
             if record_size(pk, data) > limit:
                 raise FatalAwsError("PutRecords", "ValidationException", f"record over {limit} bytes")
 
