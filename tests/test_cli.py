@@ -72,9 +72,9 @@ def test_check_config_warns_of_settings_production_should_not_run_with(tmp_path:
 
 
 def test_init_is_idempotent(pipeline: Pipeline) -> None:
-    """init creates the table once and then reports that it exists."""
+    """init creates the table once and then reports that it exists, with its TTL on expires_at."""
     again = pipeline.init()
-    assert again.stdout.strip() == f"state table {pipeline.table}: already exists"
+    assert again.stdout.strip() == f"state table {pipeline.table}: already exists; TTL on expires_at: enabled"
 
 
 @pytest.mark.protocol

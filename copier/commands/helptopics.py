@@ -24,8 +24,9 @@ Exit statuses (every command):
      copier run: the daemon stopped on its own (it exits 0 when it gives up, e.g. "Unable to initialize
      after 20 attempts"): the last line of its log says why
   2  a bad properties file or bad arguments: one line names the file, line, key and problem; no AWS call made
-  3  a fatal AWS error (a missing table or stream, denied access, a KMS key it may not use): the line names
-     the resource, the region or endpoint, and what to do
+  3  a fatal AWS error (a missing table or stream, denied access, a KMS key it may not use), or a state table
+     whose TTL is not on expires_at (check-config, run; copier init when it cannot enable it): the line names
+     the resource, the region or endpoint, the call that failed and its error code, and what to do
   4  copier check-config: copier would not forward under the streams' settings (the line says which)
   128+N  copier run: the daemon was killed by signal N (137: SIGKILL, e.g. the kernel's OOM killer)
 """
