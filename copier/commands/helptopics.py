@@ -41,7 +41,8 @@ per event worth a person's time, bound to the shard and epoch; the daemon's own 
 
 Lines worth knowing: took_over / released (a shard changed hands), progress (every
 copier.progressIntervalSeconds: forwarded, dropped as duplicates or replays, dead-lettered, behind),
-possible_duplicates (an ambiguous resend: the event IDs that may be in the target twice; keep them),
+possible_duplicates (a resend that may be a copy: the event IDs, and the content digests of records without
+one, that may be in the target twice; keep them: copier verify --reports excuses exactly those copies),
 shard_stalled (AWS rejects one shard's request: that shard waits, the others go on), clock_margin_widened
 (hosts' clocks disagree more than copier.clockSkewMillis), fatal (the processor exits: see the line).
 """
