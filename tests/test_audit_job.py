@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import hashlib
 import json
 import os
 import subprocess
@@ -20,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from copier.core.audittypes import content_name
 from copier.core.config import parse_dedup_key
 from copier.core.plan import PlanSettings, SourceRecord, dead_letter_envelope
 from copier.core.positions import Position
@@ -49,6 +51,13 @@ REPORT_KEYS = (
     "explained_copies",
     "unexplained_copies",
     "out_of_order",
+    "produced_without_id",
+    "lost_without_id",
+    "extra_copies_without_id",
+    "explained_copies_without_id",
+    "unexplained_copies_without_id",
+    "unexpected_without_id",
+    "reported_without_id",
     "examples",
     "ok",
 )
@@ -152,6 +161,46 @@ def test_audit_and_verify_report_the_same_on_the_same_data(tmp_path: Path) -> No
         assert bare[key] == verified[key], key
     assert bare["out_of_order"] == 0, "Firehose files carry no partition key: order is not measured"
     assert bare["examples"]["lost"] == verified["examples"]["lost"]
+
+
+def test_an_event_without_an_id_three_times_fails_verify_and_audit_alike_unless_reports_name_it(
+    tmp_path: Path,
+) -> None:
+    """A record written once without an event ID (in the manifest by its key and bytes) is in the target three
+    times: verify and audit both fail on the two extra copies, count for count; with the copier's
+    possible_duplicates lines naming it twice (its content digest), both pass."""
+    heartbeat = b"heartbeat"
+    name = content_name("hb", heartbeat)
+    line = {"event": "possible_duplicates", "event_ids": [], "unkeyed_digests": [name], "window_from_ms": 0}
+    reports = tmp_path / "journal.log"
+    reports.write_text(f"{json.dumps(line)}\n{json.dumps(line)}\n")
+    manifest = tmp_path / "manifest" / "ids-000.txt"
+    manifest.parent.mkdir()
+    entry = {"eventId": None, "partitionKey": "hb", "sha256": hashlib.sha256(heartbeat).hexdigest()}
+    manifest.write_text("".join(f"e{n}\n" for n in range(5)) + json.dumps(entry) + "\n")
+    with local_backend() as endpoint:
+        kinesis = client("kinesis", endpoint)
+        create_stream(kinesis, "thrice-target", 2)
+        for key, data in [(f"k{n}", _event(f"e{n}")) for n in range(5)] + [("hb", heartbeat)] * 3:
+            kinesis.put_record(StreamName="thrice-target", PartitionKey=key, Data=data)
+        props = write_properties(tmp_path / "p.properties", endpoint, "thrice-staging", "thrice-target", "t-state")
+        verify = ["verify", "--properties", str(props), "--manifest", str(manifest), "--json"]
+        verified = [_run(*verify), _run(*verify, "--reports", str(reports))]
+        status, _, err = _run("export", "--properties", str(props), "--out", str(tmp_path / "target"))
+        assert status == 0, err
+    audit = ["audit", "--properties", str(props), "--manifest", str(manifest.parent), "--json"]
+    audited = [
+        _run(*audit, "--target", str(tmp_path / "target")),
+        _run(*audit, "--target", str(tmp_path / "target"), "--reports", str(reports)),
+    ]
+    for (v_status, v_out, v_err), (a_status, a_out, a_err), wanted in zip(verified, audited, (1, 0), strict=True):
+        assert (v_status, a_status) == (wanted, wanted), v_err + a_err[-3000:]
+        assert _report(a_out) == _report(v_out)
+    bare, named = (_report(out) for _, out, _ in verified)
+    counts = ("produced_without_id", "extra_copies_without_id", "unexplained_copies_without_id", "ok")
+    assert tuple(bare[k] for k in counts) == (1, 2, 2, False)
+    assert tuple(named[k] for k in counts) == (1, 2, 0, True)
+    assert named["explained_copies_without_id"] == named["reported_without_id"] == 2
 
 
 def test_export_keeps_a_time_range_and_numbers_records_in_read_order(tmp_path: Path) -> None:

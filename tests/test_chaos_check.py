@@ -19,6 +19,7 @@ import pytest
 from copier.chaos.check import PAGE_RECORDS, Check, check, copier_events, off_their_shard, short_reads
 from copier.chaos.producer import Output, Poison, alt_id
 from copier.core.audit import Produced
+from copier.core.audittypes import content_name
 from copier.core.config import load_config, parse_dedup_key
 from copier.core.identity import EventValue
 from copier.core.limits import MAX_RECORD_BYTES
@@ -222,11 +223,23 @@ def test_with_deadletter_only_a_poison_record_must_be_dead_lettered_exactly_once
     ]
 
 
-def test_with_forward_a_poison_record_is_delivered_at_least_once_and_its_copies_counted(pipeline: Pipeline) -> None:
+def test_with_forward_a_poison_records_further_copies_pass_only_where_reports_name_it(pipeline: Pipeline) -> None:
+    """A worker ran forward: a poison record in the dead-letter stream and twice in the target is delivered,
+    and its two further copies fail the seed (before: counted, and passed) unless possible_duplicates lines
+    name it (its content digest), one copy per name."""
     out = produced(["not_json"])
     target = ["e1", "poison:not_json", "e2", "e3", 7, "7", "poison:not_json"]
-    verdict = judge(pipeline, target, dead_letter=[envelope(out, "poison:not_json")], out=out, unkeyed_forwarded=True)
-    assert verdict.failures == [] and (verdict.poison_delivered, verdict.unkeyed_copies) == (1, 2)
+    letters = [envelope(out, "poison:not_json")]
+    bare = judge(pipeline, target, dead_letter=letters, out=out, unkeyed_forwarded=True)
+    assert (bare.poison_delivered, bare.unkeyed_copies, bare.unkeyed_explained) == (1, 2, 0)
+    assert len(bare.failures) == 1, bare.failures
+    assert bare.failures[0].startswith("2 extra copies of records without an event ID no possible_duplicates report")
+    name = content_name("poison-not_json", POISON_BYTES["not_json"])
+    event = {"event": "possible_duplicates", "event_ids": [], "unkeyed_digests": [name, name], "window_from_ms": 0}
+    log = pipeline.tmp / "worker-1.log"
+    log.write_text(json.dumps(event) + "\n")
+    named = check(load_config(pipeline.properties), out, [log], unkeyed_forwarded=True)  # the same streams
+    assert named.failures == [] and (named.poison_delivered, named.unkeyed_copies, named.unkeyed_explained) == (1, 2, 2)
 
 
 def test_with_forward_a_poison_record_in_neither_stream_is_lost(pipeline: Pipeline) -> None:

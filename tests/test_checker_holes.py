@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 
 from copier.core.audit import DeadLetter, DuplicateReport, Produced, TargetRecord, audit
+from copier.core.audittypes import content_name
 from copier.core.config import parse_dedup_key
 from copier.core.identity import EventId, extract_event_id, id_digest
 
@@ -122,17 +123,57 @@ def test_order_is_judged_on_the_produced_keys_not_the_targets() -> None:
 
 
 def test_an_event_without_an_id_missing_from_both_streams_is_lost() -> None:
-    """Unkeyed events are at least once: one produced and in neither stream fails; three copies are counted,
-    not failed."""
+    """One produced without an ID and in neither stream fails; in the dead-letter stream it is delivered."""
     data = b"heartbeat"
     hb = Produced(None, "hb", sha(data), ("shardId-000000000000", 7, 0))
     missing = audit([*EVENTS, hb], clean_target())
     assert (missing.unkeyed_expected, missing.unkeyed_lost, missing.ok) == (1, 1, False)
-    thrice = clean_target() + [TargetRecord(None, "hb", "t-0", str(20 + n), sha(data)) for n in range(3)]
-    r = audit([*EVENTS, hb], thrice)
-    assert (r.unkeyed_lost, r.unkeyed_extra_copies, r.ok) == (0, 2, True)
     in_dlq = audit([*EVENTS, hb], clean_target(), [envelope_of(hb, "no event ID: payload is not JSON")])
     assert (in_dlq.unkeyed_lost, in_dlq.ok) == (0, True)
+
+
+def test_an_event_without_an_id_three_times_in_the_target_fails_unless_reports_name_it() -> None:
+    """Produced once, three copies: two extra copies no report explains fail the audit (before: counted, and
+    OK). Reports that name it by its content digest (each name one copy, within its window) explain them; a
+    report naming another record, or one whose window closed before a copy arrived, does not."""
+    data = b"heartbeat"
+    hb = Produced(None, "hb", sha(data), ("shardId-000000000000", 7, 0))
+    name = content_name("hb", data)
+    thrice = clean_target() + [
+        TargetRecord(None, "hb", "t-0", str(20 + n), sha(data), 100 * n, content=name) for n in range(3)
+    ]
+    bare = audit([*EVENTS, hb], thrice)
+    assert (bare.unkeyed_lost, bare.unkeyed_extra_copies, bare.unkeyed_unexplained, bare.ok) == (0, 2, 2, False)
+    assert bare.unkeyed_unexplained_examples == ("t-0@21 (partition key hb)", "t-0@22 (partition key hb)")
+    once = DuplicateReport((), 0, None, unkeyed=(name,))
+    named = audit([*EVENTS, hb], thrice, reports=[once, DuplicateReport((), 50, None, unkeyed=(name,))])
+    assert (named.unkeyed_explained, named.unkeyed_unexplained, named.reported_unkeyed, named.ok) == (2, 0, 2, True)
+    twice_in_one = audit([*EVENTS, hb], thrice, reports=[DuplicateReport((), 0, None, unkeyed=(name, name))])
+    assert twice_in_one.ok, "two identical records sent again are named twice"
+    short = [once, DuplicateReport((), 0, 150, unkeyed=(name,))]  # its window closed before the third copy
+    other = [once, DuplicateReport((), 0, None, unkeyed=(content_name("hb", b"other"),))]
+    for reports in ([once], short, other):
+        r = audit([*EVENTS, hb], thrice, reports=reports)
+        assert (r.unkeyed_explained, r.unkeyed_unexplained, r.ok) == (1, 1, False), reports
+    assert r.unkeyed_unexplained_examples == ("t-0@22 (partition key hb)",), "the latest copy is the extra one"
+
+
+def test_a_record_without_an_id_put_to_the_target_then_dead_lettered_is_named_by_either_form() -> None:
+    """A chunk in flight forwarded it (unkeyedPolicy forward); its successor, configured to dead-letter such
+    records, sent it again as an envelope. The envelope delivers it; the target copy is the extra one, and a
+    report naming it in either form (its target copy, or its envelope) explains it. A copy of a record never
+    produced is unexpected, not a failure."""
+    data = b"heartbeat"
+    hb = Produced(None, "hb", sha(data), ("shardId-000000000000", 7, 0))
+    letter = envelope_of(hb, "no event ID: payload is not JSON", arrival=500, content="e" * 20)
+    target = [*clean_target(), TargetRecord(None, "hb", "t-0", "30", sha(data), 100, content=content_name("hb", data))]
+    bare = audit([*EVENTS, hb], target, [letter])
+    assert (bare.unkeyed_lost, bare.unkeyed_extra_copies, bare.unkeyed_unexplained, bare.ok) == (0, 1, 1, False)
+    for name in (content_name("hb", data), "e" * 20):
+        assert audit([*EVENTS, hb], target, [letter], [DuplicateReport((), 0, None, unkeyed=(name,))]).ok, name
+    stray = [*clean_target(), TargetRecord(None, "x", "t-0", "31", sha(b"never"), content=content_name("x", b"never"))]
+    r = audit([*EVENTS, hb], stray, [letter])
+    assert (r.unkeyed_unexpected, r.unkeyed_unexplained, r.ok) == (1, 0, True)
 
 
 def test_an_integer_id_and_the_same_digits_as_a_string_are_two_events() -> None:

@@ -15,7 +15,7 @@ import pytest
 from copier.core.config import parse_config
 from copier.core.errors import ConfigError
 from copier.kcl.classarchive import PENDING_SUFFIX, archive_dir, archive_options, publish
-from copier.kcl.daemon import daemon_classpath
+from copier.kcl.daemon import LOGBACK, daemon_classpath
 from copier.kcl.jars import jars
 from copier.kcl.launcher import LAUNCHER_CLASS
 from copier.local.pipeline import local_properties
@@ -114,11 +114,22 @@ def test_the_supervised_jvm_writes_an_archive_that_the_next_jvm_maps(tmp_path: P
     assert alone.returncode != 0 and not list(cache.iterdir()), "ended on its own (no properties file): nothing kept"
 
     options = archive_options(java, classpath, cache, 2)
-    daemon = [java, *options, *cp, "--properties-file", str(props)]
+    logs = ["--log-configuration", str(LOGBACK)]  # the daemon's log on stderr (WARN), as copier run has it
+    daemon = [java, "-Dcopier.daemonLogLevel=WARN", *options, *cp, "--properties-file", str(props), *logs]
     proc = subprocess.Popen([*supervisor, *daemon], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    time.sleep(8)  # the daemon has loaded its classes and retries the backend
+    # Until the daemon has loaded its classes and failed to reach the backend once (its scheduler's first
+    # attempt), however long that takes: a fixed 8 s raced a loaded machine (9 s there, measured).
+    assert proc.stderr is not None
+    seen = b""
+    deadline = time.monotonic() + 120
+    for line in proc.stderr:
+        seen += line
+        if b"Caught exception when initializing LeaseCoordinator" in line or time.monotonic() > deadline:
+            break
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
+    _, rest = proc.communicate(timeout=120)
+    err = seen + rest
+    assert b"Caught exception when initializing LeaseCoordinator" in seen, err.decode()[-2000:]
     assert proc.returncode == 0, err.decode()[-2000:]
     archives = list(cache.glob("kcl-*.jsa"))
     assert len(archives) == 1 and archives[0].stat().st_size > 10_000_000, list(cache.iterdir())

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -22,9 +22,9 @@ def run(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     )
 
 
-def bad_file(tmp_path: Path) -> Path:
-    """A file with a malformed value, whose endpoints point at a port nobody listens on."""
-    port = free_port()
+def bad_file(tmp_path: Path, port: int | None = None) -> Path:
+    """A file with a malformed value, whose endpoints point at ``port`` (default: one nobody listens on)."""
+    port = port or free_port()
     path = tmp_path / "bad.properties"
     path.write_text(
         "applicationName = app\nstreamName = s\nregionName = us-east-1\n"
@@ -36,14 +36,20 @@ def bad_file(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("command", ["process", "init"])
 def test_a_malformed_file_stops_the_command_with_one_line_and_status_2(tmp_path: Path, command: str) -> None:
-    """The file, the key and the problem on one stderr line; nothing on stdout (the protocol channel)."""
-    path = bad_file(tmp_path)
-    started = time.monotonic()
-    result = run(command, "--properties", str(path), stdin='{"action": "initialize", "shardId": "s-1"}\n')
+    """The file, the key and the problem on one stderr line; nothing on stdout (the protocol channel); and no
+    AWS call attempted: the endpoints' port is a listener that counts connections (before, a time bound stood
+    for this, which a slow enough machine could break)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        listener.setblocking(False)
+        path = bad_file(tmp_path, listener.getsockname()[1])
+        result = run(command, "--properties", str(path), stdin='{"action": "initialize", "shardId": "s-1"}\n')
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # a connection was made: an AWS call was attempted
     assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr == f"copier: {path}: copier.putTimeoutMillis: expected a whole number, got 'fast'\n"
-    assert time.monotonic() - started < 20, "no AWS call (which would wait for a connection) was attempted"
 
 
 def test_check_config_accepts_a_good_file_and_rejects_a_bad_one(tmp_path: Path) -> None:
@@ -72,9 +78,9 @@ def test_check_config_warns_of_settings_production_should_not_run_with(tmp_path:
 
 
 def test_init_is_idempotent(pipeline: Pipeline) -> None:
-    """init creates the table once and then reports that it exists."""
+    """init creates the table once and then reports that it exists, with its TTL on expires_at."""
     again = pipeline.init()
-    assert again.stdout.strip() == f"state table {pipeline.table}: already exists"
+    assert again.stdout.strip() == f"state table {pipeline.table}: already exists; TTL on expires_at: enabled"
 
 
 @pytest.mark.protocol

@@ -36,9 +36,21 @@ from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 import copier.shard.holding
+from copier.core.audittypes import content_name
 from copier.core.plan import SourceRecord
 from tests.support.fakes import SimulatedCrash, World, rec
-from tests.support.model import BIG, Driver, Outcome, collect_reports, event_id_of, guaranteed, keyed_event, unkeyed
+from tests.support.model import (
+    BIG,
+    Driver,
+    Outcome,
+    collect_reports,
+    collect_unkeyed,
+    event_id_of,
+    guaranteed,
+    keyed_event,
+    original_of,
+    unkeyed,
+)
 
 SCALE = float(os.environ.get("COPIER_MODEL_SCALE", "1"))  # make model-long runs it 25 times longer
 GAPS = st.sampled_from([0, 0, 500, 2_000, 8_000, 30_000])  # ms between two records' arrivals
@@ -68,6 +80,7 @@ def run(driver: Driver) -> tuple[Outcome, Counter[str]]:
         finally:
             driver.outcome.trace = trace(logs)
     outcome.reported = collect_reports(logs)
+    outcome.reported_unkeyed = collect_unkeyed(logs)
     for name in sorted({covered(e) for e in logs} - {""}):
         event(name)  # --hypothesis-show-statistics: how often each situation was drawn
     return outcome, outcome.reported
@@ -190,10 +203,12 @@ def test_each_event_lands_exactly_once_whatever_fails(data: st.DataObject) -> No
 @given(data=st.data())
 def test_identical_events_without_an_id_are_never_lost(data: st.DataObject) -> None:
     """Records without an event ID, some identical (here and on another staging shard), mixed with keyed ones:
-    keyed exactly once, unkeyed at least once.
+    keyed exactly once, unkeyed at least once, and every copy beyond that named by a possible_duplicates report.
 
     Identical unkeyed records cannot be told apart in the target, so a
-    verification errs towards sending one again, never towards losing one.
+    verification errs towards sending one again, never towards losing one;
+    what it sends again it reports first (by content digest), so that an
+    audit can tell such a copy from a bug.
     """
     kinds = st.one_of(st.sampled_from("abcdef"), st.sampled_from(["u1", "u2"]))
     drawn = data.draw(st.lists(kinds, min_size=1, max_size=30), label="events")
@@ -209,6 +224,22 @@ def test_identical_events_without_an_id_are_never_lost(data: st.DataObject) -> N
         if event_id_of(record.data) is None and record.position not in outcome.skipped:
             produced = sum(1 for r in records if r.data == record.data and r.position not in outcome.skipped)
             assert found[record.data] >= produced + outcome.others[record.data], (record.data, found, outcome.others)
+    check_unkeyed_reported(outcome, records)
+
+
+def check_unkeyed_reported(outcome: Outcome, records: list[SourceRecord]) -> None:
+    """Each record without an ID: no more copies (target and dead-letter stream) than produced, put by other
+    shards, and named by reports in any form a copy of it took (as put to the target, or as an envelope)."""
+    names: dict[bytes, set[str]] = {}
+    for pk, data, _, _ in outcome.world.streams.records.get("target", []):
+        names.setdefault(data, set()).add(content_name(pk, data))
+    for pk, envelope, _, _ in outcome.world.streams.records.get("dlq", []):
+        names.setdefault(original_of(envelope) or envelope, set()).add(content_name(pk, envelope))
+    found = outcome.copies()
+    for data in {r.data for r in records if event_id_of(r.data) is None}:
+        produced = sum(1 for r in records if r.data == data)
+        named = sum(outcome.reported_unkeyed[n] for n in names.get(data, ()))
+        assert found[data] <= produced + outcome.others[data] + named, (data, found[data], named, outcome.trace)
 
 
 def test_a_crash_after_a_put_landed_is_verified_not_resent() -> None:

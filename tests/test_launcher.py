@@ -181,15 +181,18 @@ def test_the_real_kcl_scheduler_takes_the_interval(millis: int, tmp_path: Path) 
     )
     assert proc.stderr is not None
     wanted = f"copier: the KCL scheduler advances shard consumers every {millis} ms"
+    # The runner thread starts only after the shutdown hook is registered: its first line says the hook is
+    # there (a fixed sleep after the scheduler's line raced a slow machine).
+    running = "[multi-lang-daemon-"
     seen: list[str] = []
     deadline = time.monotonic() + 90
     try:
         for line in proc.stderr:
             seen.append(line)
-            if wanted in line or time.monotonic() > deadline:
+            if running in line or time.monotonic() > deadline:
                 break
         assert any(wanted in line for line in seen), "".join(seen[-40:])
-        time.sleep(3)  # the shutdown hook is registered right after the scheduler is built
+        assert running in seen[-1], "".join(seen[-40:])
     finally:
         proc.send_signal(signal.SIGTERM)
         _, rest = proc.communicate(timeout=120)

@@ -30,6 +30,21 @@ def test_a_long_id_list_is_split_into_parts_under_the_limit_each_naming_its_ids_
     assert [i for p in parsed for i in p["event_ids"]] == ids
 
 
+def test_ids_and_digests_are_each_named_once_across_the_parts() -> None:
+    """A report naming event IDs and records without an ID (their content digests): both lists are cut, each ID
+    and each digest in exactly one part, every part carrying both fields (before, only the first list was cut
+    and the digests were repeated whole in every part: a copy excused per part, and lines over the limit)."""
+    ids = [f"id-{i:06d}" for i in range(300)]
+    digests = [f"{i:020x}" for i in range(900)]
+    event = {"event": "possible_duplicates", "batch": 3, "event_ids": ids, "unkeyed_digests": digests}
+    lines = SplitJSONRenderer()(None, "error", dict(event)).split("\n")
+    parsed = [json.loads(line) for line in lines]
+    assert len(lines) > 1 and all(len(line.encode()) <= LINE_LIMIT for line in lines)
+    assert all("event_ids" in p and "unkeyed_digests" in p and p["batch"] == 3 for p in parsed)
+    assert [i for p in parsed for i in p["event_ids"]] == ids
+    assert [d for p in parsed for d in p["unkeyed_digests"]] == digests
+
+
 def test_the_logger_of_every_copier_process_splits() -> None:
     """configure_logging (copier process, run, scale-in-watch) ends in the splitting renderer."""
     out = io.StringIO()

@@ -169,7 +169,11 @@ def test_sigkill_during_a_large_batch_then_a_new_processor_from_the_last_checkpo
 
 def test_takeover_while_the_first_processor_still_gets_records(pipeline: Pipeline, processors: Any) -> None:
     """Once a successor announces itself, the owner's next commit is fenced: the chunk it put under its
-    lease is verified by the successor, not resent; after that it forwards nothing and keeps answering."""
+    lease is verified by the successor, not resent; after that it forwards nothing and keeps answering.
+
+    The lease (15 s) outlasts starting the successor on a loaded machine: with 3 s, a successor that took
+    2 s to start found the owner's lease due for renewal, and the owner was fenced before putting c and d."""
+    pipeline.write_properties(leaseMillis=15_000)
     first = processors(pipeline, "first")
     first.initialize(SHARD)
     first.process([event(1, "a"), event(2, "b")])
@@ -215,8 +219,9 @@ def test_a_processor_told_its_lease_moved_releases_it_to_the_successor_waiting_f
 ) -> None:
     """A lease move without the KCL's handoff: the new owner's processor starts first, announces itself and
     waits; the old one gets leaseLost, releases copier's lease under that announcement, and the new one
-    takes over at its next look, long before the lease (10 s here) would have run out."""
-    pipeline.write_properties(leaseMillis=10_000)
+    takes over at its next look, long before the lease (60 s here: most of it is left when the successor
+    starts, however slow the machine) would have run out."""
+    pipeline.write_properties(leaseMillis=60_000)
     first = processors(pipeline, "first")
     first.initialize(SHARD)
     first.process([event(1, "a"), event(2, "b")])
@@ -224,7 +229,7 @@ def test_a_processor_told_its_lease_moved_releases_it_to_the_successor_waiting_f
     thread = threading.Thread(target=lambda: second.initialize(SHARD, seq="2"))
     thread.start()
     (waiting,) = second.wait_for("waiting_for_lease", timeout=30)
-    assert waiting["wait_ms"] > 8_000
+    assert waiting["wait_ms"] > 30_000, "the successor started while most of the lease was left"
     first.lease_lost()
     (released,) = first.wait_for("released")
     assert released["why"] == "lease_lost" and released["successor"] is not None, released

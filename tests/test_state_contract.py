@@ -30,8 +30,8 @@ def _table(endpoint: str) -> tuple[DynamoStateStore, LeanStateStore]:
     cfg = config(stateTableName=f"contract-{next(_tables)}")
     cfg = replace(cfg, dynamodb_endpoint=endpoint, state_endpoint=endpoint)
     dynamo = DynamoStateStore(cfg)
-    assert dynamo.create_table() is True
-    assert dynamo.create_table() is False, "create_table is idempotent"
+    assert dynamo.create_table() == (True, "TTL on expires_at: enabled")
+    assert dynamo.create_table() == (False, "TTL on expires_at: enabled"), "create_table is idempotent"
     credentials = lean_credentials(DUMMY_ENV)
     return dynamo, LeanStateStore(cfg, JsonClient("dynamodb", cfg.region, endpoint, credentials, 5.0, 10.0))
 

@@ -28,6 +28,7 @@ from copier.commands.verify import (
 )
 from copier.core import kpl
 from copier.core.audit import DeadLetter, TargetRecord, audit
+from copier.core.audittypes import content_name
 from copier.core.config import DedupKey, load_config
 from copier.core.errors import FatalAwsError, TransientAwsError
 from copier.core.plan import PlanSettings, SourceRecord, dead_letter_envelope
@@ -262,8 +263,10 @@ def test_text_report_format() -> None:
         "target: 1 records; dead-letter: 1 records\n"
         "lost: 2, pending: 0 (in staging after the copier's committed position), duplicated: 0 "
         "(0 unexplained copies), changed: 0, unexpected: 0, out of order (per partition key): 0\n"
-        "without an event ID: 0 produced, 0 lost, 0 pending, 0 extra copies; in the target without an ID: 0\n"
-        "dead-letter stream: 1 events delivered there, 0 invalid records; possible_duplicates reports: 0 naming 0 IDs\n"
+        "without an event ID: 0 produced, 0 lost, 0 pending, 0 extra copies (0 unexplained); in the target without an "
+        "ID: 0 (0 never produced)\n"
+        "dead-letter stream: 1 events delivered there, 0 invalid records; possible_duplicates reports: 0 naming 0 "
+        "IDs and 0 records without an ID\n"
         "  lost: a, b\n"
         "  dead-lettered (1, delivered there): c\n"
         "verify: FAILED (lost 2)"
@@ -355,8 +358,10 @@ def test_a_clean_copy_verifies_ok(pipeline: Pipeline) -> None:
         "target: 20 records; dead-letter: none configured\n"
         "lost: 0, pending: 0 (in staging after the copier's committed position), duplicated: 0 "
         "(0 unexplained copies), changed: 0, unexpected: 0, out of order (per partition key): 0\n"
-        "without an event ID: 0 produced, 0 lost, 0 pending, 0 extra copies; in the target without an ID: 0\n"
-        "dead-letter stream: 0 events delivered there, 0 invalid records; possible_duplicates reports: 0 naming 0 IDs\n"
+        "without an event ID: 0 produced, 0 lost, 0 pending, 0 extra copies (0 unexplained); in the target without an "
+        "ID: 0 (0 never produced)\n"
+        "dead-letter stream: 0 events delivered there, 0 invalid records; possible_duplicates reports: 0 naming 0 "
+        "IDs and 0 records without an ID\n"
         "verify: OK\n"
     )
 
@@ -374,6 +379,35 @@ def test_a_lost_and_a_duplicated_event_fail_with_examples(pipeline: Pipeline) ->
     assert "  lost: e-4" in lines
     assert "  duplicated (1 extra copies, 0 reported): e-6 x2" in lines
     assert lines[-1] == "verify: FAILED (lost 1, unexplained copies 1)"
+
+
+def test_an_event_without_an_id_three_times_in_the_target_fails_unless_reports_name_it(pipeline: Pipeline) -> None:
+    """Staging holds a record without an event ID once; the target three times. Before, verify counted two extra
+    copies and said OK; now they fail it unless possible_duplicates lines name the record (its content digest,
+    as the copier logs it), one copy a name, within their windows."""
+    put(pipeline, pipeline.staging, events(5))
+    put(pipeline, pipeline.target, events(5))
+    pipeline.kinesis.put_record(StreamName=pipeline.staging, PartitionKey="hb", Data=b"heartbeat")
+    for _ in range(3):
+        pipeline.kinesis.put_record(StreamName=pipeline.target, PartitionKey="hb", Data=b"heartbeat")
+    copier_passed_everything(pipeline)
+    bare = verify(pipeline)
+    assert bare.returncode == 1, bare.stderr
+    lines = bare.stdout.splitlines()
+    assert lines[3].startswith("without an event ID: 1 produced, 0 lost, 0 pending, 2 extra copies (2 unexplained)")
+    assert lines[-1] == "verify: FAILED (unexplained copies without an ID 2)"
+    name = content_name("hb", b"heartbeat")
+    line = {"event": "possible_duplicates", "event_ids": [], "unkeyed_digests": [name], "window_from_ms": 0}
+    reports = pipeline.tmp / "journal.log"
+    reports.write_text(json.dumps(line) + "\n")
+    once = verify(pipeline, "--reports", str(reports), "--json")
+    assert once.returncode == 1, once.stderr
+    counted = json.loads(once.stdout)
+    assert (counted["explained_copies_without_id"], counted["unexplained_copies_without_id"]) == (1, 1)
+    reports.write_text(f"{json.dumps(line)}\nnot a log line\n{json.dumps(line)}\n")
+    twice = verify(pipeline, "--reports", str(reports))
+    assert twice.returncode == 0, twice.stdout + twice.stderr
+    assert twice.stdout.splitlines()[-1] == "verify: OK"
 
 
 def test_a_manifest_replaces_the_staging_stream(pipeline: Pipeline) -> None:

@@ -32,6 +32,7 @@ from copier.adapters.clockhooks import watch_botocore
 from copier.adapters.dynamoitems import STATE_SK, batch_from, batch_item, make_model, state_from, state_item
 from copier.adapters.leanstate import LeanStateStore, naming_the_table
 from copier.adapters.sessions import host_session, share_loader
+from copier.adapters.statettl import ensure_ttl
 from copier.core.clockcheck import ClockBounds
 from copier.core.config import Config
 from copier.core.errors import AwsError, FencedError
@@ -113,17 +114,23 @@ class DynamoStateStore(StateStore):
                 raise conflict from None
             raise self._named(convert_aws_error("PutItem", exc)) from exc
 
-    def create_table(self) -> bool:
-        """Create the table (on-demand, TTL on) if absent; True if it was created."""
-        if self._call("DescribeTable", self.model.exists):
-            return False
-        try:
-            self.model.create_table(billing_mode="PAY_PER_REQUEST", wait=True)
-        except TableError as exc:
-            if pynamodb_code(exc)[0] == "ResourceInUseException":
-                return False
-            raise convert_aws_error("CreateTable", exc) from exc
-        return True
+    def create_table(self) -> tuple[bool, str]:
+        """Create the table (on-demand) if absent, then make sure TTL is on ``expires_at``
+        (``copier.adapters.statettl``): whether it was created, and what was found or done of its TTL.
+
+        PynamoDB's ``create_table`` enables TTL itself; its failure there is left to :func:`ensure_ttl`, which
+        reads the TTL and names the call that failed, so that a table created without it is not reported as a
+        failed CreateTable (it exists) and a second ``copier init`` still enables it."""
+        created = False
+        if not self._call("DescribeTable", self.model.exists):
+            try:
+                self.model.create_table(billing_mode="PAY_PER_REQUEST", wait=True, ignore_update_ttl_errors=True)
+                created = True
+            except TableError as exc:
+                if pynamodb_code(exc)[0] != "ResourceInUseException":
+                    raise convert_aws_error("CreateTable", exc) from exc
+        self._watch_pynamodb()
+        return created, ensure_ttl(self.model._get_connection().connection.client, self.config, created)
 
     def get(self, key: str) -> ShardState | None:
         def read() -> ShardState | None:

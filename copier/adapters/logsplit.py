@@ -6,11 +6,13 @@ The audit record of a deployment is the hosts' journal shipped to a log group
 naming thousands of event IDs would reach the log group cut or in pieces no
 reader can parse, and the runbook's only record of possible duplicates would
 be lost. :class:`SplitJSONRenderer` renders an event as usual; when the line
-is longer than ``limit`` bytes and the event holds a list (``event_ids``),
-it renders the event once per slice of that list instead, each line with
-``part`` and ``parts`` and every other field repeated, one line per part
+is longer than ``limit`` bytes and the event holds lists (``event_ids``,
+``unkeyed_digests``), it renders the event once per slice of them instead,
+each line with ``part`` and ``parts``, every other field repeated, and every
+list field present with its slice (often empty), one line per part
 (``copier.chaos`` and an audit read each part as a report of its own: each
-ID is named exactly once across the parts).
+ID and each digest is named exactly once across the parts, never repeated
+in every part, where it would excuse a copy per part).
 """
 
 from __future__ import annotations
@@ -40,22 +42,24 @@ class SplitJSONRenderer:
         line = self._line(event)
         if len(line.encode()) <= self.limit:
             return line
-        key = next((k for k, v in event.items() if isinstance(v, list) and len(v) > 1), None)
-        if key is None:
+        keys = [k for k, v in event.items() if isinstance(v, list)]
+        if sum(len(event[k]) for k in keys) < 2:
             return line
-        items: list[Any] = event[key]
-        parts: list[list[Any]] = []
-        current: list[Any] = []
-        base = len(self._line({**event, key: [], "part": 999999, "parts": 999999}).encode())
-        size = base
-        for item in items:
-            cost = len(self.dumps(item, default=repr).encode()) + 2
-            if current and size + cost > self.limit:
-                parts.append(current)
-                current, size = [], base
-            current.append(item)
-            size += cost
+        empty: dict[str, list[Any]] = {k: [] for k in keys}
+        base = len(self._line({**event, **empty, "part": 999999, "parts": 999999}).encode())
+        parts: list[dict[str, list[Any]]] = []
+        current: dict[str, list[Any]] = {k: [] for k in keys}
+        size, count = base, 0
+        for key in keys:
+            for item in event[key]:
+                cost = len(self.dumps(item, default=repr).encode()) + 2
+                if count and size + cost > self.limit:
+                    parts.append(current)
+                    current, size, count = {k: [] for k in keys}, base, 0
+                current[key].append(item)
+                size += cost
+                count += 1
         parts.append(current)
         return "\n".join(
-            self._line({**event, key: part, "part": i, "parts": len(parts)}) for i, part in enumerate(parts, start=1)
+            self._line({**event, **part, "part": i, "parts": len(parts)}) for i, part in enumerate(parts, start=1)
         )

@@ -36,11 +36,14 @@ if all of this holds:
   target): when every worker ran ``unkeyedPolicy = deadletter``, each is in
   the dead-letter stream exactly once and nothing without an ID is in the
   target. When some worker ran ``forward``, a record without an ID may go to
-  either stream under that worker, at least once (an unkeyed send whose put
-  was ambiguous is sent again: it cannot be told apart from an identical
-  record): it must be somewhere, and copies beyond the first are counted
-  (``unkeyed_copies``), not failed. An oversize record goes to the
-  dead-letter stream under any policy.
+  either stream under that worker: it must be somewhere, and a copy beyond
+  the first (an unkeyed send whose put was ambiguous, or whose chunk was in
+  flight, is sent again: it cannot be told apart from an identical record)
+  passes only where a ``possible_duplicates`` report names the record (by
+  its content digest, ``unkeyed_digests``), one copy per name and report,
+  within the report's window, as for an event ID (``copier.core.audit``);
+  such copies are counted (``unkeyed_copies``, ``unkeyed_explained``). An
+  oversize record goes to the dead-letter stream under any policy.
 * **No fatal line:** the copier's logs hold no ``fatal`` or
   ``unexpected_error`` event, read from the lines the daemon writes (its
   ``Received error line from subprocess [{...}] for shard ...`` wrapping, or
@@ -61,7 +64,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +72,7 @@ from copier.adapters.streamreader import Progress, StreamReader, make_client
 from copier.chaos.producer import Output, alt_id, read_event_id
 from copier.core.audit import audit
 from copier.core.auditinputs import arrival_ms, log_event, read_envelope, report_of, sha256_hex
-from copier.core.audittypes import AuditReport, DeadLetter, DuplicateReport, TargetRecord, show
+from copier.core.audittypes import AuditReport, DeadLetter, DuplicateReport, TargetRecord, content_name, show
 from copier.core.config import Config
 from copier.core.deadlettercheck import check_dead_letter
 from copier.core.identity import EventValue
@@ -100,6 +103,7 @@ class Check:
     out_of_order: int = 0
     unkeyed_in_target: int = 0
     unkeyed_copies: int = 0  # copies of poison records beyond the first (unkeyedPolicy = forward)
+    unkeyed_explained: int = 0  # of those, copies a report excused
     poison_expected: int = 0
     poison_delivered: int = 0
     possible_duplicate_reports: int = 0
@@ -188,9 +192,9 @@ def off_their_shard(placed: Iterable[tuple[str, str]], shards: list[dict[str, An
 
 def _target_record(shard_id: str, r: KinesisRecord) -> TargetRecord:
     data = bytes(r["Data"])
-    return TargetRecord(
-        read_event_id(data), r["PartitionKey"], shard_id, r["SequenceNumber"], sha256_hex(data), arrival_ms(r)
-    )
+    event_id, key = read_event_id(data), r["PartitionKey"]
+    content = content_name(key, data) if event_id is None else None  # as a report names it
+    return TargetRecord(event_id, key, shard_id, r["SequenceNumber"], sha256_hex(data), arrival_ms(r), content)
 
 
 def _reports(log_paths: Iterable[Path], produced: Output) -> list[DuplicateReport]:
@@ -201,7 +205,7 @@ def _reports(log_paths: Iterable[Path], produced: Output) -> list[DuplicateRepor
         report = report_of(event)
         if report is not None:
             ids: tuple[EventValue, ...] = tuple(back.get(i, i) if isinstance(i, str) else i for i in report.event_ids)
-            out[DuplicateReport(ids, report.from_ms, report.until_ms, report.shard_id, report.batch)] = None
+            out[replace(report, event_ids=ids)] = None
     return list(out)
 
 
@@ -247,6 +251,7 @@ def check(
         invalid_dead_letters=report.invalid_dead_letters,
         out_of_order=report.out_of_order,
         unkeyed_in_target=report.unkeyed,
+        unkeyed_explained=report.unkeyed_explained,
         possible_duplicate_reports=report.reports,
         reported_ids=report.reported_ids,
         scattered_staging=len(staging),
@@ -261,7 +266,8 @@ def check(
 
 
 def _judge_audit(out: Check, report: AuditReport, config: Config, examples: int) -> None:
-    """The audit's findings as failures: lost, unexplained copies, changed copies, invalid dead letters, order."""
+    """The audit's findings as failures: lost, unexplained copies (of events and of records without an ID), changed
+    copies, invalid dead letters, order."""
     if report.lost:
         out.failures.append(f"lost {report.lost}: {', '.join(show(i) for i in report.lost_examples)}")
     if report.unexplained_copies:
@@ -269,6 +275,12 @@ def _judge_audit(out: Check, report: AuditReport, config: Config, examples: int)
         out.failures.append(
             f"{report.unexplained_copies} extra copies no possible_duplicates report explains (of {report.duplicated}"
             f" duplicated IDs): {shown}"
+        )
+    if report.unkeyed_unexplained:
+        shown = ", ".join(report.unkeyed_unexplained_examples)
+        out.failures.append(
+            f"{report.unkeyed_unexplained} extra copies of records without an event ID no possible_duplicates report "
+            f"explains (of {report.unkeyed_extra_copies}): {shown}"
         )
     if report.changed:
         out.failures.append(f"{report.changed} target copies not as produced: {', '.join(report.changed_examples)}")

@@ -46,6 +46,7 @@ class SeedResult:
     scattered_target: int = 0  # target records on a shard not holding their key
     poison: int = 0
     unkeyed_copies: int = 0  # copies beyond the first of poison records without an ID (unkeyedPolicy = forward)
+    unkeyed_explained: int = 0  # of those, copies a possible_duplicates report excused (one per name and report)
     target_shards: int = 0  # target shards read by the check, closed ones included
     target_shards_closed: int = 0
     faults: dict[str, int] = field(default_factory=dict)

@@ -92,7 +92,7 @@ def run_seed(plan: Plan, endpoint: str, workdir: Path) -> SeedResult:
     logs = sorted(workdir.glob("worker-*.log"))
     verdict = check(direct, out, logs, unkeyed_forwarded=harness.hosts.unkeyed_forwarded())
     result.target_records, result.dead_letter_records = verdict.target_records, verdict.dead_letter_records
-    result.unkeyed_copies = verdict.unkeyed_copies
+    result.unkeyed_copies, result.unkeyed_explained = verdict.unkeyed_copies, verdict.unkeyed_explained
     result.target_shards, result.target_shards_closed = verdict.target_shards, verdict.target_shards_closed
     verified = copier_events(logs, {"verified_pending"})
     result.verified_across_settings = sum(1 for e in verified if e.get("settings_changed"))

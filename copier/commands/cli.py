@@ -92,12 +92,14 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def _check_state_table(config: Config, quiet: bool = False) -> None:
-    """The state table exists (DescribeTable); a FatalAwsError that names it and ``copier init`` if not
-    (``quiet``: nothing said when it does)."""
+    """The state table exists (DescribeTable) with TTL on ``expires_at`` (DescribeTimeToLive); a FatalAwsError
+    that names it and ``copier init`` if it does not exist, a StateTableError saying what to do if its TTL is
+    off, an AwsError naming the call that failed (``quiet``: nothing said when all is well)."""
     import boto3
     import botocore.exceptions
 
     from copier.adapters.aws import convert_aws_error, naming_the_resource, place
+    from copier.adapters.statettl import check_ttl
 
     client = boto3.session.Session().client("dynamodb", region_name=config.region, endpoint_url=config.state_endpoint)
     where = place(config.region, config.state_endpoint)
@@ -109,8 +111,12 @@ def _check_state_table(config: Config, quiet: bool = False) -> None:
         raise naming_the_resource(
             error, what, where, f"create it with `copier init --properties {config.path}`"
         ) from exc
+    ttl = check_ttl(client, config)
     if not quiet:
-        print(f"{config.path}: state table {config.state_table_name}: exists ({where})")
+        print(
+            f"{config.path}: state table {config.state_table_name}: exists ({where}), "
+            f"TTL {ttl.status} on {ttl.attribute}"
+        )
 
 
 def stream_verdicts(config: Config) -> list[Verdict]:
@@ -132,14 +138,15 @@ def stream_verdicts(config: Config) -> list[Verdict]:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
+    """Create the state table if absent and make sure its TTL is on ``expires_at``: 0 once both hold, 3 with a
+    line naming the call that failed and what is left otherwise (run it again once that is fixed)."""
     from copier.adapters.dynamo import DynamoStateStore
     from copier.adapters.logs import configure_logging
 
     config = _config(args.properties)
     configure_logging(config.log_level)
-    created = DynamoStateStore(config).create_table()
-    state = "created" if created else "already exists"
-    print(f"state table {config.state_table_name}: {state}")
+    created, ttl = DynamoStateStore(config).create_table()  # a TTL it could not enable raises: exit 3
+    print(f"state table {config.state_table_name}: {'created' if created else 'already exists'}; {ttl}")
     return 0
 
 
@@ -161,6 +168,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             say(f"{head}{verdict.text}", _VERDICT_LEVELS[verdict.level])
     except FatalAwsError:
         raise  # a table or stream missing, access denied: the daemon would retry it for minutes, then stop
+    # (a state table whose TTL is off raises StateTableError, not an AwsError: exit 3 as well)
     except AwsError as exc:  # the backend unreachable for now: the daemon retries, and copier run says if it gives up
         say(f"warning: the state table and streams could not be checked: {exc}", "warning")
     return run_daemon(config, args.properties)

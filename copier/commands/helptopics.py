@@ -24,8 +24,9 @@ Exit statuses (every command):
      copier run: the daemon stopped on its own (it exits 0 when it gives up, e.g. "Unable to initialize
      after 20 attempts"): the last line of its log says why
   2  a bad properties file or bad arguments: one line names the file, line, key and problem; no AWS call made
-  3  a fatal AWS error (a missing table or stream, denied access, a KMS key it may not use): the line names
-     the resource, the region or endpoint, and what to do
+  3  a fatal AWS error (a missing table or stream, denied access, a KMS key it may not use), or a state table
+     whose TTL is not on expires_at (check-config, run; copier init when it cannot enable it): the line names
+     the resource, the region or endpoint, the call that failed and its error code, and what to do
   4  copier check-config: copier would not forward under the streams' settings (the line says which)
   128+N  copier run: the daemon was killed by signal N (137: SIGKILL, e.g. the kernel's OOM killer)
 """
@@ -40,7 +41,8 @@ per event worth a person's time, bound to the shard and epoch; the daemon's own 
 
 Lines worth knowing: took_over / released (a shard changed hands), progress (every
 copier.progressIntervalSeconds: forwarded, dropped as duplicates or replays, dead-lettered, behind),
-possible_duplicates (an ambiguous resend: the event IDs that may be in the target twice; keep them),
+possible_duplicates (a resend that may be a copy: the event IDs, and the content digests of records without
+one, that may be in the target twice; keep them: copier verify --reports excuses exactly those copies),
 shard_stalled (AWS rejects one shard's request: that shard waits, the others go on), clock_margin_widened
 (hosts' clocks disagree more than copier.clockSkewMillis), fatal (the processor exits: see the line).
 """

@@ -57,7 +57,7 @@ from copier.core.auditinputs import log_event as log_event
 from copier.core.auditinputs import record_event_id as record_event_id
 from copier.core.auditinputs import report_of as report_of
 from copier.core.auditinputs import sha256_hex as sha256_hex
-from copier.core.audittypes import DEFAULT_EXAMPLES, DeadLetter, DuplicateReport, Produced, TargetRecord
+from copier.core.audittypes import DEFAULT_EXAMPLES, DeadLetter, DuplicateReport, Produced, TargetRecord, content_name
 from copier.core.config import Config, load_config
 from copier.core.errors import CopierError
 from copier.core.identity import EventValue
@@ -129,7 +129,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--reports",
         metavar="FILE",
         help="the copier's log lines (journal JSON): each possible_duplicates line excuses one extra copy of each "
-        "event ID it names that arrived within its window",
+        "event ID, and of each record without an ID, it names that arrived within its window",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the text report")
 
@@ -236,13 +236,15 @@ def run_verify(
 
     def target_record(shard_id: str, r: KinesisRecord) -> TargetRecord:
         data = bytes(r["Data"])
+        event_id = event_id_in(key, r["PartitionKey"], data)
         return TargetRecord(
-            event_id_in(key, r["PartitionKey"], data),
+            event_id,
             r["PartitionKey"],
             shard_id,
             r["SequenceNumber"],
             sha256_hex(data),
             arrival_ms(r),
+            content_name(r["PartitionKey"], data) if event_id is None else None,
         )
 
     target = target_side.read(config.target_stream_name, "target", target_record)

@@ -22,9 +22,21 @@ byte:
 * A dead-letter record must be an envelope of a produced record, with its
   key and bytes, for a reason the record bears out (``copier.core.deadlettercheck``
   says what is checked). Anything else is *invalid* and fails the audit.
-* Records without an event ID are at least once: each produced one must be
-  in the target (same key and bytes) or in a valid envelope; extra copies
-  are counted, not failed.
+* Records without an event ID are exactly once as well: each produced one
+  must be in the target (same key and bytes) or in a valid envelope; a copy
+  beyond what was produced with that key and bytes (the copier sends such a
+  record again when it cannot tell whether its first copy landed) is
+  *explained* only by a ``possible_duplicates`` report that names it by its
+  content digest (``unkeyed``: the copier's digest of the key and bytes it
+  put, :func:`copier.core.audittypes.content_name`), one copy per name and
+  report, arriving within the report's window (:func:`explain_unkeyed`);
+  any other extra copy fails the audit. Identical records cannot be told
+  apart, so the copies of one key and bytes are weighed together: the
+  earliest are the ones produced, the latest the extra ones, and a report
+  naming any copy of them (a record put to the target, then dead-lettered
+  under another configuration, has two names) explains one. Copies whose
+  key and bytes were never produced are counted (``unkeyed_unexpected``),
+  as keyed IDs never produced are.
 * Order: per partition key *as produced* (not as the target holds it), in
   target order, the first copy of an event produced before the latest-produced
   event ahead of it is out of order (``copier.core.ordercheck``; reported, and the
@@ -47,8 +59,9 @@ dead-letter record; ``complete`` also that nothing is pending.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from copier.core.audittypes import (
     DEFAULT_EXAMPLES,
@@ -59,6 +72,7 @@ from copier.core.audittypes import (
     Produced,
     TargetRecord,
     Unkeyed,
+    UnkeyedCopy,
     event_key,
     show,
 )
@@ -83,6 +97,7 @@ __all__ = [
     "check_dead_letter",
     "event_key",
     "explain",
+    "explain_unkeyed",
     "first_copies",
     "order_violations",
     "production_index",
@@ -90,8 +105,16 @@ __all__ = [
 ]
 
 
+Content = tuple[str, str | None]  # a record without an event ID: its partition key and the SHA-256 of its bytes
+K = TypeVar("K", bound=Hashable)  # how the caller groups copies of one record's key and bytes
+
+
 def _where(letter: DeadLetter) -> str:
     return f"{letter.shard_id}@{letter.sequence_number}"
+
+
+def _order(copy: UnkeyedCopy) -> tuple[int, str]:
+    return copy.order
 
 
 @dataclass
@@ -116,15 +139,40 @@ def explain(arrivals: dict[EventValue, list[int]], reports: Sequence[DuplicateRe
         extra = sorted(times)[1:]
         left = list(allowances.get(event_id, ()))
         for arrival in extra:
-            match = next(
-                (r for r in left if r.from_ms <= arrival and (r.until_ms is None or arrival <= r.until_ms)), None
-            )
+            match = next((r for r in left if r.holds(arrival)), None)
             if match is None:
                 unexplained.append(event_id)
                 break
             left.remove(match)
             explained += 1
     return explained, unexplained
+
+
+def explain_unkeyed(
+    extra: Mapping[K, Sequence[UnkeyedCopy]],
+    names: Mapping[K, Collection[str | None]],
+    reports: Sequence[DuplicateReport],
+) -> tuple[int, list[UnkeyedCopy]]:
+    """Match each extra copy of a record without an ID (``extra``: per key and bytes, the copies beyond what
+    was produced) to a report naming one of that content's names (``names``: the content_name of each of its
+    copies, in either stream) whose window holds the copy's arrival; each name a report gives excuses one copy.
+    Returns (explained, the copies no report explains, earliest first)."""
+    allowances: dict[str, list[DuplicateReport]] = defaultdict(list)
+    for report in reports:
+        for name in report.unkeyed:
+            allowances[name].append(report)
+    explained = 0
+    unexplained: list[UnkeyedCopy] = []
+    for content, copies in extra.items():
+        left = [(name, r) for name in sorted(filter(None, set(names.get(content, ())))) for r in allowances[name]]
+        for copy in sorted(copies, key=_order):
+            match = next((pair for pair in left if pair[1].holds(copy.arrival_ms)), None)
+            if match is None:
+                unexplained.append(copy)
+                continue
+            left.remove(match)
+            explained += 1
+    return explained, sorted(unexplained, key=_order)
 
 
 # A closed shard's committed position: past every sequence number (Kinesis': at most 129 digits).
@@ -163,7 +211,7 @@ def audit(
 
     records = list(target)
     copies: dict[EventValue, _Copies] = defaultdict(_Copies)
-    unkeyed_found: Counter[tuple[str, str | None]] = Counter()
+    pool: dict[Content, list[UnkeyedCopy]] = defaultdict(list)  # copies without an ID, by key and bytes
     unkeyed: list[Unkeyed] = []
     unkeyed_count = 0
     changed: list[str] = []
@@ -171,7 +219,8 @@ def audit(
     for record in records:
         if record.event_id is None:
             unkeyed_count += 1
-            unkeyed_found[(record.partition_key, record.sha256)] += 1
+            spot = f"{record.shard_id}@{record.sequence_number} (partition key {record.partition_key})"
+            pool[(record.partition_key, record.sha256)].append(UnkeyedCopy(record.arrival_ms, record.content, spot))
             if len(unkeyed) < examples:
                 unkeyed.append(Unkeyed(record.shard_id, record.sequence_number, record.partition_key))
             continue
@@ -187,7 +236,7 @@ def audit(
     invalid: list[str] = []
     invalid_count = 0
     dead_ids: set[EventValue] = set()
-    unkeyed_dead: Counter[Position] = Counter()
+    unkeyed_letters: list[DeadLetter] = []
     for letter in letters:
         problem = check_dead_letter(letter, at, keyed_dead_letters, positions_known)
         if problem is not None:
@@ -200,8 +249,8 @@ def audit(
         if event_id is not None:
             copies[event_id].arrivals.append(letter.arrival_ms)
             dead_ids.add(event_id)
-        elif letter.position is not None:
-            unkeyed_dead[letter.position] += 1
+        else:
+            unkeyed_letters.append(letter)
 
     lost = [i for i in index if i not in copies]
     pending: list[EventValue] = []
@@ -222,23 +271,7 @@ def audit(
     disorder, disorder_examples = order_violations(judged, index, examples, produced_keys or None)
 
     without_id = [p for p in records_produced if p.event_id is None]
-    unkeyed_lost: list[str] = []
-    unkeyed_pending = 0
-    unkeyed_extra = 0
-    left = Counter(unkeyed_found)
-    for p in without_id:
-        if p.position is not None and unkeyed_dead[p.position] > 0:
-            unkeyed_extra += unkeyed_dead[p.position] - 1
-            unkeyed_dead[p.position] = 0
-            continue
-        if left[(p.partition_key or "", p.sha256)] > 0:
-            left[(p.partition_key or "", p.sha256)] -= 1
-            continue
-        if committed is not None and p.position is not None and _to_come(p.position, committed):
-            unkeyed_pending += 1
-            continue
-        unkeyed_lost.append(f"{p.position[0]}@{p.position[1]}/{p.position[2]}" if p.position else "?")
-    unkeyed_extra += sum(left.values()) if without_id else 0
+    left = _unkeyed(without_id, pool, unkeyed_letters, committed, reports)
     extra = sum(n - 1 for _, n in duplicated)
     return AuditReport(
         expected=len(index),
@@ -247,7 +280,7 @@ def audit(
         dead_letter_records=len(letters),
         lost=len(lost),
         pending=len(pending),
-        unkeyed_pending=unkeyed_pending,
+        unkeyed_pending=left.pending,
         duplicated=len(duplicated),
         extra_copies=extra,
         unexpected=len(unexpected),
@@ -262,8 +295,12 @@ def audit(
         changed=changed_count,
         invalid_dead_letters=invalid_count,
         unkeyed_expected=len(without_id),
-        unkeyed_lost=len(unkeyed_lost),
-        unkeyed_extra_copies=unkeyed_extra,
+        unkeyed_lost=len(left.lost),
+        unkeyed_extra_copies=left.extra,
+        unkeyed_explained=left.explained,
+        unkeyed_unexplained=len(left.unexplained),
+        unkeyed_unexpected=left.unexpected,
+        reported_unkeyed=sum(len(r.unkeyed) for r in reports),
         lost_examples=tuple(lost[:examples]),
         pending_examples=tuple(pending[:examples]),
         duplicated_examples=tuple(duplicated[:examples]),
@@ -274,8 +311,71 @@ def audit(
         out_of_order_examples=disorder_examples,
         changed_examples=tuple(changed),
         invalid_dead_letter_examples=tuple(invalid),
-        unkeyed_lost_examples=tuple(unkeyed_lost[:examples]),
+        unkeyed_lost_examples=tuple(left.lost[:examples]),
+        unkeyed_unexplained_examples=tuple(c.where for c in left.unexplained[:examples]),
     )
+
+
+@dataclass
+class _UnkeyedVerdict:
+    """What became of the records produced without an event ID (see :func:`_unkeyed`)."""
+
+    lost: list[str] = field(default_factory=list)  # staging positions ("?" where unknown)
+    pending: int = 0
+    extra: int = 0
+    explained: int = 0
+    unexplained: list[UnkeyedCopy] = field(default_factory=list)
+    unexpected: int = 0  # copies whose key and bytes were never produced
+
+
+def _unkeyed(
+    produced: Sequence[Produced],
+    pool: Mapping[Content, list[UnkeyedCopy]],
+    letters: Sequence[DeadLetter],
+    committed: Mapping[str, ShardPosition] | None,
+    reports: Sequence[DuplicateReport],
+) -> _UnkeyedVerdict:
+    """The records produced without an event ID against their copies: ``pool``, the target's copies by key and
+    bytes; ``letters``, the valid dead-letter envelopes of such records. An envelope that points at a produced
+    record delivers that one (its further envelopes are extra copies of it); every other copy delivers any
+    produced record of its key and bytes, earliest first, so that the extra copies are the latest."""
+    places = {p.position for p in produced if p.position is not None}
+    dead_at: dict[Position, list[UnkeyedCopy]] = defaultdict(list)
+    pool = {content: list(copies) for content, copies in pool.items()}
+    for letter in letters:
+        copy = UnkeyedCopy(letter.arrival_ms, letter.content, f"{_where(letter)} (dead-letter stream)")
+        if letter.position in places:
+            dead_at[letter.position].append(copy)  # type: ignore[index]
+        else:
+            pool.setdefault((letter.partition_key or "", letter.sha256), []).append(copy)
+    out = _UnkeyedVerdict()
+    names: dict[Content, list[str | None]] = defaultdict(list)  # every name any copy of a content goes by
+    extra: dict[Content, list[UnkeyedCopy]] = defaultdict(list)
+    taken: Counter[Content] = Counter()
+    for copies in pool.values():
+        copies.sort(key=_order)
+    for p in produced:
+        content = (p.partition_key or "", p.sha256)
+        here = sorted(dead_at.pop(p.position, []), key=_order) if p.position is not None else []
+        if here:
+            names[content] += [c.content for c in here]
+            extra[content] += here[1:]
+        elif taken[content] < len(pool.get(content, ())):
+            taken[content] += 1
+        elif committed is not None and p.position is not None and _to_come(p.position, committed):
+            out.pending += 1
+        else:
+            out.lost.append(f"{p.position[0]}@{p.position[1]}/{p.position[2]}" if p.position else "?")
+    made = {(p.partition_key or "", p.sha256) for p in produced}
+    for content, copies in pool.items():
+        names[content] += [c.content for c in copies]
+        if content in made:
+            extra[content] += copies[taken[content] :]
+        else:
+            out.unexpected += len(copies)
+    out.extra = sum(len(copies) for copies in extra.values())
+    out.explained, out.unexplained = explain_unkeyed(extra, names, reports)
+    return out
 
 
 def _to_come(place: Position, committed: Mapping[str, ShardPosition]) -> bool:

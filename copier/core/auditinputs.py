@@ -26,7 +26,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any, TextIO
 
-from copier.core.audittypes import DeadLetter, DuplicateReport, Produced
+from copier.core.audittypes import DeadLetter, DuplicateReport, Produced, content_name
 from copier.core.config import DedupKey
 from copier.core.errors import ConfigError
 from copier.core.identity import EventId, EventValue, extract_event_id
@@ -113,6 +113,7 @@ def read_envelope(key: DedupKey, shard_id: str, record: KinesisRecord) -> DeadLe
         partition_key=str(body["partitionKey"]),
         sha256=digest,
         event_id=event_id,
+        content=None if event_id is not None else content_name(record["PartitionKey"], bytes(record["Data"])),
     )
 
 
@@ -129,7 +130,10 @@ def read_manifest(path: str, stdin: TextIO | None = None) -> list[Produced]:
     A line is an event ID (a string), or a JSON object: ``{"eventId": ID}``
     (an integer ID, or a string with characters a line cannot hold), with
     optionally ``"partitionKey"`` and ``"sha256"`` (hex of the record's
-    bytes): then every target copy must have that key and those bytes.
+    bytes): then every target copy must have that key and those bytes. A
+    record written without an event ID is ``{"eventId": null}`` with both
+    ``"partitionKey"`` and ``"sha256"``: it must be delivered as often as it
+    was written, copies beyond that explained by reports, as any event.
     """
     if path == "-":
         return _manifest_lines(stdin or sys.stdin, path)
@@ -164,8 +168,10 @@ def manifest_entry(raw: str, number: int) -> Produced | None:
     try:
         doc = json.loads(line)
         value = doc["eventId"]
-        if isinstance(value, bool) or not isinstance(value, str | int):
-            raise ValueError("eventId is not a string or an integer")
+        if value is None and not (isinstance(doc.get("partitionKey"), str) and isinstance(doc.get("sha256"), str)):
+            raise ValueError("a record without an event ID (eventId null) needs its partitionKey and sha256")
+        if isinstance(value, bool) or not isinstance(value, str | int | None):
+            raise ValueError("eventId is not a string, an integer or null")
         return Produced(value, doc.get("partitionKey"), doc.get("sha256"))
     except (ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"line {number}: not an event ID nor a manifest object: {exc}") from None
@@ -210,4 +216,5 @@ def report_of(event: dict[str, Any]) -> DuplicateReport | None:
         None if event.get("window_until_ms") is None else int(event["window_until_ms"]),
         str(event.get("shard", "")),
         int(event.get("batch", 0)),
+        tuple(str(name) for name in event.get("unkeyed_digests", ())),
     )

@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from copier.core.identity import EventValue
+from copier.core.identity import EventValue, content_digest
 
 __all__ = [
     "DEFAULT_EXAMPLES",
@@ -27,6 +27,9 @@ __all__ = [
     "Produced",
     "TargetRecord",
     "Unkeyed",
+    "UnkeyedCopy",
+    "content_name",
+    "digest_name",
     "event_key",
     "show",
 ]
@@ -43,6 +46,17 @@ def show(event_id: EventValue) -> str:
 def event_key(value: EventValue) -> str:
     """An event ID as one string that keeps its type (JSON): for stores that hold strings only (Spark)."""
     return json.dumps(value, ensure_ascii=False)
+
+
+def digest_name(digest: int) -> str:
+    """An 80-bit digest as a report writes it: 20 hex digits."""
+    return f"{digest:020x}"
+
+
+def content_name(partition_key: str, data: bytes) -> str:
+    """How a ``possible_duplicates`` report names a record without an event ID: the copier's content digest of
+    its partition key and bytes, as it was put (``copier.core.identity.content_digest``)."""
+    return digest_name(content_digest(partition_key, data))
 
 
 @dataclass(frozen=True)
@@ -67,6 +81,7 @@ class TargetRecord:
     sequence_number: str = ""
     sha256: str | None = None
     arrival_ms: int = 0
+    content: str | None = None  # its content_name, for a record without an event ID (None: not known)
 
 
 @dataclass(frozen=True)
@@ -82,17 +97,25 @@ class DeadLetter:
     partition_key: str | None = None
     sha256: str | None = None  # of the original bytes (from the data, or the envelope's dataSha256)
     event_id: EventValue | None = None  # read from the original bytes, when the envelope keeps them
+    content: str | None = None  # the dead-letter record's own content_name (its key and envelope bytes)
 
 
 @dataclass(frozen=True)
 class DuplicateReport:
-    """A ``possible_duplicates`` log line: these IDs may have one extra copy arriving in [from_ms, until_ms]."""
+    """A ``possible_duplicates`` log line: these IDs may have one extra copy arriving in [from_ms, until_ms],
+    and so may the records without an event ID it names (``unkeyed``: their content_name, once per copy that
+    may be extra: identical records sent again are named as often)."""
 
     event_ids: tuple[EventValue, ...]
     from_ms: int = 0
     until_ms: int | None = None  # None: open
     shard_id: str = ""
     batch: int = 0
+    unkeyed: tuple[str, ...] = ()
+
+    def holds(self, arrival_ms: int) -> bool:
+        """Does its window hold a copy that arrived then?"""
+        return self.from_ms <= arrival_ms and (self.until_ms is None or arrival_ms <= self.until_ms)
 
 
 @dataclass(frozen=True)
@@ -102,6 +125,21 @@ class Unkeyed:
     shard_id: str
     sequence_number: str
     partition_key: str
+
+
+@dataclass(frozen=True)
+class UnkeyedCopy:
+    """One copy of a record without an event ID (in the target, or a dead-letter envelope of one), as the
+    audit weighs it: when it arrived, how a report would name it, and where it is (for an example)."""
+
+    arrival_ms: int
+    content: str | None  # its content_name; None where it cannot be known (no partition key: Firehose files)
+    where: str
+
+    @property
+    def order(self) -> tuple[int, str]:
+        """Earliest first; of copies that arrived together, by where they are (every audit breaks ties so)."""
+        return self.arrival_ms, self.where
 
 
 @dataclass(frozen=True)
@@ -135,6 +173,10 @@ JSON_COUNTS = {
     "lost_without_id": "unkeyed_lost",
     "pending_without_id": "unkeyed_pending",
     "extra_copies_without_id": "unkeyed_extra_copies",
+    "explained_copies_without_id": "unkeyed_explained",
+    "unexplained_copies_without_id": "unkeyed_unexplained",
+    "unexpected_without_id": "unkeyed_unexpected",
+    "reported_without_id": "reported_unkeyed",
     "dead_lettered_events": "dead_lettered",
     "invalid_dead_letter_records": "invalid_dead_letters",
     "out_of_order": "out_of_order",
@@ -166,7 +208,11 @@ class AuditReport:
     invalid_dead_letters: int = 0
     unkeyed_expected: int = 0  # produced records without an event ID
     unkeyed_lost: int = 0
-    unkeyed_extra_copies: int = 0
+    unkeyed_extra_copies: int = 0  # copies beyond what was produced of records without an ID (same key and bytes)
+    unkeyed_explained: int = 0  # of those, copies a report excuses
+    unkeyed_unexplained: int = 0
+    unkeyed_unexpected: int = 0  # target copies without an ID whose key and bytes were never produced
+    reported_unkeyed: int = 0  # records without an ID the reports name, each name counted
     pending: int = 0  # missing IDs whose every staging occurrence the copier has still ahead of it
     unkeyed_pending: int = 0  # missing records without an ID that the copier has still ahead of it
     lost_examples: tuple[EventValue, ...] = ()
@@ -179,17 +225,20 @@ class AuditReport:
     changed_examples: tuple[str, ...] = ()
     invalid_dead_letter_examples: tuple[str, ...] = ()
     unkeyed_lost_examples: tuple[str, ...] = ()
+    unkeyed_unexplained_examples: tuple[str, ...] = ()  # where each copy is
     pending_examples: tuple[EventValue, ...] = ()
 
     @property
     def ok(self) -> bool:
-        """Exactly once for keyed events, at least once for the rest, each copy as produced."""
+        """Exactly once for every event, keyed or not, each copy as produced: nothing lost, and every copy
+        beyond the first explained by a ``possible_duplicates`` report."""
         return (
             self.lost == 0
             and self.unexplained_copies == 0
             and self.changed == 0
             and self.invalid_dead_letters == 0
             and self.unkeyed_lost == 0
+            and self.unkeyed_unexplained == 0
         )
 
     @property
@@ -216,6 +265,7 @@ class AuditReport:
                     for u in self.unkeyed_examples
                 ],
                 "lost_without_id": list(self.unkeyed_lost_examples),
+                "unexplained_copies_without_id": list(self.unkeyed_unexplained_examples),
                 "dead_lettered_events": list(self.dead_lettered_examples),
                 "invalid_dead_letter_records": list(self.invalid_dead_letter_examples),
                 "out_of_order": [

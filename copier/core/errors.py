@@ -21,6 +21,8 @@ the AWS error code, so the protocol code decides on copier's own terms::
     │                            it retries slowly and logs, the host's other shards
     │                            go on (one child's exit would restart them all)
     ├── IncompatibleStateError   the state table was written by another copier format
+    ├── StateTableError          the state table is not as ``copier init`` makes it (its
+    │                            TTL is not on ``expires_at``: digest batches never expire)
     └── ProtocolError            the MultiLang peer sent something copier cannot act on
 """
 
@@ -36,6 +38,7 @@ __all__ = [
     "HOST_WIDE_CODES",
     "IncompatibleStateError",
     "ProtocolError",
+    "StateTableError",
     "TransientAwsError",
 ]
 
@@ -112,6 +115,10 @@ class FatalAwsError(AwsError):
 
 class IncompatibleStateError(CopierError):
     """The state table holds items of another copier format: this version cannot read them."""
+
+
+class StateTableError(CopierError):
+    """The state table exists but is not as ``copier init`` makes it: the message says what and what to do."""
 
 
 class ProtocolError(CopierError):

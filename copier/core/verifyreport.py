@@ -76,6 +76,10 @@ def _example_lines(r: AuditReport) -> list[str]:
         lines.append("  without an event ID in the target: " + where)
     if r.unkeyed_lost_examples:
         lines.append("  lost without an event ID (staging position): " + ", ".join(r.unkeyed_lost_examples))
+    if r.unkeyed_unexplained_examples:
+        lines.append(
+            "  unexplained copies without an event ID (where each is): " + ", ".join(r.unkeyed_unexplained_examples)
+        )
     if r.out_of_order_examples:
         wrong = ", ".join(
             f"{show(o.event_id)} after {show(o.after)} (partition key {o.partition_key})"
@@ -112,9 +116,11 @@ def render_text(result: VerifyResult) -> str:
         f"duplicated: {r.duplicated} ({r.unexplained_copies} unexplained copies), "
         f"changed: {r.changed}, unexpected: {r.unexpected}, out of order (per partition key): {r.out_of_order}",
         f"without an event ID: {r.unkeyed_expected} produced, {r.unkeyed_lost} lost, {r.unkeyed_pending} pending, "
-        f"{r.unkeyed_extra_copies} extra copies; in the target without an ID: {r.unkeyed}",
+        f"{r.unkeyed_extra_copies} extra copies ({r.unkeyed_unexplained} unexplained); in the target without an ID: "
+        f"{r.unkeyed} ({r.unkeyed_unexpected} never produced)",
         f"dead-letter stream: {r.dead_lettered} events delivered there, {r.invalid_dead_letters} invalid records; "
-        f"possible_duplicates reports: {r.reports} naming {r.reported_ids} IDs",
+        f"possible_duplicates reports: {r.reports} naming {r.reported_ids} IDs and {r.reported_unkeyed} records "
+        "without an ID",
         *_example_lines(r),
     ]
     if result.undecodable:
@@ -149,6 +155,7 @@ def render_text(result: VerifyResult) -> str:
                 ("changed", r.changed),
                 ("invalid dead letters", r.invalid_dead_letters),
                 ("lost without an ID", r.unkeyed_lost),
+                ("unexplained copies without an ID", r.unkeyed_unexplained),
                 ("undecodable aggregates", result.undecodable),
             )
             if n

@@ -11,7 +11,8 @@ the entries hash to in a shard map taken before the request was sent (a
 map refreshed after it may name only the children of a shard split in the
 meantime); entries without an event ID are never counted as landed (an
 identical record from another shard cannot be told from theirs, see
-``copier.core.recovery``): they are sent again.
+``copier.core.recovery``): they are sent again, and reported as possible
+duplicates before they are (``PutSession.on_unverifiable_resend``).
 
 With ``copier.ordering = partitionKey`` (the default) a round sends only the
 earliest unlanded entry of each partition key, so a key's entries land in
@@ -71,6 +72,10 @@ class PutSession(Protocol):
 
     def on_stall(self, call: str, error: FatalAwsError, attempt: int) -> None:
         """AWS rejects this shard's request as final: retried at the longest backoff, said each time."""
+
+    def on_unverifiable_resend(self, entries: Sequence[Outgoing], read_from_ms: int) -> None:
+        """Entries without an event ID whose put's outcome is unknown are about to be sent again: reported as
+        possible duplicates first (they cannot be verified: identical records cannot be told apart)."""
 
 
 @dataclass
@@ -222,6 +227,8 @@ class Forwarder:
         """After any put still in flight has finished, read what is there; return the entries to retry."""
         self.clock.sleep_ms(self.put_timeout_ms)
         retry = [e for e in unknown if destination == "target" and e.event_id is None]  # cannot be told apart
+        if retry:
+            self.session.on_unverifiable_resend(retry, read_from_ms)  # said before it is sent again
         checkable = [e for e in unknown if not (destination == "target" and e.event_id is None)]
         if not checkable:
             return retry

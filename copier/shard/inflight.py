@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from copier.core.errors import FatalAwsError
 from copier.core.identity import content_digest, identity_of
+from copier.core.packing import unpack_digests
 from copier.core.ports import Found
 from copier.core.recovery import resolve
 from copier.core.state import DigestBatch, ShardState
@@ -113,6 +114,15 @@ class InFlight:
             read_until_ms=until,
             settings_changed=bool(batch.settings) and batch.settings != s.settings().encode(),
         )
+        if batch.unkeyed:  # resent when the daemon replays them, whether or not they landed: said first
+            s.possible_duplicates(
+                batch.index,
+                (),
+                s.clock.now_ms(),
+                "a chunk in flight is redone: its records without an event ID are sent again, since a verification "
+                "cannot tell their copies from identical records",
+                unkeyed=unpack_digests(batch.unkeyed),
+            )
         if suspect and result.missing:
             s.log.warning(
                 "verification_beyond_retention",

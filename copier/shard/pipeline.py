@@ -266,22 +266,6 @@ class ChunkPipeline:
             )
 
     def possible_duplicates(self, index: int, sent: Sequence[Outgoing], since_ms: int, detail: str) -> None:
-        """Log (and count) the events of a chunk that may have landed twice, with their IDs.
-
-        ``window_from_ms``: no copy this report excuses arrived before it (the
-        chunk's start, or the resend's, less this host's clock margin); a copy
-        may arrive any time after (a successor redoes the chunk when the daemon
-        replays it). An audit excuses one extra copy per ID named, no more
-        (``copier.core.audit``).
-        """
-        s = self.s
-        s.metrics.possible_duplicates += len(sent)
-        s.emit(now=True)
-        s.log.error(
-            "possible_duplicates",
-            batch=index,
-            count=len(sent),
-            event_ids=[o.event_id for o in sent if o.event_id is not None],
-            window_from_ms=since_ms - s.margins.arrival(),
-            detail=detail,
-        )
+        """Log (and count) the records of a chunk that may have landed twice: their event IDs, and the content
+        digests of those without one (``ShardSession.possible_duplicates``)."""
+        self.s.possible_duplicates(index, sent, since_ms, detail)

@@ -19,17 +19,18 @@ It is also what the forwarder is given (``copier.shard.forward.PutSession``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
 from copier.adapters.metrics import MetricsEmitter, ShardMetrics
+from copier.core.audittypes import digest_name
 from copier.core.clockcheck import ClockBounds
 from copier.core.config import Config
 from copier.core.errors import AwsError, FatalAwsError, FencedError, IncompatibleStateError, TransientAwsError
 from copier.core.identity import content_digest, identity_of
 from copier.core.limits import MAX_RECORD_BYTES
-from copier.core.plan import PlanSettings
+from copier.core.plan import Outgoing, PlanSettings
 from copier.core.ports import Clock, Identity, Streams
 from copier.core.retry import backoff_ms
 from copier.core.shardmap import shards_covering
@@ -271,6 +272,44 @@ class ShardSession:
         self.metrics.put_retries[code] += entries
         log = self.log.warning if attempt >= 3 else self.log.info
         log("put_retry", code=code, entries=entries, attempt=attempt)
+
+    def possible_duplicates(
+        self, index: int, sent: Sequence[Outgoing], since_ms: int, detail: str, unkeyed: Sequence[int] = ()
+    ) -> None:
+        """Log (and count) what of a chunk may have landed twice: the event IDs of ``sent``, and the records
+        without one (``unkeyed_digests``: the content digest of each as put, ``sent``'s and ``unkeyed``'s, once
+        per copy that may be extra), so that an audit can tell each extra copy from a loss or a bug.
+
+        ``window_from_ms``: no copy this report excuses arrived before it (the
+        chunk's start, or the resend's, less this host's clock margin); a copy
+        may arrive any time after (a successor redoes the chunk when the daemon
+        replays it). An audit excuses one extra copy per ID or digest named, no
+        more (``copier.core.audit``).
+        """
+        names = [digest_name(o.identity) for o in sent if o.event_id is None] + [digest_name(d) for d in unkeyed]
+        self.metrics.possible_duplicates += len(sent) + len(unkeyed)
+        self.emit(now=True)
+        self.log.error(
+            "possible_duplicates",
+            batch=index,
+            count=len(sent) + len(unkeyed),
+            event_ids=[o.event_id for o in sent if o.event_id is not None],
+            unkeyed_digests=names,
+            window_from_ms=since_ms - self.margins.arrival(),
+            detail=detail,
+        )
+
+    def on_unverifiable_resend(self, entries: Sequence[Outgoing], read_from_ms: int) -> None:
+        """Entries without an event ID whose put's outcome is unknown are sent again (the forwarder cannot tell
+        their copy from an identical record's): said before they are, as every possible duplicate is."""
+        assert self.state is not None
+        self.possible_duplicates(
+            self.state.batches + 1,
+            entries,
+            read_from_ms,
+            "sent again after a put whose outcome is unknown: records without an event ID cannot be told from "
+            "identical ones, so their first copy may have landed",
+        )
 
     def on_stall(self, call: str, error: FatalAwsError, attempt: int) -> None:
         self.metrics.stalled = True

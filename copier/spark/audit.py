@@ -5,7 +5,9 @@ computes the same report (``copier.core.audittypes.AuditReport``: the same count
 the same examples, in the same order) with Spark, over files:
 
 * the produced IDs: manifest files, one ID per line, in production order
-  (files in name order; an ID's production index is its first occurrence);
+  (files in name order; an ID's production index is its first occurrence),
+  and the records written without an ID, by their key and bytes
+  (``{"eventId": null, "partitionKey": ..., "sha256": ...}``);
 * the target's records: the files of ``copier export`` (JSON lines with the
   order the target holds them in, shard, sequence number, partition key and
   the record in base64), plain or gzip; or, with ``--format firehose``, the
@@ -18,7 +20,14 @@ Event IDs are read from each record exactly as ``copier verify`` reads them
 (the same Python functions, run in the executors). Out of order: per
 partition key, in target order, a record produced before the
 latest-produced record ahead of it (a window over each key, the running
-maximum of production index).
+maximum of production index). Records without an ID are counted per key and
+bytes as ``copier verify`` counts them (``copier.core.audit``): the groups
+are counted in Spark, and only the copies of those with more copies than
+were produced come to the driver, where the same function as verify's
+(``explain_unkeyed``) weighs them against the reports. In Firehose files
+there is no key: such records are matched by their bytes alone, and a
+report (which names a record by its key and bytes) can explain none of
+their extra copies.
 """
 
 from __future__ import annotations
@@ -30,8 +39,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from copier.core.audit import explain
-from copier.core.audittypes import AuditReport, DuplicateReport, OutOfOrder, Unkeyed, show
+from copier.core.audit import explain, explain_unkeyed
+from copier.core.audittypes import AuditReport, DuplicateReport, OutOfOrder, Unkeyed, UnkeyedCopy, show
 from copier.core.config import DedupKey, load_config
 from copier.core.identity import EventValue
 
@@ -68,13 +77,14 @@ def expand(paths: Iterable[str]) -> list[str]:
 
 def _records(lines: Iterator[tuple[str, int]], key: DedupKey, fmt: str, dead_letter: bool) -> Iterator[tuple[Any, ...]]:
     """One row per record of an export (or Firehose) file: (order, event key, partition key, shard, sequence
-    number, SHA-256 of the bytes, arrival, problem). IDs are read as ``copier verify`` reads them, and kept
+    number, SHA-256 of the bytes, arrival, problem, and for a record without an ID: its content_name, and the
+    key and SHA-256 of what it delivers). IDs are read as ``copier verify`` reads them, and kept
     as JSON text (an integer ID and its digits as a string stay apart). A dead-letter record is read as an
     envelope (``copier.core.auditinputs.read_envelope``): its event key is the original's, and ``problem`` says why it
     is not a valid envelope (None when it is). Firehose lines carry nothing but the record: their order is
     the line's, and they have no partition key, shard, sequence number or arrival."""
     from copier.core.auditinputs import event_id_in, read_envelope, sha256_hex
-    from copier.core.audittypes import event_key
+    from copier.core.audittypes import content_name, event_key
     from copier.core.deadlettercheck import check_dead_letter
 
     for line, number in lines:
@@ -87,32 +97,36 @@ def _records(lines: Iterator[tuple[str, int]], key: DedupKey, fmt: str, dead_let
             data = base64.b64decode(doc["data"])
         else:
             order, pk, shard, seq, arrival, data = number, "", "", "", 0, line.encode()
+        digest = sha256_hex(data)
+        delivers: tuple[str | None, str | None] = (pk if fmt == "export" else None, digest)
         if dead_letter:
             letter = read_envelope(key, shard, {"SequenceNumber": seq, "Data": data, "PartitionKey": pk})
             event_id, problem = letter.event_id, check_dead_letter(letter)
+            delivers = (letter.partition_key, letter.sha256)
         else:
             event_id, problem = event_id_in(key, pk, data), None
         found = None if event_id is None else event_key(event_id)
-        yield order, found, pk, shard, seq, sha256_hex(data), arrival, problem
+        name = content_name(pk, data) if event_id is None and fmt == "export" else None
+        yield order, found, pk, shard, seq, digest, arrival, problem, name, *delivers
 
 
 _SCHEMA = (
     "order long, event_id string, partition_key string, shard_id string, sequence_number string, "
-    "sha256 string, arrival long, problem string"
+    "sha256 string, arrival long, problem string, content string, group_pk string, group_sha string"
 )
 
 
 def _manifest_rows(lines: Iterator[tuple[str, int]]) -> Iterator[tuple[Any, ...]]:
-    """(position, event key, partition key or None, SHA-256 or None) per manifest line (copier.commands.verify's
-    format)."""
+    """(position, event key or None for a record without an ID, partition key or None, SHA-256 or None) per
+    manifest line (copier.commands.verify's format)."""
     from copier.core.auditinputs import manifest_entry
     from copier.core.audittypes import event_key
 
     for line, position in lines:
         entry = manifest_entry(line, position)
         if entry is not None:
-            assert entry.event_id is not None
-            yield position, event_key(entry.event_id), entry.partition_key, entry.sha256
+            found = None if entry.event_id is None else event_key(entry.event_id)
+            yield position, found, entry.partition_key, entry.sha256
 
 
 def _value(key: str) -> EventValue:
@@ -138,9 +152,10 @@ def run_audit(
 
     sc = spark.sparkContext
     lines = sc.textFile(",".join(expand(manifest))).zipWithIndex()
-    listed = spark.createDataFrame(
+    rows = spark.createDataFrame(
         lines.mapPartitions(_manifest_rows), "position long, event_id string, pk string, sha string"
     ).cache()
+    listed = rows.where(F.col("event_id").isNotNull())
     occurrences = listed.count()
     produced = listed.groupBy("event_id").agg(F.min("position").alias("index"), F.first("pk", True).alias("pk"))
     produced = produced.cache()
@@ -158,6 +173,7 @@ def run_audit(
     dead_letter_records = invalid = 0
     invalid_examples: tuple[str, ...] = ()
     dead_ids = spark.createDataFrame([], "event_id string")
+    dead_df = None
     if dead_letter:
         dead_df = read(dead_letter, True).cache()
         dead_letter_records = dead_df.count()
@@ -207,6 +223,7 @@ def run_audit(
 
     unkeyed_df = records.where(F.col("event_id").isNull())
     unkeyed = unkeyed_df.count()
+    without_id = _without_id(rows, unkeyed_df, dead_df, fmt, examples, reports)
     unkeyed_examples = tuple(
         Unkeyed(r.shard_id, r.sequence_number, r.partition_key)
         for r in unkeyed_df.orderBy("order").limit(examples).collect()
@@ -244,6 +261,8 @@ def run_audit(
         unexplained_copies=extra - explained,
         reports=len(reports),
         reported_ids=sum(len(set(r.event_ids)) for r in reports),
+        reported_unkeyed=sum(len(r.unkeyed) for r in reports),
+        **without_id,
         changed=changed,
         invalid_dead_letters=invalid,
         lost_examples=lost_examples,
@@ -256,6 +275,73 @@ def run_audit(
         changed_examples=changed_examples,
         invalid_dead_letter_examples=invalid_examples,
     )
+
+
+def _without_id(
+    rows: Any, unkeyed_df: Any, dead_df: Any, fmt: str, examples: int, reports: Sequence[DuplicateReport]
+) -> dict[str, Any]:
+    """The report's counts of records without an ID (``copier.core.audit``'s rules for a manifest, which has no
+    staging positions): produced and copies counted per key and bytes in Spark; the copies of the groups with
+    more copies than were produced weighed on the driver, by the function verify uses."""
+    from pyspark.sql import functions as F
+
+    def group_key(pk: Any, sha: Any) -> list[Any]:
+        bare = F.lit(None).cast("string") if fmt != "export" else F.coalesce(pk, F.lit(""))
+        return [bare.alias("gpk"), sha.alias("gsha")]
+
+    made = rows.where(F.col("event_id").isNull()).select(*group_key(F.col("pk"), F.col("sha")))
+    spot = F.concat(F.col("shard_id"), F.lit("@"), F.col("sequence_number"))
+    where = F.concat(spot, F.lit(" (partition key "), F.col("partition_key"), F.lit(")"))
+    copies = unkeyed_df.select(
+        *group_key(F.col("group_pk"), F.col("group_sha")), "arrival", "content", where.alias("w")
+    )
+    if dead_df is not None:
+        letters = dead_df.where(F.col("problem").isNull() & F.col("event_id").isNull())
+        where = F.concat(spot, F.lit(" (dead-letter stream)"))
+        copies = copies.unionByName(
+            letters.select(*group_key(F.col("group_pk"), F.col("group_sha")), "arrival", "content", where.alias("w"))
+        )
+    copies = copies.cache()
+    produced_n = made.groupBy("gpk", "gsha").agg(F.count("*").alias("n")).alias("a")
+    copies_m = copies.groupBy("gpk", "gsha").agg(F.count("*").alias("m")).alias("b")
+    on = F.col("a.gpk").eqNullSafe(F.col("b.gpk")) & F.col("a.gsha").eqNullSafe(F.col("b.gsha"))
+    counted = (
+        produced_n.join(copies_m, on, "full_outer")
+        .select(
+            F.coalesce(F.col("a.gpk"), F.col("b.gpk")).alias("gpk"),
+            F.coalesce(F.col("a.gsha"), F.col("b.gsha")).alias("gsha"),
+            F.coalesce(F.col("n"), F.lit(0)).alias("n"),
+            F.coalesce(F.col("m"), F.lit(0)).alias("m"),
+        )
+        .cache()
+    )
+    sums = counted.agg(
+        F.sum("n").alias("expected"),
+        F.sum(F.when(F.col("n") > F.col("m"), F.col("n") - F.col("m")).otherwise(0)).alias("lost"),
+        F.sum(F.when(F.col("n") == 0, F.col("m")).otherwise(0)).alias("unexpected"),
+    ).first()
+    over = counted.where((F.col("n") > 0) & (F.col("m") > F.col("n"))).alias("o")
+    on = F.col("o.gpk").eqNullSafe(F.col("c.gpk")) & F.col("o.gsha").eqNullSafe(F.col("c.gsha"))
+    grouped: dict[tuple[str | None, str | None], tuple[int, list[UnkeyedCopy]]] = {}
+    for r in (
+        over.join(copies.alias("c"), on).select("c.gpk", "c.gsha", "o.n", "c.arrival", "c.content", "c.w").collect()
+    ):
+        group = grouped.setdefault((r.gpk, r.gsha), (r.n, []))
+        group[1].append(UnkeyedCopy(r.arrival, r.content, r.w))
+    extra = {g: sorted(c, key=lambda copy: copy.order)[n:] for g, (n, c) in grouped.items()}
+    names = {g: [copy.content for copy in c] for g, (_, c) in grouped.items()}
+    explained, unexplained = explain_unkeyed(extra, names, reports)
+    lost = int(sums.lost or 0)
+    return {
+        "unkeyed_expected": int(sums.expected or 0),
+        "unkeyed_lost": lost,
+        "unkeyed_extra_copies": sum(len(c) for c in extra.values()),
+        "unkeyed_explained": explained,
+        "unkeyed_unexplained": len(unexplained),
+        "unkeyed_unexpected": int(sums.unexpected or 0),
+        "unkeyed_lost_examples": ("?",) * min(lost, examples),  # a manifest has no staging positions
+        "unkeyed_unexplained_examples": tuple(c.where for c in unexplained[:examples]),
+    }
 
 
 def main(args: argparse.Namespace) -> int:

@@ -144,6 +144,7 @@ class Outcome:
     world: World
     skipped: set[Position] = field(default_factory=set)  # expired from staging before a delivery
     reported: Counter[str] = field(default_factory=Counter)  # event IDs named by possible_duplicates
+    reported_unkeyed: Counter[str] = field(default_factory=Counter)  # content digests of records without an ID
     others: Counter[bytes] = field(default_factory=Counter)  # identical copies other shards put
     strays: int = 0  # events whose copies landed here under AUTO (their key's shard forwarded a copy too)
     stalls_with_dlq: int = 0
@@ -567,6 +568,16 @@ def collect_reports(logs: list[dict[str, Any]]) -> Counter[str]:
     for entry in logs:
         if entry["event"] == "possible_duplicates":
             named.update(str(i).removeprefix("i-") for i in entry.get("event_ids", []))
+    return named
+
+
+def collect_unkeyed(logs: list[dict[str, Any]]) -> Counter[str]:
+    """Records without an event ID the copier named in ``possible_duplicates`` (by their content digest as put:
+    one extra copy each name, per report)."""
+    named: Counter[str] = Counter()
+    for entry in logs:
+        if entry["event"] == "possible_duplicates":
+            named.update(str(n) for n in entry.get("unkeyed_digests", []))
     return named
 
 

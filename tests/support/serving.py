@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import http.client
+import http.server
+import json
 import socketserver
 import threading
 from collections.abc import Iterator
@@ -23,3 +26,60 @@ def serving(server: S, poll_s: float = 0.5) -> Iterator[S]:
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+class _Front(http.server.BaseHTTPRequestHandler):
+    """Forwards each request to ``server.backend``, except the DynamoDB operations in ``server.refused``, which
+    it answers as an endpoint without them does (400 UnknownOperationException)."""
+
+    server: RefusingFront
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        operation = self.headers.get("X-Amz-Target", "").rpartition(".")[2]
+        if operation in self.server.refused:
+            self.server.seen.append(operation)
+            answer = json.dumps({"__type": "com.amazon.coral.service#UnknownOperationException"}).encode()
+            self._reply(400, [("Content-Type", "application/x-amz-json-1.0")], answer)
+            return
+        backend = http.client.HTTPConnection(self.server.backend, timeout=30)
+        try:
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+            backend.request("POST", self.path, body=body, headers=headers)
+            response = backend.getresponse()
+            keep = [(k, v) for k, v in response.getheaders() if k.lower() not in _HOP_BY_HOP]
+            self._reply(response.status, keep, response.read())
+        finally:
+            backend.close()
+
+    def _reply(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+        self.send_response(status)
+        for name, value in headers:
+            if name.lower() != "content-length":
+                self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (http.server's signature)
+        """Quiet: the test says what matters."""
+
+
+_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection"}
+
+
+class RefusingFront(http.server.ThreadingHTTPServer):
+    """An HTTP front on 127.0.0.1 for the local backend (``host:port``) that refuses some DynamoDB operations,
+    as an endpoint that does not have them does (``seen``: the refused calls, in order)."""
+
+    daemon_threads = True
+
+    def __init__(self, backend: str, refused: set[str]) -> None:
+        super().__init__(("127.0.0.1", 0), _Front)
+        self.backend = backend
+        self.refused = refused
+        self.seen: list[str] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
