@@ -9,6 +9,7 @@ __all__ = [
     "MAX_RECORD_BYTES",
     "MAX_REQUEST_BYTES",
     "MAX_REQUEST_RECORDS",
+    "MAX_RETENTION_MS",
     "MAX_STREAM_RECORD_BYTES",
     "record_size",
 ]
@@ -18,6 +19,7 @@ MAX_RECORD_BYTES = 1024 * 1024  # a stream's record limit unless UpdateMaxRecord
 MAX_STREAM_RECORD_BYTES = 10 * 1024 * 1024  # the most UpdateMaxRecordSize allows (10,240 KiB)
 MAX_REQUEST_BYTES = 10 * 1024 * 1024  # a PutRecords request, every entry together
 MAX_PARTITION_KEY_CHARS = 256
+MAX_RETENTION_MS = 8760 * 3_600_000  # the longest retention Kinesis allows a stream (IncreaseStreamRetentionPeriod)
 
 
 def record_size(partition_key: str, data: bytes) -> int:

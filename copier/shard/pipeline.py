@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from copier.core.errors import FencedError
+from copier.core.limits import MAX_RETENTION_MS
 from copier.core.packing import pack_digests
 from copier.core.plan import BatchPlan, Outgoing, PlanSettings, Redo, SourceRecord, chunks, plan_batch
 from copier.core.positions import Position
@@ -130,12 +131,16 @@ class ChunkPipeline:
         ends; a chunk in flight can be replayed as long as its records are
         there. So: the newest arrival, the window, the retention and an hour
         of margin, and never before ``copier.digestTtlHours`` after writing.
+        A retention that cannot be read counts as the longest Kinesis allows
+        (365 days): an owner gap shorter than the staging retention, whatever
+        it is, must still find the batches that say what was forwarded
+        (docs/protocol.md, "Digest lifetime", says why this and not a stop).
         """
         config = self.s.config
         floor = now + config.digest_ttl_hours * HOUR_MS
         retention = self.s.retention(config.stream_name)  # cached by the adapter; read again when it failed
         if retention is None:
-            return floor
+            retention = MAX_RETENTION_MS
         return max(floor, plan.arrival_max_ms + config.dedup_window_ms + retention + HOUR_MS)
 
     def _record(self, plan: BatchPlan, settings: PlanSettings, index: int, now: int, bound: int) -> DigestBatch:

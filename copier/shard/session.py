@@ -204,7 +204,13 @@ class ShardSession:
             error = "DescribeStreamSummary gave no retention"
         if retention is None and stream not in self._retention_unknown:
             self._retention_unknown.add(stream)
-            self.log.warning("retention_unknown", stream=stream, error=error)
+            self.log.warning(
+                "retention_unknown",
+                stream=stream,
+                error=error,
+                detail="until it is read: digest batches are kept as if it were 365 days (Kinesis' longest), "
+                "a verification read counts it as 24 h (Kinesis' shortest); asked again every 30 s",
+            )
         elif retention is not None:
             self._retention_unknown.discard(stream)
         return retention
