@@ -19,7 +19,10 @@ the AWS error code, so the protocol code decides on copier's own terms::
     │                            its supervisor restarts the daemon. The others (AWS
     │                            rejects one shard's request) stall that shard only:
     │                            it retries slowly and logs, the host's other shards
-    │                            go on (one child's exit would restart them all)
+    │                            go on (one child's exit would restart them all). One
+    │                            that blames this host's clock (``copier.core.clockcheck``,
+    │                            ``blames_the_clock``) stalls every shard instead: the
+    │                            clock is named, and the shards go on once it is right
     ├── IncompatibleStateError   the state table was written by another copier format
     └── ProtocolError            the MultiLang peer sent something copier cannot act on
 """
@@ -67,6 +70,7 @@ class AwsError(CopierError):
     def __init__(self, operation: str, code: str, message: str) -> None:
         self.operation = operation
         self.code = code
+        self.message = message  # AWS's own words: some codes mean different things (a signature expired, or not)
         super().__init__(f"{operation} failed: {code}: {message}")
 
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from copier.core.batching import first_per_key, split_requests
-from copier.core.errors import AmbiguousPutError, FatalAwsError, TransientAwsError
+from copier.core.errors import AmbiguousPutError, AwsError, FatalAwsError, TransientAwsError
 from copier.core.plan import Outgoing
 from copier.core.ports import Clock, Found, Identity, Streams
 from copier.core.positions import Position
@@ -69,8 +69,11 @@ class PutSession(Protocol):
     def on_put_retry(self, code: str, entries: int, attempt: int) -> None:
         """Entries that failed with ``code`` are retried."""
 
-    def on_stall(self, call: str, error: FatalAwsError, attempt: int) -> None:
+    def on_stall(self, call: str, error: AwsError, attempt: int) -> None:
         """AWS rejects this shard's request as final: retried at the longest backoff, said each time."""
+
+    def host_wide(self, error: FatalAwsError) -> bool:
+        """Does the error end the process (a fault no shard of the host gets past), or stall this shard?"""
 
 
 @dataclass
@@ -164,7 +167,7 @@ class Forwarder:
                     self.session.on_put_request(stream, len(request), -1, None)
                     continue
                 except FatalAwsError as exc:
-                    if exc.host_wide:
+                    if self.session.host_wide(exc):
                         raise
                     stalled = exc  # rejected as a whole: nothing of it landed
                     failed.extend(request)

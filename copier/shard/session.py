@@ -9,6 +9,10 @@ window, and the ways every part talks to AWS:
   fault AWS reports as final for this shard's request stalls this shard
   alone (``shard_stalled``), a host-wide one (a missing table or stream,
   denied access) goes up and ends the process; a fence and a conflict go up.
+  AWS refusing a request for its time (this host's clock, see
+  ``copier.core.clockcheck.blames_the_clock``) stalls the shard too, the
+  clock named: a restart would meet the same clock, and every shard of the
+  host with it, every few seconds.
 * :meth:`write`: every write as owner renews the lease and records this
   host's measured clock bound; a conditional failure is a fence.
 * :meth:`ensure_lease` / :meth:`keep_lease`: before a put the lease must
@@ -24,7 +28,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from copier.adapters.metrics import MetricsEmitter, ShardMetrics
-from copier.core.clockcheck import ClockBounds
+from copier.core.clockcheck import ClockBounds, ClockSnapshot, blames_the_clock, clock_note
 from copier.core.config import Config
 from copier.core.errors import AwsError, FatalAwsError, FencedError, IncompatibleStateError, TransientAwsError
 from copier.core.identity import content_digest, identity_of
@@ -132,16 +136,31 @@ class ShardSession:
         while True:
             try:
                 return fn()
-            except TransientAwsError as exc:
-                level = self.log.warning if attempt >= 3 else self.log.info
-                level("retrying", call=what, code=exc.code, attempt=attempt)
-                self.clock.sleep_ms(backoff_ms(attempt, self.config.max_backoff_millis))
-            except FatalAwsError as exc:
-                if exc.host_wide:
+            except (TransientAwsError, FatalAwsError) as exc:
+                if isinstance(exc, FatalAwsError) and self.host_wide(exc):
                     raise
-                self.on_stall(what, exc, attempt)
-                self.clock.sleep_ms(self.config.max_backoff_millis)
+                if isinstance(exc, FatalAwsError) or self.blames_clock(exc):
+                    self.on_stall(what, exc, attempt)
+                    self.clock.sleep_ms(self.config.max_backoff_millis)
+                else:
+                    level = self.log.warning if attempt >= 3 else self.log.info
+                    level("retrying", call=what, code=exc.code, attempt=attempt)
+                    self.clock.sleep_ms(backoff_ms(attempt, self.config.max_backoff_millis))
             attempt += 1
+
+    def clock_snapshot(self) -> ClockSnapshot | None:
+        """What this host knows of its clock against AWS time (None: not measured by this processor)."""
+        return self.clock_bounds.snapshot() if self.clock_bounds is not None else None
+
+    def blames_clock(self, error: AwsError) -> bool:
+        """Did AWS refuse the request for this host's clock (``copier.core.clockcheck.blames_the_clock``)?"""
+        return blames_the_clock(error, self.clock_snapshot())
+
+    def host_wide(self, error: FatalAwsError) -> bool:
+        """Does the error end the process? A host-wide fault does, unless it is this host's clock: every
+        shard of the host would meet the same clock after a restart, and waiting for it to be corrected
+        keeps the shards (a stall, the clock named) instead of restarting them all every few seconds."""
+        return error.host_wide and not self.blames_clock(error)
 
     def write(self, new: ShardState) -> ShardState:
         """Write as owner; on success the new state is ours. FencedError goes up."""
@@ -233,7 +252,7 @@ class ShardSession:
         window = self.window.stats()
         span_s = (window.newest_ms - window.oldest_ms) / 1000 if window.ids else 0.0
         values = self.metrics.take(self.state.counters, window.ids, span_s, at, self.margins.own_bound())
-        self.emitter.emit(self.shard_id, values, self.metrics.take_retries())
+        self.emitter.emit(self.shard_id, values, self.metrics.take_retries(), self.metrics.properties())
 
     def progress(self) -> None:
         """A ``progress`` line at INFO every ``copier.progressIntervalSeconds`` (0: never): what this shard
@@ -278,14 +297,29 @@ class ShardSession:
         log = self.log.warning if attempt >= 3 else self.log.info
         log("put_retry", code=code, entries=entries, attempt=attempt)
 
-    def on_stall(self, call: str, error: FatalAwsError, attempt: int) -> None:
+    def on_stall(self, call: str, error: AwsError, attempt: int) -> None:
+        """AWS refuses the request as final: the shard stalls, said each time with why (``reason``: "clock"
+        when AWS refused it for this host's clock, the clock's measured offset with it; else "rejected")."""
+        clock = self.blames_clock(error)
         self.metrics.stalled = True
+        self.metrics.stall_reason = "clock" if clock else "rejected"
         self.emit()
+        said: dict[str, Any] = {}
+        detail = "AWS rejects this shard's request; retrying every copier.maxBackoffMillis, nothing is skipped"
+        if clock:
+            snapshot = self.clock_snapshot()
+            said = {"clock_offset_ms": snapshot.offset_ms, "clock_error_ms": snapshot.error_ms} if snapshot else {}
+            detail = (
+                f"AWS refuses this host's requests for their time: {clock_note(snapshot)}. The shard is kept and "
+                "retried every copier.maxBackoffMillis; nothing is skipped"
+            )
         self.log.error(
             "shard_stalled",
             call=call,
             code=error.code,
             error=str(error),
             attempt=attempt,
-            detail="AWS rejects this shard's request; retrying every copier.maxBackoffMillis, nothing is skipped",
+            reason=self.metrics.stall_reason,
+            **said,
+            detail=detail,
         )
