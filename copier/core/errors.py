@@ -30,6 +30,8 @@ the AWS error code, so the protocol code decides on copier's own terms::
 from __future__ import annotations
 
 __all__ = [
+    "ENTRY_CODES",
+    "NOT_WRITTEN_ENTRY_CODES",
     "AmbiguousPutError",
     "AwsError",
     "ConfigError",
@@ -103,6 +105,17 @@ HOST_WIDE_CODES = frozenset(
         "KMSOptInRequired",
     }
 )
+
+
+#: The per-entry ``ErrorCode``s of a PutRecords answer that prove the entry was not written: throttling refuses
+#: an entry before it is written. AWS documents one other (PutRecordsResultEntry): ``InternalFailure``, "Internal
+#: Service Failure", an unknown error inside the service, the per-entry kin of a 500 answer. Nothing in AWS's
+#: documentation says such an entry was not written, so it, and any code AWS does not document, is an unknown
+#: outcome: verified by reading the stream before it is sent again (docs/protocol.md, "Assumptions").
+NOT_WRITTEN_ENTRY_CODES = frozenset({"ProvisionedThroughputExceededException"})
+#: Every per-entry code AWS documents; another one is taken as AWS refusing the entry (a record over the
+#: stream's limit, say), which a re-plan may get past and which otherwise stalls the shard.
+ENTRY_CODES = NOT_WRITTEN_ENTRY_CODES | {"InternalFailure"}
 
 
 class FatalAwsError(AwsError):

@@ -38,6 +38,7 @@ from copier.core.ports import Clock, Identity, Streams
 from copier.core.retry import backoff_ms
 from copier.core.shardmap import shards_covering
 from copier.core.state import ShardState, StateStore
+from copier.core.streamsettings import StreamSettings
 from copier.core.window import DedupWindow
 from copier.shard.margins import ClockMargins
 
@@ -85,13 +86,15 @@ class ShardSession:
 
     # -- what records become --------------------------------------------------------
 
-    def settings(self) -> PlanSettings:
+    def settings(self, refresh: bool = False, now: bool = False) -> PlanSettings:
         """What decides what a record becomes now: the configuration, and the target's and dead-letter
         stream's record limits as DescribeStreamSummary gives them (cached; 1 MiB when unknown, so a
-        record is dead-lettered rather than refused)."""
-        target = self.streams.settings(self.config.target_stream_name)
+        record is dead-lettered rather than refused). A put was refused, and a limit may have been lowered
+        since the cached answer: ``refresh`` asks again unless asked within ``SUMMARY_RETRY_S``, ``now``
+        asks now (the last answer when that fails)."""
+        target = self._stream_settings(self.config.target_stream_name, refresh, now)
         dlq_name = self.config.dead_letter_stream_name
-        dlq = self.streams.settings(dlq_name) if dlq_name else None
+        dlq = self._stream_settings(dlq_name, refresh, now) if dlq_name else None
         return PlanSettings(
             dedup_key=self.config.dedup_key,
             unkeyed_policy=self.config.unkeyed_policy,
@@ -102,6 +105,14 @@ class ShardSession:
             max_record_bytes=target.max_record_bytes if target is not None else MAX_RECORD_BYTES,
             dead_letter_max_bytes=dlq.max_record_bytes if dlq is not None else MAX_RECORD_BYTES,
         )
+
+    def _stream_settings(self, stream: str, refresh: bool, now: bool) -> StreamSettings | None:
+        if now:
+            try:
+                return self.streams.describe(stream)
+            except AwsError:
+                pass  # throttled or denied: the last answer (asked again at the next refusal)
+        return self.streams.settings(stream, refresh=refresh)
 
     def stored_settings(self, text: str, what: str) -> PlanSettings:
         """Plan settings a digest batch or the state item recorded ("" for an earlier copier's: the current
