@@ -77,21 +77,20 @@ class CrashingStore(InMemoryStateStore):
             except FencedError:
                 pass
         self.late.clear()
-        for key, batch in self.late_batches:
-            try:
-                super().put_batch(key, batch)
-            except FencedError:
-                pass
-        self.late_batches.clear()
+        self._land(self.late_batches)
 
     def release_held(self) -> None:
         """The frozen writer wakes up and its digest batch write lands now (or is refused: it is fenced)."""
-        for key, batch in self.held:
+        self._land(self.held)
+
+    def _land(self, batches: list[tuple[str, DigestBatch]]) -> None:
+        """Digest batch writes still on their way reach the table now, applied or refused by its condition."""
+        for key, batch in batches:
             try:
                 super().put_batch(key, batch)
             except FencedError:
                 pass
-        self.held.clear()
+        batches.clear()
 
     def write(self, key: str, owner: ShardState, new: ShardState) -> None:
         if self.lose_next_answer:
