@@ -496,7 +496,7 @@ def test_a_verification_whose_target_retention_cannot_be_read_assumes_the_shorte
 
 
 def test_a_staging_retention_unreadable_once_is_read_again_for_later_batches() -> None:
-    """One failed DescribeStreamSummary at takeover does not shorten the digests' lifetime for the process's
+    """One failed DescribeStreamSummary at takeover costs one batch the longest lifetime, not the process's
     life: the next batch is written with the staging retention, read again."""
     world = World(retention_ms={"staging": 7 * 24 * HOUR})
     real = world.streams.retention
@@ -507,8 +507,27 @@ def test_a_staging_retention_unreadable_once_is_read_again_for_later_batches() -
     owner.process([at(world, 2, "b")])
     first, second = world.store.get_batch(KEY, 1), world.store.get_batch(KEY, 2)
     assert first is not None and second is not None
-    assert first.expires_ms < first.arrival_max_ms + 7 * 24 * HOUR  # the one read that failed: the floor
-    assert second.expires_ms >= second.arrival_max_ms + 7 * 24 * HOUR
+    assert first.expires_ms >= first.arrival_max_ms + 365 * 24 * HOUR  # the one read that failed: the longest
+    assert second.arrival_max_ms + 7 * 24 * HOUR <= second.expires_ms < second.arrival_max_ms + 8 * 24 * HOUR
+
+
+def test_a_stall_past_the_digest_ttl_with_the_staging_retention_unreadable_resends_nothing() -> None:
+    """A role without kinesis:DescribeStreamSummary: the staging retention (7 days here) cannot be read. A chunk
+    left in flight, then no owner for 3 days (past copier.digestTtlHours, within the retention): its digest batch
+    is still there, so the successor verifies it and the daemon's replay of it sends nothing twice. (Its
+    lifetime fell back to digestTtlHours: the batch expired and the chunk was sent again, silently.)"""
+    world = World(
+        cfg=config(digestTtlHours=48, dedupWindowSeconds=60),
+        retention_ms={"target": 7 * 24 * HOUR, "staging": 7 * 24 * HOUR},
+    )
+    world.streams.retention = lambda stream: None  # type: ignore[method-assign]
+    records = [at(world, 1, "a"), at(world, 2, "b")]
+    with capture_logs() as logs:
+        left_in_flight(world, records, landed=True, outage_ms=3 * 24 * HOUR)
+        world.worker().process(records)
+    assert ids_in(world.streams) == Counter({"a": 1, "b": 1})
+    assert "retention_unknown" in [e["event"] for e in logs]
+    assert "possible_duplicates" not in [e["event"] for e in logs]
 
 
 def test_a_successor_whose_clock_steps_back_while_it_waits_waits_longer() -> None:

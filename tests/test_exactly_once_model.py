@@ -95,6 +95,10 @@ def covered(entry: dict[str, object]) -> str:
         return f"fenced in {entry.get('where')}"
     if name in ("possible_duplicates", "rerouted", "reading_again", "verification_beyond_retention", "took_back"):
         return name
+    if name == "replanned":
+        return "re-planned a chunk in flight"
+    if name == "put_retry" and entry.get("code") == "InternalFailure":
+        return "an entry answered InternalFailure"
     if name == "released":
         fenced = " while fenced (cut short)" if entry.get("fenced") else ""
         announced = " under an announced successor" if entry.get("successor") else ""
@@ -113,6 +117,8 @@ TRACED = {
     "possible_duplicates",
     "rerouted",
     "reading_again",
+    "replanned",
+    "shard_stalled",
 }
 
 
@@ -129,6 +135,8 @@ def trace(logs: list[dict[str, object]]) -> str:
         "event_ids",
         "where",
         "reason",
+        "code",
+        "entries",
     )
     return "\n".join(
         f"{e['event']} " + " ".join(f"{k}={e[k]}" for k in keep if k in e) for e in logs if e["event"] in TRACED
@@ -172,7 +180,7 @@ def check_keyed(outcome: Outcome, records: list[SourceRecord]) -> None:
             outcome.reported,
             outcome.trace,
         )
-    assert outcome.stalls_with_dlq == 0, "a shard stalled although a dead-letter stream was configured"
+    assert outcome.stalls_with_dlq == 0, ("a shard stalled although a dead-letter stream was configured", outcome.trace)
 
 
 def draw_keyed_records(data: st.DataObject, odd_keys: bool) -> list[SourceRecord]:
@@ -195,6 +203,26 @@ def test_each_event_lands_exactly_once_whatever_fails(data: st.DataObject) -> No
     configuration changes: each keyed event exactly once, unless copier reported the duplicate."""
     records = draw_keyed_records(data, odd_keys=True)
     driver = Driver(data, records, target_shards=data.draw(st.integers(1, 3), label="target shards"))
+    outcome, _ = run(driver)
+    check_keyed(outcome, records)
+
+
+@settings(max_examples=int(150 * SCALE), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_a_record_limit_lowered_and_raised_while_chunks_are_in_flight_keeps_exactly_once(data: st.DataObject) -> None:
+    """Records of 1 MiB and more among small ones; the target's record limit lowered while a chunk is in flight
+    (and raised again, or not), the process dying around the re-plan, entries answered InternalFailure written
+    or not, a write's first attempt landing late, beside the core faults and configuration changes: each keyed
+    event exactly once across the target and the dead-letter stream, and no stall once a dead-letter stream is
+    configured."""
+    ids = data.draw(st.lists(st.sampled_from("abcdefgh"), min_size=1, max_size=24), label="event ids")
+    times = arrivals(data, len(ids))
+    records = [
+        keyed_event(10 + i, e, at, body=f"copy{i}", size=BIG if data.draw(st.integers(0, 2), label="large") else 0)
+        for i, (e, at) in enumerate(zip(ids, times, strict=True))
+    ]
+    lowered = ["limit_lowered"] * 4  # drawn as often as the core faults together
+    driver = Driver(data, records, new_faults=[*lowered, "internal_failure", "late_write", "limit_raised"])
     outcome, _ = run(driver)
     check_keyed(outcome, records)
 

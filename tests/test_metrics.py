@@ -150,6 +150,32 @@ def test_a_stalled_shard_reports_it_while_it_waits(agent: _Agent) -> None:
     assert world.target_ids() == Counter({"a": 1, "b": 1})
 
 
+def test_a_shard_stalled_by_this_hosts_clock_says_so_in_its_document(agent: _Agent) -> None:
+    """AWS refusing a put for its signature's time: ShardStalled is 1 and the document's StallReason is "clock"
+    (an alarm on ShardStalled can tell a host's clock from a record AWS rejects); 0 and no reason once it moves."""
+    from copier.core.errors import FatalAwsError
+
+    port = agent.server_address[1]
+    cfg = config(metrics="emf", metricsAgentEndpoint=f"tcp://127.0.0.1:{port}", metricsIntervalSeconds=1)
+    world = World(cfg)
+    world.metrics = EmfEmitter(cfg, worker="host-a")
+    refusals = [FatalAwsError("PutRecords", "InvalidSignatureException", "Signature expired: 20261126T101000Z ...")]
+
+    def refused(stream: str, entries: list[tuple[str, bytes]]) -> tuple[list[bool], BaseException | None]:
+        world.clock.advance(2000)
+        return ([False] * len(entries), refusals.pop()) if refusals else ([True] * len(entries), None)
+
+    world.streams.fault = refused
+    worker = world.worker()
+    worker.process([rec(1, "a")])
+    world.clock.advance(2000)
+    worker.process([rec(2, "b")])
+    docs = [d for d in _wait_for(agent, 2) if "ShardStalled" in d]
+    said = [(d["ShardStalled"], d.get("StallReason")) for d in docs]
+    assert said[0] == (1, "clock") and set(said[1:]) == {(0, None)}, said
+    _check_format(docs[0])
+
+
 def test_the_clock_bound_is_a_gauge_in_milliseconds_when_the_caller_has_one(agent: _Agent) -> None:
     """ClockBoundMs is in the shard's document, valid EMF, only when a bound is passed to take()."""
     port = agent.server_address[1]

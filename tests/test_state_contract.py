@@ -229,6 +229,7 @@ def test_a_digest_batch_round_trips_every_field(store: StateStore) -> None:
         redo_settings='{"k":"json:id","u":"forward","d":null,"t":"target","m":1048576,"dm":1048576}',
         expires_ms=1_700_090_000_000,
         clock_bound_ms=42,
+        revision=2,
     )
     store.put_batch(KEY, full)
     assert store.get_batch(KEY, 7) == full
@@ -256,6 +257,27 @@ def test_a_lower_epoch_cannot_overwrite_a_digest_batch(store: StateStore) -> Non
     store.put_batch(KEY, batch(1, epoch=3, keyed=digests(1, seed=3)))  # a newer owner over a leftover
     stored = store.get_batch(KEY, 1)
     assert stored is not None and (stored.epoch, stored.keyed) == (3, digests(1, seed=3))
+
+
+def test_a_late_first_write_of_a_re_planned_digest_batch_is_refused(store: StateStore) -> None:
+    """copier.core.replan: a writer re-plans its chunk (revision 1) after its first write of the batch got no
+    answer; the first attempt, landing late, must not put back the batch the re-plan replaced. Its own retries
+    go through, and a newer owner's seal replaces any revision."""
+    store.put_batch(KEY, batch(1, epoch=2, keyed=digests(2, seed=1)))
+    replanned = batch(1, epoch=2, keyed=digests(1, seed=1), deadletter=digests(1, seed=2), revision=1)
+    store.put_batch(KEY, replanned)
+    with pytest.raises(FencedError):
+        store.put_batch(KEY, batch(1, epoch=2, keyed=digests(2, seed=1)))  # the late first attempt
+    store.put_batch(KEY, replanned)  # a retried write of the re-planned batch
+    stored = store.get_batch(KEY, 1)
+    assert stored is not None and (stored.keyed, stored.deadletter, stored.revision) == (
+        replanned.keyed,
+        replanned.deadletter,
+        1,
+    )
+    store.put_batch(KEY, batch(1, epoch=3, keyed=digests(2, seed=1)))  # a successor's seal: revision 0, epoch 3
+    stored = store.get_batch(KEY, 1)
+    assert stored is not None and (stored.epoch, stored.keyed, stored.revision) == (3, digests(2, seed=1), 0)
 
 
 def test_batches_lists_committed_indexes_newest_first_and_lazily(store: StateStore) -> None:

@@ -170,10 +170,11 @@ class DynamoStateStore(StateStore):
         lean = self._lean()
         if lean is not None:
             return lean.put_batch(key, batch)
-        fenced = FencedError(f"{key}: {batch.key} was written under an epoch above {batch.epoch}")
+        fenced = FencedError(f"{key}: {batch.key} was written under an epoch above {batch.epoch} or re-planned")
         item = batch_item(self.model, key, batch, self.config.digest_ttl_hours)
         m = self.model
-        condition = m.sk.does_not_exist() | (m.epoch <= batch.epoch)
+        same = (m.epoch == batch.epoch) & (m.revision.does_not_exist() | (m.revision <= batch.revision))
+        condition = m.sk.does_not_exist() | (m.epoch < batch.epoch) | same  # stateitems.BATCH_CONDITION
         self._conditional_put(item, condition, fenced)
 
     def get_batch(self, key: str, index: int) -> DigestBatch | None:

@@ -75,6 +75,7 @@ def make_model(config: Config) -> Any:
         dead_ids = BinaryAttribute(null=True, legacy_encoding=False)
         redo_ids = BinaryAttribute(null=True, legacy_encoding=False)
         batch_redo_settings = UnicodeAttribute(null=True)
+        revision = NumberAttribute(null=True)
         expires_at = TTLAttribute(null=True)
 
     return CopierItem

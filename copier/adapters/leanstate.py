@@ -85,7 +85,8 @@ class LeanStateStore(StateStore):
         raise AssertionError("unreachable")
 
     def _put(self, item: dict[str, Any], condition: str, values: dict[str, Any], conflict: Exception) -> None:
-        names = {f"#{n}": n for n in ("pk", "sk", "epoch", "owner", "successor", "version") if f"#{n}" in condition}
+        named = ("pk", "sk", "epoch", "owner", "successor", "version", "revision")
+        names = {f"#{n}": n for n in named if f"#{n}" in condition}
         body: dict[str, Any] = {
             "TableName": self.table,
             "Item": item,
@@ -139,9 +140,10 @@ class LeanStateStore(StateStore):
         self._put(to_wire(key, STATE_SK, state_fields(new)), WRITE_CONDITION, values, fenced)
 
     def put_batch(self, key: str, batch: DigestBatch) -> None:
-        fenced = FencedError(f"{key}: {batch.key} was written under an epoch above {batch.epoch}")
+        fenced = FencedError(f"{key}: {batch.key} was written under an epoch above {batch.epoch} or re-planned")
         item = to_wire(key, batch.key, batch_fields(batch, self.config.digest_ttl_hours))
-        self._put(item, BATCH_CONDITION, {":epoch": {"N": str(batch.epoch)}}, fenced)
+        values = {":epoch": {"N": str(batch.epoch)}, ":revision": {"N": str(batch.revision)}}
+        self._put(item, BATCH_CONDITION, values, fenced)
 
     def get_batch(self, key: str, index: int) -> DigestBatch | None:
         fields = self._get(key, batch_key(index))

@@ -21,7 +21,10 @@ shard ends or is released), namespace ``copier.metricsNamespace``:
   since the last emit); MillisBehindLatest (the largest seen); PutLatency
   (Milliseconds, up to 100 request times); DedupWindowSpan (Seconds);
   DedupWindowIds (Count); ShardStalled (1 while AWS rejects the shard's
-  requests, else 0); ClockBoundMs (Milliseconds: the largest difference
+  requests, else 0; while it is 1 the document's ``StallReason`` property
+  says why: ``clock`` when AWS refuses this host's requests for their time,
+  ``rejected`` for a request AWS rejects as final, ``stream_settings`` for a
+  stream setting copier stops under); ClockBoundMs (Milliseconds: the largest difference
   between this host's clock and AWS time that the ``Date`` headers of the
   last 10 minutes of answers allow, ``copier.core.clockcheck``; only once the
   caller has one), to alarm on before it nears ``copier.clockSkewMillis``;
@@ -67,6 +70,7 @@ class ShardMetrics:
     behind_ms: int | None = None
     possible_duplicates: int = 0
     stalled: bool = False
+    stall_reason: str = ""  # why, while stalled: "clock", "rejected" or "stream_settings"
 
     def saw_put(self, millis: float | None) -> None:
         if millis is not None and len(self.put_latency_ms) < MAX_VALUES:
@@ -113,13 +117,19 @@ class ShardMetrics:
         self.last_emit_ms = now_ms
         return values
 
+    def properties(self) -> dict[str, str]:
+        """The document's properties beside its values: why the shard is stalled, while it is."""
+        return {"StallReason": self.stall_reason} if self.stalled and self.stall_reason else {}
+
     def take_retries(self) -> dict[str, int]:
         retries, self.put_retries = dict(self.put_retries), Counter()
         return retries
 
 
 class MetricsEmitter(Protocol):
-    def emit(self, shard_id: str, values: Values, retries: Mapping[str, int]) -> None: ...
+    def emit(
+        self, shard_id: str, values: Values, retries: Mapping[str, int], properties: Mapping[str, str] | None = None
+    ) -> None: ...
 
 
 class EmfEmitter:
@@ -153,13 +163,17 @@ class EmfEmitter:
         logger.set_property("StagingStream", self.stream)
         return logger
 
-    def emit(self, shard_id: str, values: Values, retries: Mapping[str, int]) -> None:
+    def emit(
+        self, shard_id: str, values: Values, retries: Mapping[str, int], properties: Mapping[str, str] | None = None
+    ) -> None:
         try:
             logger = self._logger()
             app = {"Application": self.application}
             logger.set_dimensions(app, {**app, "ShardId": shard_id}, {**app, "WorkerId": self.worker})
             logger.set_property("ShardId", shard_id)
             logger.set_property("WorkerId", self.worker)
+            for name, text in (properties or {}).items():
+                logger.set_property(name, text)
             for name, (value, unit) in values.items():
                 if isinstance(value, list):
                     for v in value:

@@ -38,7 +38,11 @@ STATE_SK = "state"
 # term refuses an owner's own older write that arrives late (a first attempt the client gave up on, applied
 # after its retry and later commits): it would roll the item back to a position and index since passed.
 WRITE_CONDITION = "#epoch = :epoch AND #owner = :owner AND attribute_not_exists(#successor) AND #version < :version"
-BATCH_CONDITION = "attribute_not_exists(#sk) OR #epoch <= :epoch"
+#: A digest batch replaces one of a lower epoch, or of its own epoch and a revision no higher (copier.core.replan).
+BATCH_CONDITION = (
+    "attribute_not_exists(#sk) OR #epoch < :epoch OR "
+    "(#epoch = :epoch AND (attribute_not_exists(#revision) OR #revision <= :revision))"
+)
 TTL_FIELD = "expires_at"  # a TTL attribute: epoch seconds on the wire, a datetime in PynamoDB
 
 
@@ -132,6 +136,7 @@ def batch_fields(b: DigestBatch, ttl_hours: int) -> dict[str, Any]:
         "redo_ids": b.redo_ids or None,
         "batch_redo_settings": b.redo_settings or None,
         "clock_bound_ms": b.clock_bound_ms,
+        "revision": b.revision or None,
         TTL_FIELD: _expiry(b.expires_ms) if b.expires_ms else _expiry(b.started_ms) + timedelta(hours=ttl_hours),
     }
 
@@ -174,6 +179,7 @@ def batch_from_fields(f: Mapping[str, Any]) -> DigestBatch:
         redo_settings=f.get("batch_redo_settings") or "",
         expires_ms=int(expires.timestamp() * 1000) if expires else 0,
         clock_bound_ms=None if bound is None else int(bound),
+        revision=int(f.get("revision") or 0),
     )
 
 

@@ -175,6 +175,21 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    """The status table; an AWS refusal for this host's clock is said as such, with the offset measured from
+    the Date of AWS's answers (the processors on this host meet the same refusal and stall on it)."""
+    from copier.core.clockcheck import ClockBounds, naming_the_clock
+
+    bounds = ClockBounds()
+    try:
+        return _status(args, bounds)
+    except AwsError as exc:
+        named = naming_the_clock(exc, bounds.snapshot())
+        if named is exc:
+            raise
+        raise named from exc
+
+
+def _status(args: argparse.Namespace, bounds: Any) -> int:
     import time
 
     from copier.adapters.dynamo import DynamoStateStore
@@ -183,8 +198,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     from copier.core.state import shard_key
 
     config = _config(args.properties)
-    store = DynamoStateStore(config)
-    streams = KinesisStreams(config)
+    store = DynamoStateStore(config, clock_bounds=bounds)
+    streams = KinesisStreams(config, clock_bounds=bounds)
     shards = streams.shards(config.stream_name)
     keys = {shard_key(config.stream_name, s["ShardId"]): s["ShardId"] for s in shards}
     states = {keys[key]: state for key, state in store.get_many(keys).items()}

@@ -37,6 +37,12 @@ one, and counts as a step too.
 
 Pure bookkeeping (no I/O, no clock of its own): the hooks that feed it from
 botocore and ``copier.adapters.awsjson`` are in ``copier.adapters.clockhooks``.
+
+A clock off by more than AWS's signature window (5 minutes) makes AWS refuse
+every request of the host (``InvalidSignatureException`` "Signature expired"
+or "not yet current", and the like): :func:`blames_the_clock` recognises
+such a refusal, and :func:`clock_note` says what the measurement knows, so
+that the error line names the clock instead of a credential or a permission.
 """
 
 from __future__ import annotations
@@ -49,11 +55,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from email.utils import parsedate_tz
 
+from copier.core.errors import AwsError
+
 __all__ = [
+    "CLOCK_CODES",
     "DATE_RESOLUTION_MS",
     "KEEP_MS",
+    "SIGNATURE_WINDOW_MS",
     "ClockBounds",
     "ClockSnapshot",
+    "blames_the_clock",
+    "clock_note",
+    "naming_the_clock",
     "parse_http_date",
     "wall_minus_monotonic",
 ]
@@ -62,6 +75,12 @@ DATE_RESOLUTION_MS = 1000  # an HTTP date names a whole second
 KEEP_MS = 10 * 60 * 1000
 REPORT_THRESHOLD_MS = 100
 STEP_TOLERANCE_MS = 2  # the two clocks are read one after the other: a change this small is that, not a step
+SIGNATURE_WINDOW_MS = 5 * 60_000  # AWS refuses a request signed further than this from its own time
+#: Error codes that say outright that the request's time is too far from AWS's (the SDKs' clock-skew codes that
+#: are not also a wrong key's: SignatureDoesNotMatch and AuthFailure are).
+CLOCK_CODES = frozenset({"RequestTimeTooSkewed", "RequestExpired", "RequestInTheFuture"})
+#: What AWS says (InvalidSignatureException) of a request signed outside its window, behind or ahead.
+_OUT_OF_WINDOW = ("signature expired", "signature not yet current")
 
 
 def wall_minus_monotonic() -> int:
@@ -236,3 +255,53 @@ def _push(queue: deque[tuple[int, int]], at_ms: int, value: int, *, largest: boo
     while queue and (queue[-1][1] <= value if largest else queue[-1][1] >= value):
         queue.pop()
     queue.append((at_ms, value))
+
+
+def _far(snapshot: ClockSnapshot | None) -> bool:
+    """Is this host's clock measured at least the signature window off AWS time (whatever the error)?"""
+    if snapshot is None or snapshot.offset_ms is None:
+        return False
+    return abs(snapshot.offset_ms) - (snapshot.error_ms or 0) >= SIGNATURE_WINDOW_MS
+
+
+def blames_the_clock(error: AwsError, snapshot: ClockSnapshot | None = None) -> bool:
+    """Did AWS refuse the request because this host's clock is off AWS time (``snapshot``: what was measured)?
+
+    * ``RequestTimeTooSkewed``, ``RequestExpired``, ``RequestInTheFuture``: said outright;
+    * ``InvalidSignatureException`` "Signature expired: ..." or "Signature not yet current: ...": the
+      request was signed more than 5 minutes from AWS time (a wrong key says "The request signature we
+      calculated does not match": not the clock);
+    * ``ExpiredTokenException``: the session token has expired by AWS's clock. The credentials are
+      refreshed by the local clock, so a clock far behind keeps using ones it takes for fresh: the clock is
+      blamed when it is measured at least the signature window off; otherwise the credentials really are
+      expired, which no waiting mends.
+    """
+    if error.code in CLOCK_CODES:
+        return True
+    if error.code == "InvalidSignatureException":
+        return any(phrase in error.message.lower() for phrase in _OUT_OF_WINDOW)
+    return error.code == "ExpiredTokenException" and _far(snapshot)
+
+
+def clock_note(snapshot: ClockSnapshot | None) -> str:
+    """What an error line says of this host's clock when AWS refuses its requests for their time."""
+    fix = "correct the host's time synchronisation (chronyc tracking, timedatectl)"
+    if snapshot is None or snapshot.offset_ms is None:
+        return (
+            "this host's clock may be more than 5 minutes off AWS time, which AWS refuses a request's signature "
+            f"for (not measured yet: no AWS answer carried a usable Date): {fix}"
+        )
+    offset = snapshot.offset_ms  # AWS time minus local time
+    side = "behind" if offset > 0 else "ahead of"
+    return (
+        f"this host's clock is {abs(offset) / 1000:.1f} s {side} AWS time (±{snapshot.error_ms} ms, measured from "
+        f"the Date of AWS's answers; clock_offset_ms {offset}); AWS refuses a request signed more than 5 minutes "
+        f"off its time: {fix}"
+    )
+
+
+def naming_the_clock(error: AwsError, snapshot: ClockSnapshot | None) -> AwsError:
+    """The error again, its message naming the clock when AWS refused the request for its time (else as is)."""
+    if not blames_the_clock(error, snapshot):
+        return error
+    return type(error)(error.operation, error.code, f"{error.message}; {clock_note(snapshot)}")

@@ -19,7 +19,10 @@ the AWS error code, so the protocol code decides on copier's own terms::
     │                            its supervisor restarts the daemon. The others (AWS
     │                            rejects one shard's request) stall that shard only:
     │                            it retries slowly and logs, the host's other shards
-    │                            go on (one child's exit would restart them all)
+    │                            go on (one child's exit would restart them all). One
+    │                            that blames this host's clock (``copier.core.clockcheck``,
+    │                            ``blames_the_clock``) stalls every shard instead: the
+    │                            clock is named, and the shards go on once it is right
     ├── IncompatibleStateError   the state table was written by another copier format
     ├── StateTableError          the state table is not as ``copier init`` makes it (its
     │                            TTL is not on ``expires_at``: digest batches never expire)
@@ -29,6 +32,8 @@ the AWS error code, so the protocol code decides on copier's own terms::
 from __future__ import annotations
 
 __all__ = [
+    "ENTRY_CODES",
+    "NOT_WRITTEN_ENTRY_CODES",
     "AmbiguousPutError",
     "AwsError",
     "ConfigError",
@@ -70,6 +75,7 @@ class AwsError(CopierError):
     def __init__(self, operation: str, code: str, message: str) -> None:
         self.operation = operation
         self.code = code
+        self.message = message  # AWS's own words: some codes mean different things (a signature expired, or not)
         super().__init__(f"{operation} failed: {code}: {message}")
 
 
@@ -102,6 +108,17 @@ HOST_WIDE_CODES = frozenset(
         "KMSOptInRequired",
     }
 )
+
+
+#: The per-entry ``ErrorCode``s of a PutRecords answer that prove the entry was not written: throttling refuses
+#: an entry before it is written. AWS documents one other (PutRecordsResultEntry): ``InternalFailure``, "Internal
+#: Service Failure", an unknown error inside the service, the per-entry kin of a 500 answer. Nothing in AWS's
+#: documentation says such an entry was not written, so it, and any code AWS does not document, is an unknown
+#: outcome: verified by reading the stream before it is sent again (docs/protocol.md, "Assumptions").
+NOT_WRITTEN_ENTRY_CODES = frozenset({"ProvisionedThroughputExceededException"})
+#: Every per-entry code AWS documents; another one is taken as AWS refusing the entry (a record over the
+#: stream's limit, say), which a re-plan may get past and which otherwise stalls the shard.
+ENTRY_CODES = NOT_WRITTEN_ENTRY_CODES | {"InternalFailure"}
 
 
 class FatalAwsError(AwsError):

@@ -43,6 +43,7 @@ __all__ = [
     "MAX_RECORD_BYTES",
     "MAX_REQUEST_BYTES",
     "MAX_REQUEST_RECORDS",
+    "MAX_RETENTION_MS",
     "MAX_STREAM_RECORD_BYTES",
     "UTF16_UNITS",
     "key_bytes",
@@ -56,6 +57,7 @@ MAX_RECORD_BYTES = 1024 * 1024  # a stream's record limit unless UpdateMaxRecord
 MAX_STREAM_RECORD_BYTES = 10 * 1024 * 1024  # the most UpdateMaxRecordSize allows (10,240 KiB)
 MAX_REQUEST_BYTES = 10 * 1024 * 1024  # a PutRecords request, every entry together
 MAX_PARTITION_KEY_CHARS = 256
+MAX_RETENTION_MS = 8760 * 3_600_000  # the longest retention Kinesis allows a stream (IncreaseStreamRetentionPeriod)
 
 #: How a partition key's characters are counted: "code points" (Kinesis' count, see the module docstring),
 #: or "utf-16" code units, which copier used before and which digest batches planned then still name.

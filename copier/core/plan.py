@@ -41,7 +41,7 @@ import base64
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
@@ -227,6 +227,16 @@ class BatchPlan:
     def dead_ids(self) -> list[int]:
         """ID digests of the keyed events dead-lettered: the window learns them too (exactly once across both)."""
         return [id_digest(o.event_id) for o in self.send if o.destination == "deadletter" and o.event_id is not None]
+
+    def reroute(self, changes: Mapping[Position, Outgoing]) -> None:
+        """Apply a re-plan (``copier.core.replan``): each changed entry takes its send's place."""
+        for i, entry in enumerate(self.send):
+            new = changes.get(entry.position)
+            if new is not None:
+                if new.destination == "deadletter" and entry.destination != "deadletter":
+                    self.dead_lettered += 1
+                self.send[i] = new
+        self.redo_sent = [changes.get(o.position, o) for o in self.redo_sent]
 
     def in_batch_order(self) -> list[Outgoing]:
         """The sends in the order a digest batch stores their digests: keyed, unkeyed, dead-lettered."""

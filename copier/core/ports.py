@@ -85,6 +85,11 @@ class Streams(Protocol):
         """The stream's retention period in milliseconds (None when it cannot be read)."""
         ...
 
+    def describe(self, stream: str) -> StreamSettings:
+        """The stream's settings from DescribeStreamSummary now, uncached (a put was just refused: a record limit
+        may have been lowered since the cached answer); an ``AwsError`` goes up."""
+        ...
+
     def settings(self, stream: str, refresh: bool = False) -> StreamSettings | None:
         """The stream's settings (DescribeStreamSummary, cached up to ``SUMMARY_MAX_AGE_S``; None when they cannot
         be read); ``refresh``: ask again unless asked within ``SUMMARY_RETRY_S``."""

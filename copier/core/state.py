@@ -126,9 +126,12 @@ class DigestBatch:
     settings: str = ""  # copier.core.plan.PlanSettings.encode() of the plan ("": a batch of an earlier copier)
     dead_ids: bytes = b""  # ID digests of the keyed events it dead-lettered (the window learns them)
     redo_ids: bytes = b""  # each entry's identity under redo_settings, in entry order (see copier.core.recovery)
-    redo_settings: str = ""  # the settings of the redo set it consumed, when they differ from ``settings``
+    # the settings of the redo set it consumed, when they differ from ``settings``; after a re-plan, those the
+    # chunk was first planned under (copier.core.replan)
+    redo_settings: str = ""
     expires_ms: int = 0  # when DynamoDB's TTL may delete it (0: the store decides)
     clock_bound_ms: int | None = None  # its writer's measured clock bound when it was written
+    revision: int = 0  # its writer's re-plans of it (copier.core.replan): a lower one never replaces a higher
 
     @property
     def key(self) -> str:
@@ -188,7 +191,8 @@ class StateStore(abc.ABC):
 
     @abc.abstractmethod
     def put_batch(self, key: str, batch: DigestBatch) -> None:
-        """Store a digest batch unless one of a higher epoch holds its index (then FencedError).
+        """Store a digest batch unless one of a higher epoch, or of the same epoch and a higher revision (a late
+        first attempt of a write its re-plan replaced, ``copier.core.replan``), holds its index (then FencedError).
 
         Not conditioned on the state item (that would take a transaction,
         billed twice): a batch above the committed index counts for nothing

@@ -13,6 +13,9 @@ What reaches this module is a fault no shard on the host can get past (a
 missing table or stream, denied access, a state table of another format),
 a malformed message from the daemon, or a bug: it ends the process with a
 logged reason, which stops the daemon so that its supervisor restarts it.
+AWS refusing requests for this host's clock stalls the shard inside the
+worker instead (a restart would meet the same clock); should one come here
+all the same, its line names the clock.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ import structlog
 from amazon_kclpy import dispatch, kcl, messages
 from amazon_kclpy.v3 import processor
 
-from copier.core.errors import CopierError, ProtocolError
+from copier.core.clockcheck import naming_the_clock
+from copier.core.errors import AwsError, CopierError, ProtocolError
 from copier.core.plan import SourceRecord
 from copier.core.positions import Position
 from copier.shard import ShardWorker
@@ -129,7 +133,10 @@ class CopierRecordProcessor(processor.RecordProcessorBase):  # type: ignore[misc
         try:
             fn()
         except CopierError as exc:
-            self._logger().error("fatal", action=action, error=str(exc), error_type=type(exc).__name__)
+            said: CopierError = exc
+            if isinstance(exc, AwsError) and self.worker is not None:
+                said = naming_the_clock(exc, self.worker.session.clock_snapshot())
+            self._logger().error("fatal", action=action, error=str(said), error_type=type(exc).__name__)
             raise SystemExit(EXIT_FATAL) from exc
         except Exception as exc:  # a bug: never let amazon-kclpy acknowledge past it
             self._logger().exception("unexpected_error", action=action, error=str(exc))

@@ -14,6 +14,11 @@ identical record from another shard cannot be told from theirs, see
 ``copier.core.recovery``): they are sent again, and reported as possible
 duplicates before they are (``PutSession.on_unverifiable_resend``).
 
+What a per-entry ``ErrorCode`` proves (``copier.core.errors``):
+``ProvisionedThroughputExceededException``, that the entry was not written
+(retried); ``InternalFailure`` or a code AWS does not document, nothing: the
+entry is verified as an ambiguous request's entries are, alone.
+
 With ``copier.ordering = partitionKey`` (the default) a round sends only the
 earliest unlanded entry of each partition key, so a key's entries land in
 staging order through partial failures, throttling and ambiguous puts; a
@@ -23,10 +28,15 @@ docs/benchmarks.md). ``none`` sends everything at once.
 It returns only when everything landed. It raises
 :class:`~copier.core.errors.FencedError` when the lease cannot be renewed (the
 shard was taken over) and a host-wide :class:`~copier.core.errors.FatalAwsError`
-(a missing stream, denied access). A fatal error that concerns this shard's
-request alone (AWS rejects it) stalls the shard: it is retried at the
-longest backoff and reported through ``on_stall`` each time, so an operator
-sees it while the host's other shards go on. Everything else is retried.
+(a missing stream, denied access). A request AWS refuses as final (a record
+over the stream's record limit, lowered since the chunk was planned: Kinesis
+refuses the whole request) is handed to the caller's :data:`Replan` with the
+round's other unwritten entries: what a changed limit refuses becomes a
+dead-letter entry, recorded before it is put. When nothing changes (no
+dead-letter stream, or a refusal that is not a limit's), the shard stalls: it
+is retried at the longest backoff and reported through ``on_stall`` each
+time, so an operator sees it while the host's other shards go on. Everything
+else is retried.
 """
 
 from __future__ import annotations
@@ -34,20 +44,34 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from copier.core.batching import first_per_key, split_requests
-from copier.core.errors import AmbiguousPutError, FatalAwsError, TransientAwsError
+from copier.core.errors import (
+    ENTRY_CODES,
+    NOT_WRITTEN_ENTRY_CODES,
+    AmbiguousPutError,
+    AwsError,
+    FatalAwsError,
+    TransientAwsError,
+)
 from copier.core.plan import Outgoing
 from copier.core.ports import Clock, Found, Identity, Streams
 from copier.core.positions import Position
 from copier.core.retry import backoff_ms
 from copier.core.shardmap import ShardMap, shards_covering
 
-__all__ = ["ForwardStats", "Forwarder", "PutSession"]
+__all__ = ["ForwardStats", "Forwarder", "PutSession", "Replan"]
 
 T = TypeVar("T")
+
+#: What the caller makes of entries AWS refused as final (a record over a stream's record limit lowered since
+#: the chunk was planned): ``(destination, entries)`` -> the entries that change (a record now for the dead-letter
+#: stream, an envelope rewrapped), by position, recorded in the chunk's digest batch before anything of them is
+#: put; empty when nothing changes (the shard stalls). The entries given are proven not written: refused,
+#: throttled, or verified absent.
+Replan = Callable[[str, list[Outgoing]], dict[Position, Outgoing]]
 
 
 class PutSession(Protocol):
@@ -70,12 +94,31 @@ class PutSession(Protocol):
     def on_put_retry(self, code: str, entries: int, attempt: int) -> None:
         """Entries that failed with ``code`` are retried."""
 
-    def on_stall(self, call: str, error: FatalAwsError, attempt: int) -> None:
+    def on_stall(self, call: str, error: AwsError, attempt: int) -> None:
         """AWS rejects this shard's request as final: retried at the longest backoff, said each time."""
 
     def on_unverifiable_resend(self, entries: Sequence[Outgoing], read_from_ms: int) -> None:
         """Entries without an event ID whose put's outcome is unknown are about to be sent again: reported as
         possible duplicates first (they cannot be verified: identical records cannot be told apart)."""
+
+    def host_wide(self, error: FatalAwsError) -> bool:
+        """Does the error end the process (a fault no shard of the host gets past), or stall this shard?"""
+
+
+@dataclass
+class _Answers:
+    """What one round's answers prove of its entries."""
+
+    failed: list[Outgoing] = field(default_factory=list)  # not written: sent again
+    unknown: list[Outgoing] = field(default_factory=list)  # may have been written: verified before anything else
+    codes: Counter[str] = field(default_factory=Counter)
+    refused: FatalAwsError | None = None  # AWS refused a request (or an entry) as final: re-plan, or stall
+
+
+def _elsewhere(changed: dict[Position, Outgoing], entry: Outgoing) -> bool:
+    """Did a re-plan send ``entry`` to another stream?"""
+    new = changed.get(entry.position)
+    return new is not None and new.destination != entry.destination
 
 
 @dataclass
@@ -124,7 +167,7 @@ class Forwarder:
         self.ordered = ordered
         self.attempted: list[Outgoing] = []
 
-    def forward(self, outgoing: Sequence[Outgoing], read_from_ms: int) -> ForwardStats:
+    def forward(self, outgoing: Sequence[Outgoing], read_from_ms: int, replan: Replan | None = None) -> ForwardStats:
         """Put every entry until it landed; see the module docstring. :attr:`attempted` lists the entries a
         request was sent for, so far (a caller fenced midway knows what may have landed).
 
@@ -132,80 +175,110 @@ class Forwarder:
         caller's clock reading before the first put, less the bound on its offset taken at that same
         moment): where verifying an ambiguous put starts reading. Taken by the caller, not here, because a
         clock step between the reading and a later bound would pair a time of one clock with the bound of
-        another."""
+        another.
+
+        ``replan``: what the caller makes of entries AWS refused as final (see :data:`Replan`); an entry it
+        sends to the dead-letter stream instead is put there after the target's."""
         self.attempted = []
         stats = ForwardStats()
+        outgoing = list(outgoing)  # as given: a re-plan changes the caller's plan, and says what it moved
+        moved: list[Outgoing] = []
         for destination in ("target", "deadletter"):
-            entries = [o for o in outgoing if o.destination == destination]
+            entries = [o for o in outgoing if o.destination == destination] + moved
             if entries:
-                self._forward_to(destination, entries, read_from_ms, stats)
+                moved = self._forward_to(destination, entries, read_from_ms, stats, replan)
+                assert not moved or destination == "target", "a re-plan moves entries to the dead-letter stream only"
         return stats
 
-    def _forward_to(self, destination: str, entries: list[Outgoing], read_from_ms: int, stats: ForwardStats) -> None:
+    def _forward_to(
+        self,
+        destination: str,
+        entries: list[Outgoing],
+        read_from_ms: int,
+        stats: ForwardStats,
+        replan: Replan | None,
+    ) -> list[Outgoing]:
+        """Put ``entries`` to one stream until each landed; the entries a re-plan sent elsewhere."""
         stream = self.stream_names[destination]
         landed: Counter[int] = Counter()
         left = list(entries)
+        moved: list[Outgoing] = []
         ordered = self.ordered and destination == "target"
         attempt = 0
         while left:
             # copier.ordering = partitionKey: one entry per key in flight (see first_per_key).
             sending, waiting = first_per_key(left, _partition_key) if ordered else (left, [])
-            failed: list[Outgoing] = []
-            unknown: list[Outgoing] = []
-            codes: Counter[str] = Counter()
-            stalled: FatalAwsError | None = None
             routes = self._routes(destination, stream)
-            for request in split_requests(sending, _size_bound):
-                deadline = time.monotonic() + self.put_timeout_ms / 1000  # read before the lease check: its whole life
-                self.session.ensure_lease()
-                stats.requests += 1
-                self.attempted.extend(request)
-                sent = time.monotonic()
-                try:
-                    sending_now = [(o.partition_key, o.data, o.b64) for o in request]
-                    results = self.streams.put_records(stream, sending_now, deadline=deadline)
-                except AmbiguousPutError as exc:
-                    stats.ambiguous_requests += 1
-                    unknown.extend(request)
-                    codes[exc.code] += len(request)
-                    self.session.on_put_request(stream, len(request), -1, None)
-                    continue
-                except FatalAwsError as exc:
-                    if exc.host_wide:
-                        raise
-                    stalled = exc  # rejected as a whole: nothing of it landed
-                    failed.extend(request)
-                    codes[exc.code] += len(request)
-                    continue
-                except TransientAwsError as exc:
-                    failed.extend(request)
-                    codes[exc.code] += len(request)
-                    self.session.on_put_request(stream, len(request), len(request), None)
-                    continue
-                before = len(failed)
-                for entry, code in zip(request, results, strict=True):
-                    if code is None:
-                        landed[entry.identity] += 1
-                    else:
-                        failed.append(entry)
-                        codes[code] += 1
-                self.session.on_put_request(
-                    stream, len(request), len(failed) - before, (time.monotonic() - sent) * 1000
-                )
-            if unknown:
-                failed.extend(self._verify(destination, stream, unknown, read_from_ms, landed, stats, routes))
+            answers = self._send(stream, sending, landed, stats)
+            failed = answers.failed
+            if answers.unknown:
+                failed.extend(self._verify(destination, stream, answers.unknown, read_from_ms, landed, stats, routes))
+            refused = answers.refused
+            if refused is not None and failed and replan is not None:
+                changed = replan(destination, failed)
+                if changed:
+                    refused = None  # the entries a changed limit refused are re-planned, not retried as they were
+                    moved.extend(changed[o.position] for o in failed if _elsewhere(changed, o))
+                    failed = [changed.get(o.position, o) for o in failed if not _elsewhere(changed, o)]
             if failed:
                 failed.sort(key=lambda o: o.position)
                 stats.retried_entries += len(failed)
-                for code, count in codes.items():
+                for code, count in answers.codes.items():
                     self.session.on_put_retry(code, count, attempt)
-                if stalled is not None:
-                    self.session.on_stall("PutRecords", stalled, attempt)
+                if refused is not None:
+                    self.session.on_stall("PutRecords", refused, attempt)
                     self.clock.sleep_ms(self.max_backoff_ms)
                 else:
                     self.clock.sleep_ms(backoff_ms(attempt, self.max_backoff_ms))
                 attempt += 1
             left = sorted(failed + waiting, key=_position) if waiting else failed
+        return moved
+
+    def _send(self, stream: str, sending: list[Outgoing], landed: Counter[int], stats: ForwardStats) -> _Answers:
+        """One round's requests: what landed joins ``landed``; the rest is sorted by what its answer proves."""
+        answers = _Answers()
+        for request in split_requests(sending, _size_bound):
+            deadline = time.monotonic() + self.put_timeout_ms / 1000  # read before the lease check: its whole life
+            self.session.ensure_lease()
+            stats.requests += 1
+            self.attempted.extend(request)
+            sent = time.monotonic()
+            try:
+                sending_now = [(o.partition_key, o.data, o.b64) for o in request]
+                results = self.streams.put_records(stream, sending_now, deadline=deadline)
+            except AmbiguousPutError as exc:
+                stats.ambiguous_requests += 1
+                answers.unknown.extend(request)
+                answers.codes[exc.code] += len(request)
+                self.session.on_put_request(stream, len(request), -1, None)
+                continue
+            except FatalAwsError as exc:
+                if self.session.host_wide(exc):
+                    raise
+                answers.refused = exc  # rejected as a whole: nothing of it landed
+                answers.failed.extend(request)
+                answers.codes[exc.code] += len(request)
+                continue
+            except TransientAwsError as exc:
+                answers.failed.extend(request)
+                answers.codes[exc.code] += len(request)
+                self.session.on_put_request(stream, len(request), len(request), None)
+                continue
+            failures = 0
+            for entry, code in zip(request, results, strict=True):
+                if code is None:
+                    landed[entry.identity] += 1
+                    continue
+                failures += 1
+                answers.codes[code] += 1
+                if code in NOT_WRITTEN_ENTRY_CODES:
+                    answers.failed.append(entry)
+                    continue
+                answers.unknown.append(entry)  # InternalFailure, or a code AWS does not document: may be written
+                if code not in ENTRY_CODES:
+                    answers.refused = FatalAwsError("PutRecords", code, "an entry refused, a code AWS does not list")
+            self.session.on_put_request(stream, len(request), failures, (time.monotonic() - sent) * 1000)
+        return answers
 
     def _routes(self, destination: str, stream: str) -> ShardMap | None:
         """The target's shard map before a round is sent (what verifying its ambiguous requests reads)."""

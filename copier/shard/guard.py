@@ -84,6 +84,7 @@ class StreamGuard:
             if staging is not None and staging.auto and "auto_seen_ms" not in s.state.counters:
                 s.write(replace(s.state, counters={**s.state.counters, "auto_seen_ms": s.clock.now_ms()}))
             s.metrics.stalled = True
+            s.metrics.stall_reason = "stream_settings"
             s.emit()
             s.log.error("stream_settings_block", detail=problem)
             s.write(s.state)  # the lease is kept: nobody else would do better

@@ -4,8 +4,10 @@ Per chunk (docs/protocol.md, "Per chunk"): the stream guard first
 (``copier.shard.guard``); then the plan (``copier.core.plan``: what each record
 becomes, against the committed position, the window and the redo set); the
 chunk's digest batch is recorded (its intent, before anything is put); the
-forwarder puts it until every record landed; the commit writes the new
-position, the redo set used up and the counters. At most ``chunk_events``
+forwarder puts it until every record landed (a record a stream's lowered
+record limit refuses is re-planned by the chunk's :class:`Replanner`, its
+digest batch written again first: ``copier.core.replan``); the commit writes
+the new position, the redo set used up and the counters. At most ``chunk_events``
 records a chunk, so no batch size reaches a DynamoDB limit.
 
 What may have landed twice is said before the put that may cause it
@@ -19,16 +21,18 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from copier.core.errors import FencedError
+from copier.core.limits import MAX_RETENTION_MS
 from copier.core.packing import pack_digests
 from copier.core.plan import BatchPlan, Outgoing, PlanSettings, Redo, SourceRecord, chunks, plan_batch
 from copier.core.positions import Position
+from copier.core.replan import replan, rerouted_batch, with_columns
 from copier.core.state import DigestBatch, ShardState
 from copier.shard.forward import Forwarder
 from copier.shard.guard import StreamGuard
 from copier.shard.history import History
 from copier.shard.session import HOUR_MS, ShardSession
 
-__all__ = ["ChunkPipeline"]
+__all__ = ["ChunkPipeline", "Replanner"]
 
 
 class ChunkPipeline:
@@ -82,7 +86,7 @@ class ChunkPipeline:
             return None
         self._report(plan)
         try:
-            return self._put_and_commit(plan, settings, scattered, behind_ms)
+            return self._put_and_commit(plan, settings, records, scattered, behind_ms)
         except FencedError:
             s.fence("process_records")
             return None
@@ -130,12 +134,16 @@ class ChunkPipeline:
         ends; a chunk in flight can be replayed as long as its records are
         there. So: the newest arrival, the window, the retention and an hour
         of margin, and never before ``copier.digestTtlHours`` after writing.
+        A retention that cannot be read counts as the longest Kinesis allows
+        (365 days): an owner gap shorter than the staging retention, whatever
+        it is, must still find the batches that say what was forwarded
+        (docs/protocol.md, "Digest lifetime", says why this and not a stop).
         """
         config = self.s.config
         floor = now + config.digest_ttl_hours * HOUR_MS
         retention = self.s.retention(config.stream_name)  # cached by the adapter; read again when it failed
         if retention is None:
-            return floor
+            retention = MAX_RETENTION_MS
         return max(floor, plan.arrival_max_ms + config.dedup_window_ms + retention + HOUR_MS)
 
     def _record(self, plan: BatchPlan, settings: PlanSettings, index: int, now: int, bound: int) -> DigestBatch:
@@ -156,26 +164,28 @@ class ChunkPipeline:
             epoch=s.state.epoch,
             last=plan.last,
             started_ms=now,
-            keyed=pack_digests(plan.keyed_digests),
-            unkeyed=pack_digests(plan.unkeyed_digests),
-            deadletter=pack_digests(plan.deadletter_digests),
             arrival_min_ms=plan.arrival_min_ms,
             arrival_max_ms=plan.arrival_max_ms,
             target_shards=tuple(sorted(shards or ())),
             settings=settings.encode(),
-            dead_ids=pack_digests(plan.dead_ids),
             redo_ids=redo_ids,
             redo_settings=redo_settings,
             expires_ms=self._expires_ms(plan, now),
             clock_bound_ms=max(bound, s.margins.own_bound() or 0) or None,
         )
+        batch = with_columns(batch, plan)
         s.ensure_lease()
         s.retrying("put_batch", lambda: s.store.put_batch(s.key, batch))
         s.log.debug("batch_recorded", batch=index, entries=len(plan.send), last=str(plan.last))
         return batch
 
     def _put_and_commit(
-        self, plan: BatchPlan, settings: PlanSettings, scattered: set[Position], behind_ms: int | None
+        self,
+        plan: BatchPlan,
+        settings: PlanSettings,
+        records: Sequence[SourceRecord],
+        scattered: set[Position],
+        behind_ms: int | None,
     ) -> Position:
         s = self.s
         state = s.state
@@ -201,9 +211,9 @@ class ChunkPipeline:
                     "put on this staging shard against its partition key (RecordDistributionStrategy AUTO, now or "
                     "earlier, or an ExplicitHashKey): a copy of the same event on another shard may be forwarded too",
                 )
-            self._record(plan, settings, index, now, bound)
+            replan = Replanner(s, plan, records, self._record(plan, settings, index, now, bound))
             try:
-                stats = self.forwarder.forward(plan.send, now - max(s.config.clock_skew_millis, bound))
+                stats = self.forwarder.forward(plan.send, now - max(s.config.clock_skew_millis, bound), replan)
             except FencedError:
                 self._fenced_after_putting(index, self.forwarder.attempted, now)
                 raise
@@ -269,3 +279,54 @@ class ChunkPipeline:
         """Log (and count) the records of a chunk that may have landed twice: their event IDs, and the content
         digests of those without one (``ShardSession.possible_duplicates``)."""
         self.s.possible_duplicates(index, sent, since_ms, detail)
+
+
+class Replanner:
+    """A chunk's :data:`~copier.shard.forward.Replan`: the entries a stream refused as final, re-planned under the
+    record limits read again (``copier.core.replan``), the chunk's digest batch rewritten before any of them is
+    put. Its plan is changed in place, so that the commit counts, and the window learns, what was sent."""
+
+    def __init__(self, session: ShardSession, plan: BatchPlan, records: Sequence[SourceRecord], batch: DigestBatch):
+        self.s = session
+        self.plan = plan
+        self.records = {r.position: r for r in records}
+        self.batch = batch
+        self.asked: set[str] = set()  # destinations whose limits were read now for this chunk
+
+    def __call__(self, destination: str, refused: list[Outgoing]) -> dict[Position, Outgoing]:
+        s, plan = self.s, self.plan
+        # The record limits now: one may have been lowered since the cached answer. Read at once the first time
+        # (one DescribeStreamSummary a chunk), then no more often than the adapter's cache allows: a shard that
+        # stalls (no dead-letter stream) must not spend the account's 20 calls a second.
+        now = destination not in self.asked
+        self.asked.add(destination)
+        settings = s.settings(refresh=True, now=now)
+        changes = replan(refused, self.records, settings)
+        if not changes:
+            return changes
+        before = plan.in_batch_order()
+        plan.reroute(changes)
+        batch = rerouted_batch(self.batch, before, plan, settings)
+        s.ensure_lease()  # a put, as far as a successor is concerned: within the lease it verifies after
+        s.retrying("put_batch", lambda: s.store.put_batch(s.key, batch))
+        self.batch = batch
+        limits = {"target": settings.max_record_bytes, "deadletter": settings.dead_letter_max_bytes}
+        s.log.warning(
+            "replanned",
+            batch=batch.index,
+            revision=batch.revision,
+            stream=destination,
+            entries=len(changes),
+            limit_bytes=limits[destination],
+            detail="the stream refused records over its record limit, lowered since the chunk was planned: they go "
+            "to the dead-letter stream instead, recorded in the chunk's digest batch before they are put",
+        )
+        for position in sorted(changes):
+            s.log.warning(
+                "rerouted",
+                sequence_number=position.seq_str,
+                sub_sequence_number=position.subseq,
+                reason=f"refused by {destination}: record over its limit of {limits[destination]} bytes",
+                to="deadletter",
+            )
+        return changes

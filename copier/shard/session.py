@@ -9,6 +9,10 @@ window, and the ways every part talks to AWS:
   fault AWS reports as final for this shard's request stalls this shard
   alone (``shard_stalled``), a host-wide one (a missing table or stream,
   denied access) goes up and ends the process; a fence and a conflict go up.
+  AWS refusing a request for its time (this host's clock, see
+  ``copier.core.clockcheck.blames_the_clock``) stalls the shard too, the
+  clock named: a restart would meet the same clock, and every shard of the
+  host with it, every few seconds.
 * :meth:`write`: every write as owner renews the lease and records this
   host's measured clock bound; a conditional failure is a fence.
 * :meth:`ensure_lease` / :meth:`keep_lease`: before a put the lease must
@@ -25,7 +29,7 @@ from typing import Any, TypeVar
 
 from copier.adapters.metrics import MetricsEmitter, ShardMetrics
 from copier.core.audittypes import digest_name
-from copier.core.clockcheck import ClockBounds
+from copier.core.clockcheck import ClockBounds, ClockSnapshot, blames_the_clock, clock_note
 from copier.core.config import Config
 from copier.core.errors import AwsError, FatalAwsError, FencedError, IncompatibleStateError, TransientAwsError
 from copier.core.identity import content_digest, identity_of
@@ -35,6 +39,7 @@ from copier.core.ports import Clock, Identity, Streams
 from copier.core.retry import backoff_ms
 from copier.core.shardmap import shards_covering
 from copier.core.state import ShardState, StateStore
+from copier.core.streamsettings import StreamSettings
 from copier.core.window import DedupWindow
 from copier.shard.margins import ClockMargins
 
@@ -82,13 +87,15 @@ class ShardSession:
 
     # -- what records become --------------------------------------------------------
 
-    def settings(self) -> PlanSettings:
+    def settings(self, refresh: bool = False, now: bool = False) -> PlanSettings:
         """What decides what a record becomes now: the configuration, and the target's and dead-letter
         stream's record limits as DescribeStreamSummary gives them (cached; 1 MiB when unknown, so a
-        record is dead-lettered rather than refused)."""
-        target = self.streams.settings(self.config.target_stream_name)
+        record is dead-lettered rather than refused). A put was refused, and a limit may have been lowered
+        since the cached answer: ``refresh`` asks again unless asked within ``SUMMARY_RETRY_S``, ``now``
+        asks now (the last answer when that fails)."""
+        target = self._stream_settings(self.config.target_stream_name, refresh, now)
         dlq_name = self.config.dead_letter_stream_name
-        dlq = self.streams.settings(dlq_name) if dlq_name else None
+        dlq = self._stream_settings(dlq_name, refresh, now) if dlq_name else None
         return PlanSettings(
             dedup_key=self.config.dedup_key,
             unkeyed_policy=self.config.unkeyed_policy,
@@ -99,6 +106,14 @@ class ShardSession:
             max_record_bytes=target.max_record_bytes if target is not None else MAX_RECORD_BYTES,
             dead_letter_max_bytes=dlq.max_record_bytes if dlq is not None else MAX_RECORD_BYTES,
         )
+
+    def _stream_settings(self, stream: str, refresh: bool, now: bool) -> StreamSettings | None:
+        if now:
+            try:
+                return self.streams.describe(stream)
+            except AwsError:
+                pass  # throttled or denied: the last answer (asked again at the next refusal)
+        return self.streams.settings(stream, refresh=refresh)
 
     def stored_settings(self, text: str, what: str) -> PlanSettings:
         """Plan settings a digest batch or the state item recorded ("" for an earlier copier's: the current
@@ -133,16 +148,31 @@ class ShardSession:
         while True:
             try:
                 return fn()
-            except TransientAwsError as exc:
-                level = self.log.warning if attempt >= 3 else self.log.info
-                level("retrying", call=what, code=exc.code, attempt=attempt)
-                self.clock.sleep_ms(backoff_ms(attempt, self.config.max_backoff_millis))
-            except FatalAwsError as exc:
-                if exc.host_wide:
+            except (TransientAwsError, FatalAwsError) as exc:
+                if isinstance(exc, FatalAwsError) and self.host_wide(exc):
                     raise
-                self.on_stall(what, exc, attempt)
-                self.clock.sleep_ms(self.config.max_backoff_millis)
+                if isinstance(exc, FatalAwsError) or self.blames_clock(exc):
+                    self.on_stall(what, exc, attempt)
+                    self.clock.sleep_ms(self.config.max_backoff_millis)
+                else:
+                    level = self.log.warning if attempt >= 3 else self.log.info
+                    level("retrying", call=what, code=exc.code, attempt=attempt)
+                    self.clock.sleep_ms(backoff_ms(attempt, self.config.max_backoff_millis))
             attempt += 1
+
+    def clock_snapshot(self) -> ClockSnapshot | None:
+        """What this host knows of its clock against AWS time (None: not measured by this processor)."""
+        return self.clock_bounds.snapshot() if self.clock_bounds is not None else None
+
+    def blames_clock(self, error: AwsError) -> bool:
+        """Did AWS refuse the request for this host's clock (``copier.core.clockcheck.blames_the_clock``)?"""
+        return blames_the_clock(error, self.clock_snapshot())
+
+    def host_wide(self, error: FatalAwsError) -> bool:
+        """Does the error end the process? A host-wide fault does, unless it is this host's clock: every
+        shard of the host would meet the same clock after a restart, and waiting for it to be corrected
+        keeps the shards (a stall, the clock named) instead of restarting them all every few seconds."""
+        return error.host_wide and not self.blames_clock(error)
 
     def write(self, new: ShardState) -> ShardState:
         """Write as owner; on success the new state is ours. FencedError goes up."""
@@ -205,7 +235,13 @@ class ShardSession:
             error = "DescribeStreamSummary gave no retention"
         if retention is None and stream not in self._retention_unknown:
             self._retention_unknown.add(stream)
-            self.log.warning("retention_unknown", stream=stream, error=error)
+            self.log.warning(
+                "retention_unknown",
+                stream=stream,
+                error=error,
+                detail="until it is read: digest batches are kept as if it were 365 days (Kinesis' longest), "
+                "a verification read counts it as 24 h (Kinesis' shortest); asked again every 30 s",
+            )
         elif retention is not None:
             self._retention_unknown.discard(stream)
         return retention
@@ -228,7 +264,7 @@ class ShardSession:
         window = self.window.stats()
         span_s = (window.newest_ms - window.oldest_ms) / 1000 if window.ids else 0.0
         values = self.metrics.take(self.state.counters, window.ids, span_s, at, self.margins.own_bound())
-        self.emitter.emit(self.shard_id, values, self.metrics.take_retries())
+        self.emitter.emit(self.shard_id, values, self.metrics.take_retries(), self.metrics.properties())
 
     def progress(self) -> None:
         """A ``progress`` line at INFO every ``copier.progressIntervalSeconds`` (0: never): what this shard
@@ -311,14 +347,29 @@ class ShardSession:
             "identical ones, so their first copy may have landed",
         )
 
-    def on_stall(self, call: str, error: FatalAwsError, attempt: int) -> None:
+    def on_stall(self, call: str, error: AwsError, attempt: int) -> None:
+        """AWS refuses the request as final: the shard stalls, said each time with why (``reason``: "clock"
+        when AWS refused it for this host's clock, the clock's measured offset with it; else "rejected")."""
+        clock = self.blames_clock(error)
         self.metrics.stalled = True
+        self.metrics.stall_reason = "clock" if clock else "rejected"
         self.emit()
+        said: dict[str, Any] = {}
+        detail = "AWS rejects this shard's request; retrying every copier.maxBackoffMillis, nothing is skipped"
+        if clock:
+            snapshot = self.clock_snapshot()
+            said = {"clock_offset_ms": snapshot.offset_ms, "clock_error_ms": snapshot.error_ms} if snapshot else {}
+            detail = (
+                f"AWS refuses this host's requests for their time: {clock_note(snapshot)}. The shard is kept and "
+                "retried every copier.maxBackoffMillis; nothing is skipped"
+            )
         self.log.error(
             "shard_stalled",
             call=call,
             code=error.code,
             error=str(error),
             attempt=attempt,
-            detail="AWS rejects this shard's request; retrying every copier.maxBackoffMillis, nothing is skipped",
+            reason=self.metrics.stall_reason,
+            **said,
+            detail=detail,
         )

@@ -80,8 +80,8 @@ class InMemoryStateStore(StateStore):
             self.write_requests += 1
             stored = self._live(key)
             existing = stored.get(batch.index)
-            if existing is not None and existing.epoch > batch.epoch:
-                raise FencedError(f"{key}: {batch.key} was written under an epoch above {batch.epoch}")
+            if existing is not None and (existing.epoch, existing.revision) > (batch.epoch, batch.revision):
+                raise FencedError(f"{key}: {batch.key} was written under an epoch above {batch.epoch} or re-planned")
             stored[batch.index] = batch
 
     def get_batch(self, key: str, index: int) -> DigestBatch | None:

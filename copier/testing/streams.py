@@ -22,10 +22,14 @@ from copier.core.streamsettings import AUTO, PARTITION_KEY, SUMMARY_MAX_AGE_S, S
 from copier.testing.clock import FakeClock
 from copier.testing.shards import ShardLayout
 
-__all__ = ["InMemoryStreams", "PutFault"]
+__all__ = ["THROTTLED", "EntryOutcome", "InMemoryStreams", "PutFault"]
 
 
-PutFault = Callable[[str, list[tuple[str, bytes]]], tuple[list[bool], BaseException | None]]
+#: An entry's fate in a fault: landed or not (answered ``ProvisionedThroughputExceededException`` when not), or
+#: (landed or not, the ``ErrorCode`` answered for it): an ``InternalFailure`` may have been written.
+EntryOutcome = bool | tuple[bool, str]
+PutFault = Callable[[str, list[tuple[str, bytes]]], tuple[Sequence[EntryOutcome], BaseException | None]]
+THROTTLED = "ProvisionedThroughputExceededException"
 
 
 def _all_land(stream: str, entries: list[tuple[str, bytes]]) -> tuple[list[bool], BaseException | None]:
@@ -45,13 +49,16 @@ class InMemoryStreams(ShardLayout):
     * Reads page: ``read_page`` records a GetRecords page (0: one page a shard), each page advancing
       the clock by ``page_ms`` and calling ``on_read_page`` (a test's hook: a rival takes over mid-read).
     * Validation as Kinesis does it: a request with a partition key that is empty, longer than 256
-      code points or not Unicode text (a lone surrogate), or with a record larger than the stream's
-      ``max_record_bytes``, is refused whole (``ValidationException``, ``SerializationException``).
-    * ``fault(stream, entries)`` returns which entries land and an optional exception to raise after
-      landing them: per-entry throttling (entries that do not land get
-      ``ProvisionedThroughputExceededException``), an ambiguous put (``AmbiguousPutError`` after a
-      subset landed), a crash mid-put; ``after_put``, if set, runs once after the landed entries are
-      stored and before that exception (a reshard while a put is ambiguous).
+      code points or not Unicode text (a lone surrogate: ``SerializationException``), or with a record larger than the stream's ``max_record_bytes``, is refused whole
+      (``ValidationException``, as Kinesis and moto answer). With ``oversize_entry_code`` set, a record
+      over the limit is answered that per-entry code instead, not written, and the rest of the request goes
+      on (an answer AWS does not document, which copier handles all the same).
+    * ``fault(stream, entries)`` returns each entry's fate (:data:`EntryOutcome`) and an optional exception to
+      raise after landing them: per-entry throttling (entries that do not land get
+      ``ProvisionedThroughputExceededException``), an ``InternalFailure`` that was or was not written, an
+      ambiguous put (``AmbiguousPutError`` after a subset landed), a crash mid-put; ``after_put``, if set, runs
+      once after the landed entries are stored and before that exception (a reshard while a put is
+      ambiguous); ``on_refused``, if set, runs when a request is refused whole, before the error is raised.
     * Staging: :meth:`add_staging` keeps records a processor can read back (:meth:`read_source`).
     * Record distribution: a stream in ``auto`` ignores partition keys, as Kinesis' ``AUTO`` strategy does:
       each landed entry goes to an open shard drawn by ``scatter`` (default: round robin);
@@ -83,6 +90,8 @@ class InMemoryStreams(ShardLayout):
         self.page_ms = 0
         self.on_read_page: Callable[[], None] | None = None
         self.after_put: Callable[[], None] | None = None  # once, after a request's entries landed
+        self.on_refused: Callable[[], None] | None = None  # when a request is refused whole
+        self.oversize_entry_code: str | None = None
         self.unlisted: set[str] = set()  # shards ListShards no longer lists (expired with the retention)
         self._listed: dict[str, list[dict[str, Any]]] = {}
         self._maps: dict[str, tuple[int, ShardMap]] = {}
@@ -114,6 +123,10 @@ class InMemoryStreams(ShardLayout):
         self._summaries[stream] = (now, settings)
         return settings
 
+    def describe(self, stream: str) -> StreamSettings:
+        """DescribeStreamSummary now, uncached (``KinesisStreams.describe``)."""
+        return self._describe(stream)
+
     def forget_settings(self) -> None:
         """A new processor starts with no cached settings (its own process): its first answers are fresh."""
         self._summaries.clear()
@@ -137,15 +150,26 @@ class InMemoryStreams(ShardLayout):
 
     # -- puts ---------------------------------------------------------------------------------------
 
+    def _oversize(self, stream: str, pk: str, data: bytes) -> bool:
+        return record_size(pk, data) > self.max_record_bytes.get(stream, MAX_RECORD_BYTES)
+
     def _validate(self, stream: str, pairs: list[tuple[str, bytes]]) -> None:
-        limit = self.max_record_bytes.get(stream, MAX_RECORD_BYTES)
-        for pk, data in pairs:
+        for i, (pk, data) in enumerate(pairs):
+            problem = None
             if not 1 <= len(pk) <= MAX_PARTITION_KEY_CHARS:  # code points, as Kinesis counts (copier.core.limits)
-                raise FatalAwsError("PutRecords", "ValidationException", f"partition key of {len(pk)} characters")
-            if any("\ud800" <= c <= "\udfff" for c in pk):
+                problem = f"partition key of {len(pk)} characters"
+            elif any("\ud800" <= c <= "\udfff" for c in pk):
+                if self.on_refused is not None:
+                    self.on_refused()
                 raise FatalAwsError("PutRecords", "SerializationException", "partition key is not Unicode text")
-            if record_size(pk, data) > limit:
-                raise FatalAwsError("PutRecords", "ValidationException", f"record over {limit} bytes")
+            elif self._oversize(stream, pk, data) and self.oversize_entry_code is None:
+                limit = self.max_record_bytes.get(stream, MAX_RECORD_BYTES)
+                problem = f"1 validation error detected: Value at 'records.{i + 1}.member.data' failed to satisfy "
+                problem += f"constraint: Member must have length less than or equal to {limit}"
+            if problem is not None:
+                if self.on_refused is not None:
+                    self.on_refused()
+                raise FatalAwsError("PutRecords", "ValidationException", problem)
 
     def put_records(
         self,
@@ -159,14 +183,17 @@ class InMemoryStreams(ShardLayout):
         land, error = self.fault(stream, pairs)
         routes = self.current_map(stream)
         out: list[str | None] = []
-        for (pk, data), ok in zip(pairs, land, strict=True):
+        for (pk, data), outcome in zip(pairs, land, strict=True):
+            ok, code = (outcome, None if outcome else THROTTLED) if isinstance(outcome, bool) else outcome
+            if self.oversize_entry_code is not None and self._oversize(stream, pk, data):
+                ok, code = False, self.oversize_entry_code
             if ok:
                 if stream in self.auto:
                     shard = shard_number(routes.ranges[self.scatter(len(routes.ranges))][2])
                 else:
                     shard = shard_number(routes.shard_for(pk) or routes.ranges[0][2])
                 self.records.setdefault(stream, []).append((pk, data, self.clock.now_ms(), shard))
-            out.append(None if ok else "ProvisionedThroughputExceededException")
+            out.append(code)
         hook, self.after_put = self.after_put, None
         if hook is not None:
             hook()

@@ -55,7 +55,8 @@ class CrashingStore(InMemoryStateStore):
     ``crash_hook(phase, call)``: phase ``before`` or ``after``, call
     ``put_batch`` (a chunk's intent) or ``write`` (a commit or a lease renewal).
     ``lose_next_answer``: the next owner write gets no answer (the client retries) and its first attempt
-    stays on its way, to land whenever ``land_late`` says.
+    stays on its way, to land whenever ``land_late`` says; ``lose_next_batch_answer``: the same for the next
+    digest batch write.
     """
 
     def __init__(self, clock: FakeClock | None = None, ttl_ms: int | None = None) -> None:
@@ -65,6 +66,8 @@ class CrashingStore(InMemoryStateStore):
         self.held: list[tuple[str, DigestBatch]] = []
         self.lose_next_answer = False
         self.late: list[tuple[str, ShardState, ShardState]] = []
+        self.lose_next_batch_answer = False
+        self.late_batches: list[tuple[str, DigestBatch]] = []
 
     def land_late(self) -> None:
         """The first attempts still on their way reach the table now (applied, or refused by its condition)."""
@@ -74,15 +77,20 @@ class CrashingStore(InMemoryStateStore):
             except FencedError:
                 pass
         self.late.clear()
+        self._land(self.late_batches)
 
     def release_held(self) -> None:
         """The frozen writer wakes up and its digest batch write lands now (or is refused: it is fenced)."""
-        for key, batch in self.held:
+        self._land(self.held)
+
+    def _land(self, batches: list[tuple[str, DigestBatch]]) -> None:
+        """Digest batch writes still on their way reach the table now, applied or refused by its condition."""
+        for key, batch in batches:
             try:
                 super().put_batch(key, batch)
             except FencedError:
                 pass
-        self.held.clear()
+        batches.clear()
 
     def write(self, key: str, owner: ShardState, new: ShardState) -> None:
         if self.lose_next_answer:
@@ -96,6 +104,10 @@ class CrashingStore(InMemoryStateStore):
             raise SimulatedCrash("after write")
 
     def put_batch(self, key: str, batch: DigestBatch) -> None:
+        if self.lose_next_batch_answer:
+            self.lose_next_batch_answer = False
+            self.late_batches.append((key, batch))
+            raise TransientAwsError("PutItem", "RequestTimeout", "no answer: the request is still on its way")
         if self.hold_next:
             self.hold_next = False
             self.held.append((key, batch))
@@ -109,7 +121,9 @@ class CrashingStore(InMemoryStateStore):
 
 class StallingStreams(InMemoryStreams):
     """In-memory streams where a request AWS keeps rejecting stalls the shard: after ``stall_after``
-    rejections in a row the operator restarts the processor (:class:`SimulatedStall`)."""
+    rejections in a row (counted from the last processor's start: a chunk's first refusal may be re-planned,
+    and a processor that died before it could be starts again) the operator restarts the processor
+    (:class:`SimulatedStall`)."""
 
     def __init__(self, *args: object, stall_after: int | None = None, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
@@ -255,6 +269,7 @@ class World:
         the Date of every answer from the store and streams, as in production)."""
         self.workers += 1
         self.streams.forget_settings()  # a processor is a process: it caches its own answers
+        self.streams.rejections = 0
         host = clock or self.clock
         store, streams = self.store, self.streams
         if clock_bounds is not None and answering:

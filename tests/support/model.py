@@ -38,6 +38,17 @@ fault stands for:
   shard's range; this shard's processor must report what it forwards of it.
 * ``other_copy``: another staging shard forwards a record identical to one
   of this shard's unkeyed records.
+* ``late_write``: a state write or a digest batch write gets no answer and
+  is retried; its first attempt lands at a drawn later round (refused by
+  its condition, or applied);
+* ``internal_failure``: the first request's entries are answered each as
+  drawn: landed, throttled, or ``InternalFailure`` written or not;
+* ``limit_lowered``: the target's record limit (raised to 2 MiB when the run
+  starts, a drawn choice) is lowered to 1 MiB right after a chunk's digest
+  batch is written, before its put: the records over it are refused. Raised
+  again never, as soon as a request is refused (before the limits are read
+  again), or at the next delivery; and the process dies before or after the
+  re-plan's write, mid dead-letter put, or before the commit, as drawn.
 
 Every new processor may run on a host whose clock is off AWS time (which
 Kinesis stamps arrivals with): within half of ``copier.clockSkewMillis``
@@ -65,6 +76,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from hypothesis import event
 from hypothesis import strategies as st
 
 import copier.shard.holding
@@ -95,6 +107,14 @@ STAGING_RETENTION = 3 * HOUR
 TARGET_RETENTION = 90 * MINUTE
 OUTAGES = [0, 30_000, 70 * MINUTE, 100 * MINUTE, 4 * HOUR]  # none, short, past the TTL, the target's, staging's
 BIG = 1024 * 1024 + 10  # a payload over Kinesis' 1 MiB record limit
+RAISED = 2 * MAX_RECORD_BYTES  # a target's record limit raised with UpdateMaxRecordSize
+CRASHES_AROUND_A_REPLAN = [
+    "none",
+    "before the re-plan's write",
+    "after the re-plan's write",
+    "mid dead-letter put",
+    "before the commit",
+]
 CORE_FAULTS = ["none", "none", "throttle", "ambiguous", "crash_mid_put", "crash_store", "pause", "race"]
 NEW_FAULTS = [
     "reshard_put",
@@ -104,6 +124,8 @@ NEW_FAULTS = [
     "slow_verify",
     "other_copy",
     "late_write",
+    "internal_failure",
+    "limit_lowered",
 ]  # other_copy: drawn each round, beside the fault
 
 
@@ -227,6 +249,15 @@ class Driver:
             streams.set_ranges("staging", [0, hash_key(self.stray_key)])  # this shard holds every key but it
         if "reshard_put" in self.faults:
             streams.map_max_age_ms = data.draw(st.sampled_from([None, 5_000, 300_000]), label="shard map max age")
+        if (
+            "limit_raised" not in chosen
+            and "limit_lowered" in self.faults
+            and data.draw(st.booleans(), label="target's record limit raised")
+        ):
+            streams.max_record_bytes["target"] = RAISED
+        elif "limit_raised" in chosen:
+            streams.max_record_bytes["target"] = RAISED
+        self.raise_limit = False  # the target's lowered limit is raised again at the next delivery
         if "staging_auto" in self.faults or "auto_put" in self.faults:
             # DescribeStreamSummary's answers as old as the adapter keeps them: a switch seen minutes late
             streams.cache_settings = data.draw(st.booleans(), label="stream settings cached as the adapter does")
@@ -287,10 +318,12 @@ class Driver:
         world.store.crash_hook = lambda p, c: False
         world.store.hold_next = False
         world.store.lose_next_answer = False
+        world.store.lose_next_batch_answer = False
         world.streams.fault = lambda s, e: ([True] * len(e), None)
         world.streams.read_page = 0
         world.streams.page_ms = 0
         world.streams.on_read_page = None
+        world.streams.on_refused = None
 
     # -- deliveries ---------------------------------------------------------------------------------
 
@@ -332,7 +365,8 @@ class Driver:
                     worker.release()
                     worker = self.restart()
             wake_in -= 1
-            if world.store.late and data.draw(st.booleans(), label="an owner write's first attempt lands now"):
+            late = world.store.late or world.store.late_batches
+            if late and data.draw(st.booleans(), label="an owner write's first attempt lands now"):
                 world.store.land_late()
             if self.position >= len(self.records):
                 break
@@ -391,7 +425,12 @@ class Driver:
     def arm(self, fault: str, size: int) -> None:
         """Set the drawn fault up for the next delivery's puts and writes."""
         data, world = self.data, self.world
+        if self.raise_limit:
+            self.raise_limit = False
+            world.streams.max_record_bytes["target"] = RAISED
         mask = data.draw(st.lists(st.booleans(), min_size=size, max_size=size), label="landed mask")
+        codes = ["ok", "throttled", "internal failure, written", "internal failure, not written"]
+        answers = data.draw(st.lists(st.sampled_from(codes), min_size=size, max_size=size), label="entry answers")
         latency = data.draw(st.sampled_from([0, 0, 700, 2600]), label="put latency ms")
         calls = {"n": 0}
         reshard = self.reshard if fault == "reshard_put" else None
@@ -406,6 +445,11 @@ class Driver:
                 return [True] * len(entries), None
             if fault == "throttle":
                 return land, None
+            if fault == "internal_failure":
+                outcome = {"ok": True, "throttled": False}
+                outcome |= {"internal failure, written": (True, "InternalFailure")}
+                outcome |= {"internal failure, not written": (False, "InternalFailure")}
+                return [outcome[a] for a in (answers + ["ok"] * len(entries))[: len(entries)]], None
             if fault == "ambiguous":
                 return land, AmbiguousPutError("PutRecords", "ReadTimeoutError", "injected")
             if fault in ("crash_mid_put", "outage", "slow_verify"):
@@ -426,7 +470,47 @@ class Driver:
         call = data.draw(st.sampled_from(["put_batch", "write"]), label="crash at")
         world.store.crash_hook = lambda p, c: fault == "crash_store" and p == phase and c == call
         world.store.hold_next = fault == "pause" and not world.store.held
-        world.store.lose_next_answer = fault == "late_write"
+        lost = data.draw(st.sampled_from(["state", "digest batch"]), label="write whose answer is lost")
+        world.store.lose_next_answer = fault == "late_write" and lost == "state"
+        world.store.lose_next_batch_answer = fault == "late_write" and lost == "digest batch"
+        if fault == "limit_lowered":
+            self.lower_limit()
+
+    def lower_limit(self) -> None:
+        """The target's record limit is lowered to 1 MiB once the next chunk's digest batch is written; raised
+        again as drawn; the process dies around the re-plan as drawn."""
+        data, world = self.data, self.world
+        again = data.draw(st.sampled_from(["never", "when refused", "next delivery"]), label="limit raised again")
+        crash = data.draw(st.sampled_from(CRASHES_AROUND_A_REPLAN), label="crash around the re-plan")
+        writes = [0]
+
+        def hook(phase: str, call: str) -> bool:
+            if call == "put_batch" and phase == "after":
+                writes[0] += 1
+                if writes[0] == 1:
+                    world.streams.max_record_bytes["target"] = MAX_RECORD_BYTES
+                    event("record limit lowered while a chunk is in flight")
+            if call == "put_batch" and writes[0] >= 1 and crash == "before the re-plan's write":
+                return phase == "before"
+            if call == "put_batch" and writes[0] >= 2 and crash == "after the re-plan's write":
+                return phase == "after"
+            return call == "write" and phase == "before" and writes[0] >= 1 and crash == "before the commit"
+
+        world.store.crash_hook = hook
+
+        def refused() -> None:
+            event(f"a request refused over the lowered limit (crash: {crash}; raised again: {again})")
+            if again == "when refused":
+                world.streams.max_record_bytes["target"] = RAISED
+
+        world.streams.on_refused = refused
+        self.raise_limit = again == "next delivery"
+        if crash == "mid dead-letter put":
+            land = data.draw(st.booleans(), label="the dead-letter put lands")
+            world.streams.fault = lambda s, e: (
+                [land or s != "dlq"] * len(e),
+                SimulatedCrash("mid put") if s == "dlq" else None,
+            )
 
     def reshard(self) -> None:
         """Split or merge the target now, and let the processor's shard map see it at once."""
