@@ -42,6 +42,7 @@ from copier.core.state import ShardState, StateStore
 from copier.core.streamsettings import StreamSettings
 from copier.core.window import DedupWindow
 from copier.shard.margins import ClockMargins
+from copier.shard.progress import ProgressLine
 
 __all__ = ["MIN_RETENTION_MS", "ShardSession"]
 
@@ -82,8 +83,7 @@ class ShardSession:
         self.fenced = False
         self.window = DedupWindow(config.dedup_window_ms, config.dedup_window_max_events)
         self._retention_unknown: set[str] = set()  # streams whose retention could not be read (said once)
-        self._progress_at = clock.now_ms()  # the last progress line (see progress)
-        self._progress_counts: dict[str, int] | None = None  # the totals at the last progress line
+        self._progress = ProgressLine(config.progress_interval_seconds, clock, log)
 
     # -- what records become --------------------------------------------------------
 
@@ -267,38 +267,12 @@ class ShardSession:
         self.emitter.emit(self.shard_id, values, self.metrics.take_retries(), self.metrics.properties())
 
     def progress(self) -> None:
-        """A ``progress`` line at INFO every ``copier.progressIntervalSeconds`` (0: never): what this shard
-        did since the last one, its totals, and how far behind it is, so that INFO says what was forwarded."""
-        interval = self.config.progress_interval_seconds * 1000
-        state = self.state
-        if not interval or state is None:
-            return
-        totals = self._totals()
-        if self._progress_counts is None:  # no takeover counted from: from here
-            self._progress_counts = totals
-        now = self.clock.now_ms()
-        if now - self._progress_at < interval:
-            return
-        since = {f"{name}_since": totals[name] - self._progress_counts[name] for name in totals}
-        self.log.info(
-            "progress",
-            **since,
-            **totals,
-            behind_ms=state.behind_ms,
-            position=str(state.position) if state.position else None,
-            seconds=round((now - self._progress_at) / 1000, 1),
-        )
-        self._progress_at = now
-        self._progress_counts = totals
+        """A ``progress`` line at INFO every ``copier.progressIntervalSeconds`` (``copier.shard.progress``)."""
+        self._progress.tick(self.state)
 
     def progress_from_here(self) -> None:
         """The next progress line counts from the state as it is now (after a takeover)."""
-        self._progress_counts = self._totals()
-        self._progress_at = self.clock.now_ms()
-
-    def _totals(self) -> dict[str, int]:
-        counters = self.state.counters if self.state is not None else {}
-        return {name: counters.get(name, 0) for name in ("forwarded", "duplicates", "replays", "dead_lettered")}
+        self._progress.restart(self.state)
 
     def on_put_request(self, stream: str, entries: int, failed: int, millis: float | None) -> None:
         self.metrics.saw_put(millis)

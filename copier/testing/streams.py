@@ -49,8 +49,9 @@ class InMemoryStreams(ShardLayout):
     * Reads page: ``read_page`` records a GetRecords page (0: one page a shard), each page advancing
       the clock by ``page_ms`` and calling ``on_read_page`` (a test's hook: a rival takes over mid-read).
     * Validation as Kinesis does it: a request with a partition key that is empty, longer than 256
-      code points or not Unicode text (a lone surrogate: ``SerializationException``), or with a record larger than the stream's ``max_record_bytes``, is refused whole
-      (``ValidationException``, as Kinesis and moto answer). With ``oversize_entry_code`` set, a record
+      code points or not Unicode text (a lone surrogate: ``SerializationException``), or with a record
+      larger than the stream's ``max_record_bytes``, is refused whole (``ValidationException``, as Kinesis
+      and moto answer). With ``oversize_entry_code`` set, a record
       over the limit is answered that per-entry code instead, not written, and the rest of the request goes
       on (an answer AWS does not document, which copier handles all the same).
     * ``fault(stream, entries)`` returns each entry's fate (:data:`EntryOutcome`) and an optional exception to
