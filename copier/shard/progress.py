@@ -25,16 +25,15 @@ def _totals(state: ShardState | None) -> dict[str, int]:
 class ProgressLine:
     """When the last ``progress`` line was said, and the totals it counted from."""
 
-    def __init__(self, interval_seconds: int, clock: Clock, log: Any) -> None:
+    def __init__(self, interval_seconds: int, clock: Clock) -> None:
         self.interval_ms = interval_seconds * 1000
         self.clock = clock
-        self.log = log
         self._at = clock.now_ms()
         self._counts: dict[str, int] | None = None  # the totals at the last line (None: no takeover yet)
 
-    def tick(self, state: ShardState | None) -> None:
-        """Say a line if an interval has passed since the last (0: never): what this shard did since, its
-        totals, and how far behind it is."""
+    def tick(self, state: ShardState | None, log: Any) -> None:
+        """Say a line on ``log`` (the session's, bound to the shard and epoch as they are now) if an interval
+        has passed since the last (0: never): what this shard did since, its totals, and how far behind."""
         if not self.interval_ms or state is None:
             return
         totals = _totals(state)
@@ -44,7 +43,7 @@ class ProgressLine:
         if now - self._at < self.interval_ms:
             return
         since = {f"{name}_since": totals[name] - self._counts[name] for name in totals}
-        self.log.info(
+        log.info(
             "progress",
             **since,
             **totals,

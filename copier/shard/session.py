@@ -83,7 +83,7 @@ class ShardSession:
         self.fenced = False
         self.window = DedupWindow(config.dedup_window_ms, config.dedup_window_max_events)
         self._retention_unknown: set[str] = set()  # streams whose retention could not be read (said once)
-        self._progress = ProgressLine(config.progress_interval_seconds, clock, log)
+        self._progress = ProgressLine(config.progress_interval_seconds, clock)
 
     # -- what records become --------------------------------------------------------
 
@@ -268,7 +268,7 @@ class ShardSession:
 
     def progress(self) -> None:
         """A ``progress`` line at INFO every ``copier.progressIntervalSeconds`` (``copier.shard.progress``)."""
-        self._progress.tick(self.state)
+        self._progress.tick(self.state, self.log)
 
     def progress_from_here(self) -> None:
         """The next progress line counts from the state as it is now (after a takeover)."""
