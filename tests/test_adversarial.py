@@ -19,6 +19,7 @@ from dataclasses import replace
 import pytest
 from structlog.testing import capture_logs
 
+from copier.adapters.kinesisread import KinesisReads
 from copier.core.config import Config
 from copier.core.errors import AmbiguousPutError, FatalAwsError, TransientAwsError
 from copier.core.limits import UTF16_UNITS
@@ -286,6 +287,87 @@ def test_a_long_verification_keeps_the_lease() -> None:
     successor = world.worker()
     assert len(leases) >= 8 and min(leases) > 0, leases  # at every page, the lease still held
     assert not successor.fenced
+
+
+class _BusyTarget:
+    """GetShardIterator and GetRecords (as ``KinesisReads`` calls them) of the world's target, which other
+    writers keep writing to: 20 records of theirs land between two pages (100 a second at 5 pages a second), so
+    no page at the tip is ever empty. More than ``MAX_PAGES`` pages: the read would not have ended."""
+
+    MAX_PAGES = 500
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.pages = 0
+
+    def get_shard_iterator(self, **kwargs: object) -> dict[str, str]:
+        since = int(float(kwargs["Timestamp"]) * 1000)  # type: ignore[arg-type]
+        log = self.world.streams.records.get("target", [])
+        return {"ShardIterator": str(next((i for i, r in enumerate(log) if r[2] >= since), len(log)))}
+
+    def get_records(self, ShardIterator: str, Limit: int) -> dict[str, object]:  # botocore's argument names
+        self.pages += 1
+        assert self.pages <= self.MAX_PAGES, "the verification read does not end on a busy target"
+        start = int(ShardIterator)
+        page = self.world.streams.records.get("target", [])[start : start + Limit]
+        others = [
+            (f"other{self.pages}-{i}", json.dumps({"eventId": f"other-{self.pages}-{i}"}).encode()) for i in range(20)
+        ]
+        self.world.streams.put_records("target", others)
+        records = [
+            {
+                "SequenceNumber": str(start + i + 1),
+                "PartitionKey": pk,
+                "Data": data,
+                "ApproximateArrivalTimestamp": at / 1000,
+            }
+            for i, (pk, data, at, _) in enumerate(page)
+        ]
+        return {"Records": records, "NextShardIterator": str(start + len(page)), "MillisBehindLatest": 0}
+
+
+def _reading_a_busy_target(world: World) -> _BusyTarget:
+    """The world's verification reads go through ``KinesisReads`` over a target others keep writing to."""
+    busy = _BusyTarget(world)
+    reads = KinesisReads(lambda op, fn, **kw: fn(**kw), None, busy, lambda s: world.clock.advance(int(s * 1000)))
+
+    def read_identities(
+        stream: str, shards: object, since: int, until: int | None, identity: object, keep_alive: object = None
+    ) -> object:
+        assert stream == "target"
+        return reads.read_identities(stream, world.streams.shards(stream), shards, since, until, identity, keep_alive)  # type: ignore[arg-type]
+
+    world.streams.read_identities = read_identities  # type: ignore[assignment,method-assign]
+    return busy
+
+
+@pytest.mark.parametrize("when", ["ambiguous put", "chunk in flight at a takeover"])
+def test_a_verification_read_of_a_target_others_keep_writing_to_ends(when: str) -> None:
+    """A put's outcome is unknown (its answer lost; it landed) while other writers keep adding records to the
+    target shard: the verification reads up to the end of what the put could have landed (the verification's
+    start plus the clock margin, or the writer's lease end plus the put timeout and the margin), finds the
+    event and does not send it again. Before, the forwarder's read had no end and stopped only at an empty page
+    at the tip: it read for as long as the others wrote, renewing the lease, committing nothing."""
+    world = World()
+    busy = _reading_a_busy_target(world)
+    record = at(world, 1, "e")
+    if when == "ambiguous put":
+        owner = world.worker()
+        lost: list[bool] = []
+
+        def answer_lost_once(stream: str, entries: list[tuple[str, bytes]]) -> tuple[list[bool], object]:
+            if lost or entries[0][0].startswith("other"):  # the other writers' puts are answered
+                return [True] * len(entries), None
+            lost.append(True)
+            return [True] * len(entries), AmbiguousPutError("PutRecords", "ReadTimeout", "no answer by the deadline")
+
+        world.streams.fault = answer_lost_once  # type: ignore[assignment]
+        assert owner.process([record]) == Position(1)
+    else:
+        left_in_flight(world, [record])
+        world.worker().process([record])
+    assert world.target_ids()["e"] == 1
+    assert busy.pages < 20, busy.pages
 
 
 # -- 6. outages past the target's retention or the digest TTL --------------------------------------------------

@@ -73,7 +73,8 @@ class Streams(Protocol):
         identity: Identity,
         keep_alive: Callable[[], None] | None = None,
     ) -> Found:
-        """Count the identities of records that arrived from ``since_ms`` to ``until_ms`` (None: to the end).
+        """Count the identities of records that arrived from ``since_ms`` to ``until_ms`` (None: to the end, an
+        empty page at the tip: a shard others keep writing to never shows one, so a verification gives an end).
 
         Only in the shards numbered ``shards`` and the shards descending from
         them (None: every shard). ``keep_alive`` is called before every page

@@ -5,8 +5,9 @@ each request make sure the lease outlives the put; keep the entries that
 landed; retry only the entries that failed, after a jittered backoff. A
 request whose outcome is unknown (timeout, lost connection, 5xx) is not
 resent: after the put timeout has passed, the destination is read, only
-in the shards those entries hash to and only from the chunk's start, and
-only the entries not found there are retried. The shards read are those
+in the shards those entries hash to and only from the chunk's start to
+the verification's start plus the clock margin (nothing of the put arrives
+later), and only the entries not found there are retried. The shards read are those
 the entries hash to in a shard map taken before the request was sent (a
 map refreshed after it may name only the children of a shard split in the
 meantime); entries without an event ID are never counted as landed (an
@@ -100,6 +101,10 @@ class PutSession(Protocol):
     def on_unverifiable_resend(self, entries: Sequence[Outgoing], read_from_ms: int) -> None:
         """Entries without an event ID whose put's outcome is unknown are about to be sent again: reported as
         possible duplicates first (they cannot be verified: identical records cannot be told apart)."""
+
+    def latest_arrival_ms(self) -> int:
+        """The latest Kinesis arrival time (AWS time) a record of a put that ended before now can carry: this
+        host's clock now plus the bound on its offset from AWS time, read around it."""
 
     def host_wide(self, error: FatalAwsError) -> bool:
         """Does the error end the process (a fault no shard of the host gets past), or stall this shard?"""
@@ -297,8 +302,14 @@ class Forwarder:
         stats: ForwardStats,
         routes: ShardMap | None,
     ) -> list[Outgoing]:
-        """After any put still in flight has finished, read what is there; return the entries to retry."""
+        """After any put still in flight has finished, read what is there; return the entries to retry.
+
+        The read ends at the verification's start plus the clock margin: every put of the round ended by its
+        deadline, and the put timeout waited out since lets whatever the server held of it land, so nothing of
+        it arrives later. Without an end, a target shard others keep writing to never shows an empty page at
+        its tip, and the read would go on for as long as they write (docs/protocol.md, "A batch")."""
         self.clock.sleep_ms(self.put_timeout_ms)
+        until_ms = self.session.latest_arrival_ms()
         retry = [e for e in unknown if destination == "target" and e.event_id is None]  # cannot be told apart
         if retry:
             self.session.on_unverifiable_resend(retry, read_from_ms)  # said before it is sent again
@@ -314,7 +325,7 @@ class Forwarder:
             found: Found = self.session.retrying(
                 "verify_put",
                 lambda: self.streams.read_identities(
-                    stream, wanted, read_from_ms, None, identity, keep_alive=self.session.ensure_lease
+                    stream, wanted, read_from_ms, until_ms, identity, keep_alive=self.session.ensure_lease
                 ),
             )
             stats.records_read += found.records_read

@@ -64,6 +64,13 @@ class ClockMargins:
         now = self.clock.now_ms()
         return now, max(before, self.own_bound() or 0)
 
+    def latest_aws_ms(self) -> int:
+        """The latest AWS time it can be now, so the latest Kinesis arrival a put that ended before now can
+        carry: this host's clock plus the larger of the configured skew and its bound, read together
+        (:meth:`start`), so that a step between the two cannot pair one clock's time with another's bound."""
+        now, bound = self.start()
+        return now + max(self.skew_ms, bound)
+
     def note(self) -> None:
         """Log the measured clock bound when it moved (``copier.core.clockcheck``)."""
         bounds = self.bounds

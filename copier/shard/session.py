@@ -321,6 +321,10 @@ class ShardSession:
             "identical ones, so their first copy may have landed",
         )
 
+    def latest_arrival_ms(self) -> int:
+        """Where a verification read ends (``ClockMargins.latest_aws_ms``)."""
+        return self.margins.latest_aws_ms()
+
     def on_stall(self, call: str, error: AwsError, attempt: int) -> None:
         """AWS refuses the request as final: the shard stalls, said each time with why (``reason``: "clock"
         when AWS refused it for this host's clock, the clock's measured offset with it; else "rejected")."""
