@@ -23,9 +23,10 @@ from copier.adapters.kinesisread import KinesisReads
 from copier.core.config import Config
 from copier.core.errors import AmbiguousPutError, FatalAwsError, TransientAwsError
 from copier.core.limits import UTF16_UNITS
-from copier.core.plan import SourceRecord
+from copier.core.packing import pack_digests
+from copier.core.plan import PlanSettings, SourceRecord, becomes
 from copier.core.positions import Position
-from copier.core.state import shard_key
+from copier.core.state import DigestBatch, ShardState, shard_key
 from copier.testing import InMemoryStreams
 from tests.support.fakes import (
     SHARD,
@@ -824,6 +825,64 @@ def test_a_chunk_in_flight_from_a_version_that_counted_utf16_units_is_redone_as_
     world.clock.advance(60_000)
     world.worker().process([record])
     assert len(world.streams.data("target")) + len(world.streams.data("dlq")) == 1
+
+
+def _as_a_copier_that_stored_no_settings(world: World, records: list[SourceRecord]) -> tuple[list[int], list[int]]:
+    """The keyed and unkeyed digests a copier that stored no plan settings recorded for ``records``: IDs read as
+    it read them (the integer 7 as the string "7"), keys counted in UTF-16 units."""
+    cfg = world.config
+    settings = PlanSettings(
+        cfg.dedup_key, cfg.unkeyed_policy, cfg.dead_letter_stream_name, "staging", SHARD, "target", typed_ids=False
+    )
+    settings = replace(settings, key_count=UTF16_UNITS)
+    sent = [becomes(settings, r) for r in records]
+    return [o.identity for o in sent if o.event_id is not None], [o.identity for o in sent if o.event_id is None]
+
+
+LEGACY_RECORDS = [
+    pytest.param({}, 7, "k7", id="integer ID"),
+    pytest.param({"dedupKey": "partitionKey"}, "emoji", "\U0001f600" * 200, id="key of 200 emoji as the ID"),
+]
+
+
+@pytest.mark.parametrize("left", ["a chunk in flight", "a redo set", "a redo set, then a crash redoing it"])
+@pytest.mark.parametrize("setup,event_id,key", LEGACY_RECORDS)
+def test_what_a_copier_that_stored_no_settings_left_to_redo_is_redone(
+    setup: dict[str, str], event_id: object, key: str, left: str
+) -> None:
+    """An upgrade from a copier whose digest batches and state item stored no plan settings (""), which read the
+    integer 7 as "7" and counted keys in UTF-16 units (a key of 200 emoji, 400 units, was no ID), leaves a chunk
+    in flight that never landed, or a verified redo set (which the new copier may start to redo and crash): the
+    replayed records are redone, each once. Before, the redo set's settings were recorded as "" (or kept as "",
+    in the state item and in the digest batch of a chunk redoing it), which reads as the current settings: the
+    record's identity under them matched no redo digest, and it was counted already landed: lost."""
+    world = World(cfg=config(**setup))
+    now = world.clock.now_ms()
+    records = [
+        SourceRecord(Position(1), key, json.dumps({"eventId": event_id}).encode(), now - 2 * MINUTE),
+        SourceRecord(Position(2), "ks", json.dumps({"eventId": "s"}).encode(), now - 2 * MINUTE),
+    ]
+    keyed, unkeyed_ids = _as_a_copier_that_stored_no_settings(world, records)
+    state = ShardState(epoch=1, version=5, owner="old", lease_until_ms=now - MINUTE)
+    if left == "a chunk in flight":
+        batch = DigestBatch(
+            index=1,
+            epoch=1,
+            last=Position(2),
+            started_ms=now - 100_000,
+            keyed=pack_digests(keyed),
+            unkeyed=pack_digests(unkeyed_ids),
+            arrival_min_ms=now - 2 * MINUTE,
+            arrival_max_ms=now - 2 * MINUTE,
+        )
+        world.store.put_batch(KEY, batch)
+    else:
+        state = replace(state, batches=1, redo_last=Position(2), redo_digests=tuple(sorted(keyed + unkeyed_ids)))
+    world.store.replace_if_unchanged(KEY, None, state)
+    if left.endswith("crash redoing it"):
+        left_in_flight(world, records, landed=False)
+    world.worker().process(records)
+    assert world.target_ids() == Counter({str(event_id): 1, "s": 1})
 
 
 def test_a_fenced_writers_late_digest_batch_cannot_replace_a_verified_one() -> None:

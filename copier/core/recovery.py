@@ -84,8 +84,14 @@ def resolve(
     found_deadletter: Counter[int],
     redo_last: Position | None,
     redo_digests: Iterable[int],
+    recorded: str,
 ) -> Resolution:
-    """The redo set after ``batch``, merged with the one the committed state carried."""
+    """The redo set after ``batch``, merged with the one the committed state carried.
+
+    ``recorded``: the batch's plan settings as the verifier read them, encoded: its own ``settings``, or, for
+    a batch of an earlier copier that stored none, what that copier planned under spelled out (IDs read as
+    it read them, keys counted as it counted them). The redo set keeps its identities, so it must name
+    them: an empty name would read as "the current settings" when the records are replayed."""
     keyed, deadletter = unpack_digests(batch.keyed), unpack_digests(batch.deadletter)
     unkeyed = digest_count(batch.unkeyed)
     landed = _landed(keyed, found_target) + [False] * unkeyed + _landed(deadletter, found_deadletter)
@@ -101,7 +107,7 @@ def resolve(
     return Resolution(
         last,
         tuple(sorted(left.elements())),
-        batch.redo_settings or batch.settings,
+        batch.redo_settings or recorded,
         count,
         len(ids) - count,
         unkeyed,

@@ -78,7 +78,9 @@ class ShardState:
     batches: int = 0  # index of the last committed digest batch
     redo_last: Position | None = None
     redo_digests: tuple[int, ...] = ()
-    redo_settings: str = ""  # the plan settings the redo digests were computed under ("": the current ones)
+    # the plan settings the redo digests were computed under ("" with a redo set: an earlier copier's, which
+    # stored none: ShardSession.stored_settings)
+    redo_settings: str = ""
     redo_suspect: bool = False  # the verification could not see all it should (see copier.core.plan.Redo)
     successor: str | None = None
     # the announced successor's measured clock bound when it announced itself: how long a fenced owner must

@@ -94,12 +94,13 @@ class InFlight:
             suspect = suspect or s.beyond_retention(dlq, since)
         state = s.state
         assert state is not None
-        result = resolve(batch, found_target.identities, found_dlq.identities, state.redo_last, state.redo_digests)
+        redo = (state.redo_last, state.redo_digests, settings.encode())  # the batch's settings, "" spelled out
+        result = resolve(batch, found_target.identities, found_dlq.identities, *redo)
         if result.missing and batch.keyed and batch.target_shards:
             # Not where their keys hash to: the target may ignore keys (RecordDistributionStrategy = AUTO, even
             # switched since): every shard, before anything is sent again.
             found_target = read_target(None)
-            result = resolve(batch, found_target.identities, found_dlq.identities, state.redo_last, state.redo_digests)
+            result = resolve(batch, found_target.identities, found_dlq.identities, *redo)
         s.log.info(
             "verified_pending",
             batch=batch.index,

@@ -92,11 +92,12 @@ class ChunkPipeline:
             return None
 
     def _redo(self, state: ShardState, settings: PlanSettings) -> Redo | None:
-        """The committed redo set, with the settings its identities were computed under (None: these)."""
+        """The committed redo set, with the settings its identities were computed under (None: these; "", an
+        earlier copier's, read as that copier planned: ``ShardSession.stored_settings``)."""
         if state.redo_last is None:
             return None
         stored = None
-        if state.redo_settings and state.redo_settings != settings.encode():
+        if state.redo_settings != settings.encode():
             stored = self.s.stored_settings(state.redo_settings, "redo settings")
         return Redo(state.redo_last, state.redo_counter, stored, state.redo_suspect)
 
@@ -158,7 +159,8 @@ class ChunkPipeline:
         redo_settings = ""
         if plan.redo_ids:
             redo_ids = pack_digests(plan.redo_ids[o.position] for o in plan.in_batch_order())
-            redo_settings = s.state.redo_settings
+            # An earlier copier's "" spelled out: empty, it would read as the settings of the batch.
+            redo_settings = s.state.redo_settings or s.stored_settings("", "redo settings").encode()
         batch = DigestBatch(
             index=index,
             epoch=s.state.epoch,

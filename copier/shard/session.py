@@ -33,7 +33,7 @@ from copier.core.clockcheck import ClockBounds, ClockSnapshot, blames_the_clock,
 from copier.core.config import Config
 from copier.core.errors import AwsError, FatalAwsError, FencedError, IncompatibleStateError, TransientAwsError
 from copier.core.identity import content_digest, identity_of
-from copier.core.limits import MAX_RECORD_BYTES
+from copier.core.limits import MAX_RECORD_BYTES, UTF16_UNITS
 from copier.core.plan import Outgoing, PlanSettings
 from copier.core.ports import Clock, Identity, Streams
 from copier.core.retry import backoff_ms
@@ -117,9 +117,10 @@ class ShardSession:
 
     def stored_settings(self, text: str, what: str) -> PlanSettings:
         """Plan settings a digest batch or the state item recorded ("" for an earlier copier's: the current
-        configuration, with IDs read as that copier read them, the integer 7 as the string "7")."""
+        configuration, with IDs read as that copier read them, the integer 7 as the string "7", and keys
+        counted as it counted them, in UTF-16 units: docs/protocol.md, "Partition keys")."""
         if not text:
-            return replace(self.settings(), typed_ids=False)
+            return replace(self.settings(), typed_ids=False, key_count=UTF16_UNITS)
         try:
             return PlanSettings.decode(text, self.config.stream_name, self.shard_id)
         except ValueError as exc:
