@@ -13,6 +13,7 @@ not document. See docs/protocol.md, "Assumptions".
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import Counter
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from collections.abc import Callable
 import pytest
 from structlog.testing import capture_logs
 
-from copier.core.limits import MAX_RECORD_BYTES
+from copier.core.limits import MAX_RECORD_BYTES, record_size
 from copier.core.packing import unpack_digests
 from copier.core.plan import SourceRecord
 from copier.core.state import shard_key
@@ -294,6 +295,60 @@ def test_a_limit_raised_again_before_the_re_plan_reads_it_sends_the_record_as_pl
     assert world.streams.data("dlq") == []
     events = [e["event"] for e in logs]
     assert "replanned" not in events and events.count("shard_stalled") == 1
+
+
+@pytest.mark.parametrize("crash", [None, "after the re-plan's write", "mid dead-letter put"])
+def test_an_envelope_the_dead_letter_stream_now_refuses_is_wrapped_again_though_the_target_would_take_it(
+    crash: str | None,
+) -> None:
+    """A record over the target's limit is planned for the dead-letter stream, its envelope keeping the payload
+    under that stream's raised limit. While the chunk is in flight the operator raises the target's limit and
+    lowers the dead-letter stream's: the envelope is refused. It stays bound for the dead-letter stream and is
+    wrapped again (the payload's SHA-256 instead, its first reason kept), recorded in the chunk's digest batch
+    before it is put; a successor after a crash verifies and redoes it exactly once. Before, the re-plan asked
+    what the record would become now (the target, which takes it now), kept only moves to the dead-letter
+    stream, and changed nothing: the shard stalled, dead-letter stream or not."""
+    world = World(cfg=config(deadLetterStreamName="dlq", ordering="none"), stall_after=2)
+    world.streams.max_record_bytes["dlq"] = RAISED  # the envelope keeps the payload when the chunk is planned
+    give_up_after(world)
+    owner = world.worker()
+    records = [at(world, 1, "a"), at(world, 2, "big", size=LARGE), at(world, 3, "c")]
+    batch_writes = [0]
+
+    def hook(phase: str, call: str) -> bool:
+        if call == "put_batch" and phase == "after":
+            batch_writes[0] += 1
+            if batch_writes[0] == 1:  # the intent is written: both limits change before the put
+                world.streams.max_record_bytes.update({"target": RAISED, "dlq": MAX_RECORD_BYTES})
+            return crash == "after the re-plan's write" and batch_writes[0] == 2
+        return False
+
+    world.store.crash_hook = hook
+    if crash == "mid dead-letter put":
+        world.streams.fault = lambda s, e: ([True] * len(e), SimulatedCrash("mid put") if s == "dlq" else None)
+    with capture_logs() as logs:
+        if crash is None:
+            owner.process(records)
+        else:
+            with pytest.raises(SimulatedCrash):
+                owner.process(records)
+    assert "shard_stalled" not in [e["event"] for e in logs]
+    batch = world.store.get_batch(KEY, 1)
+    assert batch is not None and batch.revision == 1 and len(unpack_digests(batch.deadletter)) == 1
+    if crash is not None:
+        world.store.crash_hook = lambda p, c: False
+        world.streams.fault = lambda s, e: ([True] * len(e), None)
+        world.clock.advance(MINUTE)
+        world.worker().process(records)
+    if crash == "after the re-plan's write":  # nothing was dead-lettered: redone under the limits now, to the target
+        assert ids_in(world.streams) == Counter({"a": 1, "big": 1, "c": 1}) and world.streams.data("dlq") == []
+        return
+    big = records[1]
+    digest = hashlib.sha256(big.data).hexdigest()
+    assert ids_in(world.streams) == Counter({"a": 1, f"sha256:{digest}": 1, "c": 1})
+    size = record_size(big.partition_key, big.data)
+    reason = f"record of {size} bytes exceeds the target's limit of {MAX_RECORD_BYTES} bytes"  # its first reason
+    assert [json.loads(e)["reason"] for e in world.streams.data("dlq")] == [reason]
 
 
 def test_without_a_dead_letter_stream_a_lowered_limit_still_stalls_the_shard() -> None:

@@ -12,8 +12,11 @@ whole, again and again. Pure decisions, the engine does the I/O
   goes to the dead-letter stream, an envelope over the dead-letter stream's
   keeps the payload's SHA-256 instead. Nothing moves into the target (a
   record there would land after the chunk's later entries of its key, and
-  its dead-letter copy is as good), and an entry the settings still send as
-  it was stays: its refusal is not a limit's, and the shard stalls.
+  its dead-letter copy is as good): an entry bound for the dead-letter
+  stream stays bound there, whatever the target's limit says now, and is
+  wrapped again under the dead-letter stream's limit, with the reason it
+  was first dead-lettered for. An entry the settings still send as it was
+  stays: its refusal is not a limit's, and the shard stalls.
 * :func:`rerouted_batch`: the chunk's digest batch as the re-plan leaves it,
   written at the same index, epoch and start, one revision up, before any
   re-planned entry is put. Its columns say where each entry goes now (a
@@ -39,11 +42,13 @@ store refuses a batch of the same epoch and a lower revision
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from copier.core.identity import content_digest
 from copier.core.packing import pack_digests, unpack_digests
-from copier.core.plan import BatchPlan, Outgoing, PlanSettings, SourceRecord, becomes
+from copier.core.plan import BatchPlan, Outgoing, PlanSettings, SourceRecord, becomes, dead_letter_envelope
 from copier.core.positions import Position
 from copier.core.state import DigestBatch
 
@@ -56,10 +61,25 @@ def replan(
     """The refused entries that change under ``settings`` (the streams' limits read again), by position."""
     out: dict[Position, Outgoing] = {}
     for entry in refused:
-        new = becomes(settings, records[entry.position])
+        record = records[entry.position]
+        if entry.destination == "deadletter":
+            new = _rewrapped(entry, record, settings)
+        else:
+            new = becomes(settings, record)
         if new.destination == "deadletter" and (new.partition_key, new.data) != (entry.partition_key, entry.data):
             out[entry.position] = new
     return out
+
+
+def _rewrapped(entry: Outgoing, record: SourceRecord, settings: PlanSettings) -> Outgoing:
+    """A dead-letter entry wrapped again under the dead-letter stream's limit in ``settings`` (the payload's
+    SHA-256 instead of the payload when the envelope is over it), under its key and for its first reason.
+
+    Not :func:`becomes` again: with the target's limit raised since, it would send the record to the target,
+    where it would land after the chunk's later entries of its key; a re-plan moves nothing into the target."""
+    reason = str(json.loads(entry.data)["reason"])  # copier's own envelope (plan.dead_letter_envelope)
+    envelope = dead_letter_envelope(settings, record, reason)
+    return entry._replace(data=envelope, identity=content_digest(entry.partition_key, envelope), b64=None)
 
 
 def with_columns(batch: DigestBatch, plan: BatchPlan) -> DigestBatch:

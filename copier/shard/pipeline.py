@@ -321,7 +321,8 @@ class Replanner:
             entries=len(changes),
             limit_bytes=limits[destination],
             detail="the stream refused records over its record limit, lowered since the chunk was planned: they go "
-            "to the dead-letter stream instead, recorded in the chunk's digest batch before they are put",
+            "to the dead-letter stream instead (an envelope it refuses keeps the payload's SHA-256 instead of the "
+            "payload), recorded in the chunk's digest batch before they are put",
         )
         for position in sorted(changes):
             s.log.warning(
