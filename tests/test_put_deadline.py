@@ -1,6 +1,7 @@
 """A put's whole life fits within the deadline its lease check gave it: one that would start late is not sent,
-one whose body is still leaving at the deadline is cut off there (nothing of it leaves later, and the server
-never holds it whole), and botocore, the reference, is shown beside the lean client."""
+one whose body copier could not hand to the kernel whole by the deadline is cut off there (nothing of it leaves
+later, and the server never holds it whole: not sent), one handed over whole and unanswered has an unknown
+outcome, and botocore, the reference, is shown beside the lean client."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ import botocore.credentials
 import botocore.session
 import pytest
 
+from copier.adapters import httpwire
 from copier.adapters.awsauth import Credentials, StaticCredentials
 from copier.adapters.awsjson import JsonClient, Unanswered, Unsent
 from copier.adapters.botokinesis import botocore_client, put_records
+from copier.adapters.httpwire import request_head
 from copier.adapters.kinesis import KinesisStreams
 from copier.core.config import load_config
 from copier.core.errors import AmbiguousPutError, TransientAwsError
@@ -185,6 +188,7 @@ class _StalledReader:
     listener: socket.socket = field(default_factory=socket.socket)
     release: threading.Event = field(default_factory=threading.Event)
     arrived: list[bytes] = field(default_factory=list)
+    reading: bytearray = field(default_factory=bytearray)
 
     def __post_init__(self) -> None:
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -198,14 +202,17 @@ class _StalledReader:
         conn, _ = self.listener.accept()
         with conn:
             self.release.wait(30)
-            got = b""
             conn.settimeout(10)
             try:
                 while chunk := conn.recv(65536):
-                    got += chunk
+                    self.reading.extend(chunk)
             except OSError:  # the reset that cut the request off
                 pass
-            self.arrived.append(got)
+            self.arrived.append(bytes(self.reading))
+
+    def received(self) -> int:
+        """Bytes of the request read so far."""
+        return len(self.reading)
 
     def whole_request_arrived(self) -> bool:
         self.release.set()
@@ -223,16 +230,26 @@ def _big_put(size: int) -> bytes:
     return json.dumps({"StreamName": "target", "Records": [{"Data": "A" * size, "PartitionKey": "pk"}]}).encode()
 
 
-def test_a_body_still_leaving_at_the_deadline_is_cut_off_and_never_lands_later() -> None:
-    """The whole request is handed to the kernel at once, and the slow server takes little of it: at the deadline
-    the rest is discarded (a reset), so the server never holds the request whole: not sent, safe to resend.
-    Without the cut, the kernel would go on sending after the deadline (botocore, the reference: an unknown outcome
-    at best)."""
+def _more_than_the_kernel_takes() -> int:
+    """A body larger than the kernel's send buffer can ever grow (``tcp_wmem``'s maximum) plus what a reader's
+    small receive buffer takes: copier's send loop cannot hand it over whole to a server that reads nothing."""
+    try:
+        most = int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])
+    except (OSError, IndexError, ValueError):
+        most = 4 << 20
+    return 2 * most + (1 << 20)
+
+
+def test_a_body_the_send_loop_cannot_hand_over_whole_by_the_deadline_is_not_sent() -> None:
+    """The slow server takes little of the request and the kernel's buffers cannot hold the rest: at the deadline
+    copier's send loop has not handed the last byte over; the socket is reset (what the kernel holds is
+    discarded), so the server never holds the request whole: not sent, safe to resend. Without the cut, the
+    kernel would go on sending after the deadline (botocore, the reference: an unknown outcome at best)."""
     reader = _StalledReader()
     try:
         lean = JsonClient("kinesis", "us-east-1", reader.url, StaticCredentials(KEYS), 5.0, 5.0)
         with pytest.raises(Unsent):
-            lean.call("PutRecords", _big_put(200_000), time.monotonic() + 0.5)
+            lean.call("PutRecords", _big_put(_more_than_the_kernel_takes()), time.monotonic() + 0.5)
         assert not reader.whole_request_arrived()
     finally:
         reader.close()
@@ -244,6 +261,51 @@ def test_a_body_still_leaving_at_the_deadline_is_cut_off_and_never_lands_later()
             put_records(client, "target", [("pk", b"A" * 150_000, None)])
     finally:
         reference.close()
+
+
+def test_a_body_handed_whole_to_the_kernel_is_an_unknown_outcome_though_the_server_reads_it_late() -> None:
+    """The whole request (200 KB) is handed to the kernel at once, and the slow server has taken little of it by
+    the deadline: the socket is reset, but what the kernel sent of it cannot be known for sure (the next test),
+    so the outcome is unknown (verified), never "not sent". Before, the kernel's queue, read just before the
+    reset, said bytes were left, and the request was reported not sent."""
+    reader = _StalledReader()
+    try:
+        lean = JsonClient("kinesis", "us-east-1", reader.url, StaticCredentials(KEYS), 5.0, 5.0)
+        with pytest.raises(Unanswered) as caught:
+            lean.call("PutRecords", _big_put(200_000), time.monotonic() + 0.5)
+        assert not isinstance(caught.value, Unsent)
+    finally:
+        reader.close()
+
+
+def test_a_window_opening_between_a_look_at_the_kernels_queue_and_the_reset_is_an_unknown_outcome(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The request is handed to the kernel whole; the server's receive window opens just after the deadline,
+    while the client cuts the exchange: the kernel sends the rest before the socket is reset (the gap between
+    two system calls, widened here until the server holds every byte). The server holds the whole request,
+    so the client must say its outcome is unknown. Before, it read the kernel's queue (bytes never sent), then
+    reset, and reported NotSent: the forwarder sent it again, an unreported duplicate."""
+    reader = _StalledReader()
+    body = b"x" * 200_000
+    head = request_head({"Host": "127.0.0.1"}, len(body))
+    real_reset = httpwire._reset
+
+    def reset_once_the_server_holds_it_all(sock: socket.socket) -> None:
+        reader.release.set()  # the window opens
+        until = time.monotonic() + 10
+        while reader.received() < len(head) + len(body) and time.monotonic() < until:
+            time.sleep(0.01)
+        real_reset(sock)
+
+    monkeypatch.setattr(httpwire, "_reset", reset_once_the_server_holds_it_all)
+    try:
+        wire = httpwire.Wire("127.0.0.1", reader.listener.getsockname()[1], None, 5.0)
+        with pytest.raises(httpwire.NoAnswer):
+            wire.exchange(head, body, time.monotonic() + 0.5)
+        assert reader.whole_request_arrived()
+    finally:
+        reader.close()
 
 
 def test_a_request_that_left_whole_and_got_no_answer_is_an_unknown_outcome() -> None:

@@ -22,8 +22,10 @@ through it.
 Failures become copier errors here, in the classes copier decides on:
 
 * the server cannot hold the whole request (no connection, the deadline
-  passed before its last byte left): :class:`Unsent`, safe to send again;
-* no answer by the deadline after the whole request left, a 5xx, or an
+  passed before copier handed its last byte to the kernel):
+  :class:`Unsent`, safe to send again;
+* no answer by the deadline once the whole request was handed to the
+  kernel (whether or not all of it left), a 5xx, or an
   answer that cannot be read (not a JSON object, a DynamoDB CRC32 that does
   not match: :class:`Unreadable`): :class:`Unanswered`, the request may have
   applied; a PutRecords caller treats it as ambiguous and verifies, and a
@@ -86,7 +88,8 @@ T = TypeVar("T")
 
 
 class Unsent(TransientAwsError):
-    """Nothing of the request can have been processed: no connection, or its last byte never left."""
+    """Nothing of the request can have been processed: no connection, or its last byte was never handed to the
+    kernel (and the socket was reset, so nothing more of it leaves)."""
 
 
 class Unanswered(TransientAwsError):

@@ -13,13 +13,22 @@ Here one deadline (``time.monotonic()``) bounds the whole exchange:
   it, at most the connect timeout; nothing is written once it has passed;
 * each write of the request is bounded by what is left (a write returns
   with what the kernel took; a TLS write gives up at its timeout);
-* when the deadline passes before a complete answer, a socket whose send
-  queue still holds bytes of the request (Linux: ``SIOCOUTQ``) is reset
-  (``SO_LINGER`` 0): the kernel discards them and sends nothing more, not even
-  a retransmission. If some byte had never left (``SIOCOUTQNSD``), the
-  server cannot hold the whole request, and a request whose body never fully
-  arrived is not processed: :class:`NotSent`, safe to send again. If every
-  byte had left, the server may have processed it: :class:`NoAnswer`.
+* when the deadline passes (or the connection fails) before copier's send
+  loop has handed the request's last byte to the kernel, the socket is
+  reset (``SO_LINGER`` 0): the kernel discards what it still holds and sends
+  nothing more, not even a retransmission, so the last byte never reaches
+  the server, and a request whose body never fully arrived is not
+  processed: :class:`NotSent`, safe to send again;
+* once every byte was handed to the kernel, the outcome is unknown
+  whatever happens next: :class:`NoAnswer` (verified, never sent again
+  blindly). The socket is still reset at the deadline, which stops what the
+  kernel holds from leaving later, and a server that does not get the last
+  byte will not process the request; but whether the kernel sent the rest
+  before the reset cannot be known: reading its queue (``SIOCOUTQNSD``) and
+  resetting are two system calls, and a receive window that opens between
+  them lets the kernel send the rest, the whole request at the server while
+  the client would have said "not sent" (an adversarial review widened that
+  gap and got exactly that).
 * a kept-alive connection the server closed while idle (readable at rest: an
   end of file or a reset, as urllib3's ``is_connection_dropped`` checks) is
   never written to: a new one is opened, so a request is never lost to a
@@ -27,9 +36,7 @@ Here one deadline (``time.monotonic()``) bounds the whole exchange:
 
 What no client can do: a process frozen (a pause, SIGSTOP) while the kernel
 holds bytes of its request cannot reset the socket, and the kernel sends
-them when it can: the honest limit of docs/protocol.md. Where the kernel's
-queues cannot be read (not Linux), a request cut at its deadline is
-:class:`NoAnswer`, the cautious outcome.
+them when it can: the honest limit of docs/protocol.md.
 """
 
 from __future__ import annotations
@@ -54,12 +61,12 @@ from copier.adapters.clockhooks import wall_ms
 __all__ = ["Answer", "NoAnswer", "NotSent", "Wire", "request_head"]
 
 IDLE_RECONNECT_S = 20.0  # servers close idle connections (AWS after about a minute): never send on a stale one
-SIOCOUTQ = 0x5411  # Linux: bytes in the send queue not yet acknowledged (TIOCOUTQ)
 SIOCOUTQNSD = 0x894B  # Linux: bytes in the send queue never sent
 
 
 class NotSent(Exception):
-    """The server cannot hold the whole request: not connected, or cut off before its last byte left.
+    """The server cannot hold the whole request: not connected, or cut off before copier handed its last byte
+    to the kernel.
 
     Internal to the adapters: ``copier.adapters.awsjson`` raises it as its Unsent (and :class:`NoAnswer` as
     Unanswered), copier errors."""
@@ -70,7 +77,8 @@ class NotSent(Exception):
 
 
 class NoAnswer(Exception):
-    """Every byte of the request left and no complete answer came by the deadline: it may have been processed."""
+    """Every byte of the request was handed to the kernel and no complete answer came by the deadline: it may
+    have been processed."""
 
     def __init__(self, code: str, detail: str) -> None:
         self.code = code
@@ -254,7 +262,7 @@ class Wire:
                     sock.settimeout(left)
                     written += sock.send(part[written:])
                 done += written
-        except OSError as exc:  # the last byte never left: the server cannot hold the whole request
+        except OSError as exc:  # the last byte was never handed over: the reset keeps it from the server
             self._sock = None
             _reset(sock)
             size = len(head) + len(body)
@@ -265,8 +273,11 @@ class Wire:
             received_ms = wall_ms()
             data = answer.read()
         except (OSError, http.client.HTTPException) as exc:
+            # Handed over whole: its outcome is unknown. The reset stops what the kernel still holds from leaving
+            # after the deadline; whether some of it left before cannot be known (module docstring).
             self._sock = None
-            raise self._cut(sock, exc) from exc
+            _reset(sock)
+            raise NoAnswer(type(exc).__name__, str(exc) or type(exc).__name__) from exc
         if _queue(sock, SIOCOUTQNSD):  # answered before the whole request was taken: the rest is not sent
             self._sock = None
             _reset(sock)
@@ -275,13 +286,3 @@ class Wire:
         else:
             self._last_used = time.monotonic()
         return Answer(answer.status, answer.msg, data, sent_ms, received_ms)
-
-    def _cut(self, sock: socket.socket, exc: BaseException) -> NotSent | NoAnswer:
-        """No complete answer: reset the socket (nothing more of the request leaves) and say whether the server
-        can have the whole request."""
-        unsent = _queue(sock, SIOCOUTQNSD)
-        _reset(sock)
-        detail = str(exc) or type(exc).__name__
-        if unsent:
-            return NotSent(type(exc).__name__, f"{detail} ({unsent} bytes of the request never left; discarded)")
-        return NoAnswer(type(exc).__name__, detail)

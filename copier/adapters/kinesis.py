@@ -6,9 +6,10 @@ turns an ambiguous put into a silent duplicate. The put client here makes
 exactly one attempt; copier retries, knowing which failures are ambiguous:
 
 * failed before the request was sent (cannot connect), or cut off at its
-  deadline before its last byte left: not ambiguous;
+  deadline before its last byte was handed to the kernel: not ambiguous;
 * per-entry ``ErrorCode`` in a PutRecords answer: those entries did not land;
-* no answer by the deadline after the whole request left, a dropped
+* no answer by the deadline once the whole request was handed to the
+  kernel (whether or not all of it left), a dropped
   connection, a 5xx answer, an answer that cannot be read: ambiguous, raised
   as :class:`~copier.core.errors.AmbiguousPutError` and verified by reading the stream.
 
