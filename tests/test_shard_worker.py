@@ -294,6 +294,37 @@ def test_the_count_cap_cuts_the_window_short_and_says_so() -> None:
     assert state.window_oldest_ms > state.window_newest_ms - 3_600_000
 
 
+def test_a_raised_window_is_said_with_the_time_from_which_it_holds() -> None:
+    """copier.dedupWindowSeconds raised from an hour to 72 h: each digest batch's lifetime was fixed when it was
+    written, so an event forwarded before the change is deduplicated within the hour it was written under only
+    (here its retry 60 h later is forwarded again, its batch expired at 48 h); the processor that finds the
+    larger window says so once, naming the arrival from which it holds, and records the window it writes
+    under; an event forwarded after the change is deduplicated for the whole 72 h. Before, nothing said that
+    the raised window did not reach back."""
+    hour = 60 * MINUTE
+    world = World(config(dedupWindowSeconds=3600, digestTtlHours=48))
+    t0 = world.clock.now_ms()
+    owner = world.worker()
+    owner.process([rec(1, "before", arrival_ms=t0)])
+    owner.release()
+    state = world.store.get(KEY)
+    assert state is not None and state.window_ms == hour
+    world.clock.advance(60 * hour)
+    raised = config(dedupWindowSeconds=72 * 3600, digestTtlHours=96)
+    with capture_logs() as logs:
+        successor = world.worker(cfg=raised)
+        successor.process([rec(2, "before", arrival_ms=t0 + 60 * hour), rec(3, "after", arrival_ms=t0 + 60 * hour)])
+        successor.release()
+        world.worker(cfg=raised).process([rec(4, "after", arrival_ms=t0 + 110 * hour)])
+    said = [e for e in logs if e["event"] == "window_raised"]
+    assert [(e["log_level"], e["window_seconds"], e["written_under_seconds"], e["holds_from_ms"]) for e in said] == [
+        ("warning", 72 * 3600, 3600, t0)
+    ]
+    state = world.store.get(KEY)
+    assert state is not None and state.window_ms == 72 * hour
+    assert world.target_ids() == Counter({"before": 2, "after": 1})
+
+
 # -- what a dead or fenced writer leaves behind --------------------------------------------------------
 
 

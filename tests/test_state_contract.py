@@ -69,6 +69,7 @@ def _rich_state(rng: random.Random) -> ShardState:
         window_oldest_ms=rng.choice([0, rng.randrange(2**42)]),
         window_newest_ms=rng.choice([0, rng.randrange(2**42)]),
         window_cut=rng.random() < 0.3,
+        window_ms=maybe(rng.choice([0, 3_600_000, rng.randrange(10**10)])),
         clock_bound_ms=maybe(rng.randrange(-5000, 5000)),
     )
 
@@ -148,8 +149,8 @@ def test_take_over_requires_the_item_unchanged(store: StateStore) -> None:
 
 
 def test_state_round_trips_every_field(store: StateStore) -> None:
-    """Positions beyond 64 bits, the batch index, the redo set with its settings, window reach, counters and the
-    owner's clock bound survive."""
+    """Positions beyond 64 bits, the batch index, the redo set with its settings, window reach, the window the
+    batches were written under, counters and the owner's clock bound survive."""
     store.replace_if_unchanged(KEY, None, owned())
     full = ShardState(
         epoch=1,
@@ -170,6 +171,7 @@ def test_state_round_trips_every_field(store: StateStore) -> None:
         window_oldest_ms=1_700_000_000_000,
         window_newest_ms=1_700_003_600_000,
         window_cut=True,
+        window_ms=259_200_000,
         clock_bound_ms=17,
     )
     store.write(KEY, owned(), full)

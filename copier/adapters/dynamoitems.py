@@ -61,6 +61,7 @@ def make_model(config: Config) -> Any:
         window_oldest_ms = NumberAttribute(null=True)
         window_newest_ms = NumberAttribute(null=True)
         window_cut = BooleanAttribute(null=True)
+        window_ms = NumberAttribute(null=True)
         clock_bound_ms = NumberAttribute(null=True)  # both kinds: the writer's measured clock bound
         # digest batch
         last = UnicodeAttribute(null=True)

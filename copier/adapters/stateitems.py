@@ -81,6 +81,7 @@ def state_fields(s: ShardState) -> dict[str, Any]:
         "window_oldest_ms": s.window_oldest_ms or None,
         "window_newest_ms": s.window_newest_ms or None,
         "window_cut": s.window_cut or None,
+        "window_ms": s.window_ms,
         "clock_bound_ms": s.clock_bound_ms,
     }
 
@@ -93,6 +94,7 @@ def state_from_fields(f: Mapping[str, Any], table: str) -> ShardState:
             f"reads format {STATE_FORMAT}: point copier.stateTableName at a new table (see docs/protocol.md)"
         )
     behind, bound, successor_bound = f.get("behind_ms"), f.get("clock_bound_ms"), f.get("successor_bound_ms")
+    window = f.get("window_ms")
     return ShardState(
         epoch=int(f.get("epoch") or 0),
         version=int(f.get("version") or 0),
@@ -114,6 +116,7 @@ def state_from_fields(f: Mapping[str, Any], table: str) -> ShardState:
         window_oldest_ms=int(f.get("window_oldest_ms") or 0),
         window_newest_ms=int(f.get("window_newest_ms") or 0),
         window_cut=bool(f.get("window_cut")),
+        window_ms=None if window is None else int(window),
         clock_bound_ms=None if bound is None else int(bound),
     )
 

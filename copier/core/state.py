@@ -94,6 +94,9 @@ class ShardState:
     window_oldest_ms: int = 0
     window_newest_ms: int = 0
     window_cut: bool = False
+    # the dedup window (ms) its owner's digest batches were written under, their lifetime reckoned from it (None:
+    # not recorded, an earlier copier): a larger configured window holds only for events forwarded from then on
+    window_ms: int | None = None
     clock_bound_ms: int | None = None  # the owner's measured clock bound (copier.core.clockcheck) at its last write
 
     def with_counts(self, **delta: int) -> ShardState:

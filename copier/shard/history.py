@@ -34,6 +34,7 @@ class History:
         self.s = session
         self._keys: dict[tuple[str, bool], int] = {}  # (dedup key, typed IDs) -> newest arrival read under it
         self._cut_reported = False
+        self._raise_reported = False
 
     def reload(self) -> None:
         """A new window, loaded again (after taking the shard back: another owner forwarded meanwhile)."""
@@ -99,6 +100,30 @@ class History:
             cut_short=stats.cut_short,
             memory_bytes=s.window.memory_bytes(),
             seconds=round(time.monotonic() - started, 3),
+        )
+        self._say_if_raised(newest)
+
+    def _say_if_raised(self, newest_ms: int) -> None:
+        """A configured window larger than the one the shard's digest batches were written under (the state
+        item's ``window_ms``) is said once: each batch's lifetime was fixed when it was written, from the window
+        of then, so an event that arrived by ``newest_ms`` is deduplicated within that window only; the larger
+        one holds for events arriving after it (docs/protocol.md, "The dedup window")."""
+        s = self.s
+        assert s.state is not None
+        recorded, window = s.state.window_ms, s.config.dedup_window_ms
+        if self._raise_reported or recorded is None or recorded >= window:
+            return
+        self._raise_reported = True
+        s.log.warning(
+            "window_raised",
+            window_seconds=window // 1000,
+            written_under_seconds=recorded // 1000,
+            holds_from_ms=newest_ms,
+            holds_fully_from_ms=newest_ms + window,
+            detail="copier.dedupWindowSeconds was raised: digest batches written before keep the lifetime of the "
+            "window they were written under, so events that arrived by holds_from_ms are deduplicated within that "
+            "window only; the larger window holds for events arriving after it (for every duplicate from "
+            "holds_fully_from_ms on)",
         )
 
     def _reaches_back(self, batches: Sequence[DigestBatch], newest_ms: int) -> bool:

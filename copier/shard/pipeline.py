@@ -239,6 +239,7 @@ class ChunkPipeline:
             window_oldest_ms=window.oldest_ms,
             window_newest_ms=window.newest_ms,
             window_cut=window.cut_short,
+            window_ms=s.config.dedup_window_ms,  # what this chunk's digest batch lives by (_expires_ms)
         ).with_counts(
             forwarded=sum(1 for o in plan.send if o.destination == "target"),
             dead_lettered=plan.dead_lettered,
