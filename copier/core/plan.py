@@ -16,7 +16,10 @@ Rules, per record, in shard order:
    dead-letter stream takes the record the old settings could not put);
 3. keyed, and its event ID is in the window or earlier in this batch (or,
    while the window still holds IDs read under an earlier dedup key, its
-   ID under that key is in the window): a duplicate, dropped;
+   ID under that key is in the window): a duplicate, dropped; the second
+   kind is listed apart (``BatchPlan.earlier_key_duplicates``): when the
+   key was changed because the old one did not name one event, such a drop
+   is a distinct event lost, and the caller says so;
 4. unkeyed: forwarded as is (``unkeyedPolicy = forward``) or wrapped into a
    dead-letter envelope with the reason (``deadletter``);
 5. a partition key Kinesis refuses (empty, a lone surrogate, or over 256
@@ -198,6 +201,9 @@ class BatchPlan:
     last: Position | None = None
     replays: int = 0
     duplicates: int = 0
+    # of those, dropped only for an ID under an earlier dedup key (or ID typing) the window holds: a producer
+    # retry of an event forwarded before the change, or, when the old key did not name one event, a loss
+    earlier_key_duplicates: list[Position] = field(default_factory=list)
     already_landed: int = 0
     unkeyed: list[tuple[Position, str]] = field(default_factory=list)
     rerouted: list[tuple[Position, str]] = field(default_factory=list)  # dead-lettered or key replaced, and why
@@ -341,12 +347,14 @@ def plan_batch(
         in_redo = redo_last is not None and position <= redo_last
         keyed = type(found) is EventId
         identity = id_digest(found.value, settings.typed_ids) if keyed else 0  # type: ignore[union-attr]
-        if not in_redo and (
-            (keyed and (identity in seen or identity in window))
-            or (older_keys and _seen_under(older_keys, partition_key, data, window))
-        ):
-            plan.duplicates += 1
-            continue
+        if not in_redo:
+            if keyed and (identity in seen or identity in window):
+                plan.duplicates += 1
+                continue
+            if older_keys and _seen_under(older_keys, partition_key, data, window):
+                plan.duplicates += 1
+                plan.earlier_key_duplicates.append(position)
+                continue
         # The common case inline; the rest (dead letters, odd keys, size) in becomes().
         valid_key = (partition_key.isascii() and 0 < len(partition_key) <= MAX_PARTITION_KEY_CHARS) or (
             key_problem(partition_key, count) is None

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from copier.core.config import DedupKey
 from copier.core.errors import FencedError
 from copier.core.limits import MAX_RETENTION_MS
 from copier.core.packing import pack_digests
@@ -81,10 +82,11 @@ class ChunkPipeline:
         assert state is not None
         settings = s.settings()
         redo = self._redo(state, settings)
-        plan = plan_batch(records, state.position, s.window, redo, settings, self.history.older_keys())
+        older = self.history.older_keys()
+        plan = plan_batch(records, state.position, s.window, redo, settings, older)
         if plan.last is None:
             return None
-        self._report(plan)
+        self._report(plan, older)
         try:
             return self._put_and_commit(plan, settings, records, scattered, behind_ms)
         except FencedError:
@@ -101,8 +103,21 @@ class ChunkPipeline:
             stored = self.s.stored_settings(state.redo_settings, "redo settings")
         return Redo(state.redo_last, state.redo_counter, stored, state.redo_suspect)
 
-    def _report(self, plan: BatchPlan) -> None:
+    def _report(self, plan: BatchPlan, older: Sequence[tuple[DedupKey, bool]]) -> None:
         log, config = self.s.log, self.s.config
+        if plan.earlier_key_duplicates:  # counted with the duplicates, but they may be losses: said apart
+            log.warning(
+                "dropped_under_earlier_key",
+                count=len(plan.earlier_key_duplicates),
+                positions=[str(p) for p in plan.earlier_key_duplicates],
+                dedup_key=str(config.dedup_key),
+                earlier_keys=[
+                    str(key) if typed else f"{key} (IDs untyped, as before typed IDs)" for key, typed in older
+                ],
+                detail="dropped as duplicates because their ID under an earlier dedup key was forwarded within the "
+                "window: producer retries of events forwarded before the change, or, if the earlier key did not "
+                'name one event, distinct events lost (docs/protocol.md, "The dedup window")',
+            )
         for position, reason in plan.unkeyed:
             log.warning(
                 "unkeyed_event",
