@@ -11,10 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from copier.local.multilang import Processor
 from tests.support.backend import DUMMY_ENV, ROOT, client, create_stream, local_backend
 from tests.support.props import write_properties
+
+# No property test may fail for the machine's speed (a loaded CI machine took 285 ms over Hypothesis' 200 ms
+# deadline in tests/test_window.py): no deadline, and no health check about slow data generation.
+settings.register_profile("copier", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("copier")
 
 for _k, _v in DUMMY_ENV.items():
     os.environ.setdefault(_k, _v)
