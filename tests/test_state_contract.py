@@ -70,6 +70,7 @@ def _rich_state(rng: random.Random) -> ShardState:
         window_newest_ms=rng.choice([0, rng.randrange(2**42)]),
         window_cut=rng.random() < 0.3,
         clock_bound_ms=maybe(rng.randrange(-5000, 5000)),
+        prestart_ms=maybe(rng.randrange(2**42)),
     )
 
 
@@ -91,6 +92,7 @@ def _rich_batch(rng: random.Random, index: int) -> DigestBatch:
         redo_settings=rng.choice(["", "k=partitionKey"]),
         expires_ms=rng.choice([0, rng.randrange(2**41) // 1000 * 1000]),
         clock_bound_ms=rng.choice([None, rng.randrange(-900, 900)]),
+        before_ids=digests(rng.choice([0, 6]), 9),
     )
 
 
@@ -148,8 +150,8 @@ def test_take_over_requires_the_item_unchanged(store: StateStore) -> None:
 
 
 def test_state_round_trips_every_field(store: StateStore) -> None:
-    """Positions beyond 64 bits, the batch index, the redo set with its settings, window reach, counters and the
-    owner's clock bound survive."""
+    """Positions beyond 64 bits, the batch index, the redo set with its settings, window reach, counters, the
+    owner's clock bound and the start whose earlier events the shard loaded survive."""
     store.replace_if_unchanged(KEY, None, owned())
     full = ShardState(
         epoch=1,
@@ -171,6 +173,7 @@ def test_state_round_trips_every_field(store: StateStore) -> None:
         window_newest_ms=1_700_003_600_000,
         window_cut=True,
         clock_bound_ms=17,
+        prestart_ms=1_699_999_000_000,
     )
     store.write(KEY, owned(), full)
     assert store.get(KEY) == full
@@ -211,7 +214,8 @@ def test_an_owners_older_write_arriving_late_is_refused(store: StateStore) -> No
 
 def test_a_digest_batch_round_trips_every_field(store: StateStore) -> None:
     """Packed digests of each kind, the arrival range, the target shard numbers, the plan settings, the redo
-    identities, the expiry (in whole seconds, as DynamoDB's TTL keeps it) and the writer's clock bound survive."""
+    identities, the expiry (in whole seconds, as DynamoDB's TTL keeps it), the writer's clock bound and the IDs of
+    what arrived before the application's start survive."""
     full = DigestBatch(
         index=7,
         epoch=3,
@@ -230,6 +234,7 @@ def test_a_digest_batch_round_trips_every_field(store: StateStore) -> None:
         expires_ms=1_700_090_000_000,
         clock_bound_ms=42,
         revision=2,
+        before_ids=digests(4, seed=5),
     )
     store.put_batch(KEY, full)
     assert store.get_batch(KEY, 7) == full
