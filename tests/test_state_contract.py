@@ -71,6 +71,7 @@ def _rich_state(rng: random.Random) -> ShardState:
         window_cut=rng.random() < 0.3,
         window_ms=maybe(rng.choice([0, 3_600_000, rng.randrange(10**10)])),
         clock_bound_ms=maybe(rng.randrange(-5000, 5000)),
+        prestart_ms=maybe(rng.randrange(2**42)),
     )
 
 
@@ -92,6 +93,7 @@ def _rich_batch(rng: random.Random, index: int) -> DigestBatch:
         redo_settings=rng.choice(["", "k=partitionKey"]),
         expires_ms=rng.choice([0, rng.randrange(2**41) // 1000 * 1000]),
         clock_bound_ms=rng.choice([None, rng.randrange(-900, 900)]),
+        before_ids=digests(rng.choice([0, 6]), 9),
     )
 
 
@@ -150,7 +152,8 @@ def test_take_over_requires_the_item_unchanged(store: StateStore) -> None:
 
 def test_state_round_trips_every_field(store: StateStore) -> None:
     """Positions beyond 64 bits, the batch index, the redo set with its settings, window reach, the window the
-    batches were written under, counters and the owner's clock bound survive."""
+    batches were written under, counters, the owner's clock bound and the start whose earlier events the shard
+    loaded survive."""
     store.replace_if_unchanged(KEY, None, owned())
     full = ShardState(
         epoch=1,
@@ -173,6 +176,7 @@ def test_state_round_trips_every_field(store: StateStore) -> None:
         window_cut=True,
         window_ms=259_200_000,
         clock_bound_ms=17,
+        prestart_ms=1_699_999_000_000,
     )
     store.write(KEY, owned(), full)
     assert store.get(KEY) == full
@@ -213,7 +217,8 @@ def test_an_owners_older_write_arriving_late_is_refused(store: StateStore) -> No
 
 def test_a_digest_batch_round_trips_every_field(store: StateStore) -> None:
     """Packed digests of each kind, the arrival range, the target shard numbers, the plan settings, the redo
-    identities, the expiry (in whole seconds, as DynamoDB's TTL keeps it) and the writer's clock bound survive."""
+    identities, the expiry (in whole seconds, as DynamoDB's TTL keeps it), the writer's clock bound and the IDs of
+    what arrived before the application's start survive."""
     full = DigestBatch(
         index=7,
         epoch=3,
@@ -232,6 +237,7 @@ def test_a_digest_batch_round_trips_every_field(store: StateStore) -> None:
         expires_ms=1_700_090_000_000,
         clock_bound_ms=42,
         revision=2,
+        before_ids=digests(4, seed=5),
     )
     store.put_batch(KEY, full)
     assert store.get_batch(KEY, 7) == full

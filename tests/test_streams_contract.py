@@ -70,6 +70,36 @@ def test_a_staging_range_reads_back_as_the_daemon_delivers_it(pipeline: Pipeline
 
 
 @pytest.mark.protocol
+def test_what_arrived_before_a_time_reads_back_as_the_daemon_delivers_it(pipeline: Pipeline) -> None:
+    """read_arrivals: from AT_TIMESTAMP ``since`` up to (without) the first record that arrived at or after
+    ``until``, an aggregate's user records 0..n-1, keep_alive before every page; the fake answers the same."""
+    (packed,) = aggregate([("k0", b"0"), ("k1", b"1")])
+    seqs = []
+    for pk, data in (("p1", b"{}"), (packed.partition_key, packed.data), ("p2", b"{}")):
+        seqs.append(pipeline.kinesis.put_record(StreamName=pipeline.staging, PartitionKey=pk, Data=data))
+        time.sleep(0.01)  # three distinct arrival milliseconds, whatever the machine's speed
+    streams = KinesisStreams(load_config(pipeline.properties), sleep=lambda _: None)
+    everything = [r for page in streams.read_arrivals(pipeline.staging, SHARD, 0, 2**60) for r in page]
+    agg = int(seqs[1]["SequenceNumber"])
+    expected = [(Position(agg, 0), "k0"), (Position(agg, 1), "k1")]
+    assert [(r.position, r.partition_key) for r in everything[1:3]] == expected
+    assert everything[0].partition_key == "p1" and everything[-1].partition_key == "p2"
+    since, until = everything[1].arrival_ms, everything[-1].arrival_ms
+    assert everything[0].arrival_ms < since < until
+    pages: list[int] = []
+    got = [
+        r
+        for page in streams.read_arrivals(pipeline.staging, SHARD, since, until, lambda: pages.append(1))
+        for r in page
+    ]
+    assert [(r.position, r.partition_key) for r in got] == expected
+    assert pages, "keep_alive ran before the page"
+    fake = InMemoryStreams(FakeClock(until))
+    fake.add_staging(SHARD, everything)
+    assert [r for page in fake.read_arrivals("staging", SHARD, since, until) for r in page] == got
+
+
+@pytest.mark.protocol
 def test_retention_is_read_from_the_stream(pipeline: Pipeline) -> None:
     """retention(): DescribeStreamSummary's RetentionPeriodHours in milliseconds, as the fake answers its own."""
     pipeline.kinesis.increase_stream_retention_period(StreamName=pipeline.target, RetentionPeriodHours=48)

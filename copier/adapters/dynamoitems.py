@@ -63,6 +63,7 @@ def make_model(config: Config) -> Any:
         window_cut = BooleanAttribute(null=True)
         window_ms = NumberAttribute(null=True)
         clock_bound_ms = NumberAttribute(null=True)  # both kinds: the writer's measured clock bound
+        prestart_ms = NumberAttribute(null=True)
         # digest batch
         last = UnicodeAttribute(null=True)
         started_ms = NumberAttribute(null=True)
@@ -77,6 +78,7 @@ def make_model(config: Config) -> Any:
         redo_ids = BinaryAttribute(null=True, legacy_encoding=False)
         batch_redo_settings = UnicodeAttribute(null=True)
         revision = NumberAttribute(null=True)
+        before_ids = BinaryAttribute(null=True, legacy_encoding=False)
         expires_at = TTLAttribute(null=True)
 
     return CopierItem

@@ -266,6 +266,13 @@ class KinesisStreams:
         (``KinesisReads.read_source``)."""
         return self._reads.read_source(stream, self.shards(stream), shard_id, first, last)
 
+    def read_arrivals(
+        self, stream: str, shard_id: str, since_ms: int, until_ms: int, keep_alive: Callable[[], None] | None = None
+    ) -> Iterator[list[SourceRecord]]:
+        """A staging shard's records from ``since_ms`` up to the first that arrived at or after ``until_ms``, as the
+        daemon delivers them (``KinesisReads.read_arrivals``)."""
+        return self._reads.read_arrivals(stream, self.shards(stream), shard_id, since_ms, until_ms, keep_alive)
+
     def parents(self, stream: str, shard_id: str, ancestor: bool = False) -> list[str]:
         """The parent shard IDs of a shard (one after a split, two after a merge).
 

@@ -1,5 +1,8 @@
 """Kinesis reads: a staging range read again as the daemon delivers it, and the bounded reads of a verification.
 
+A staging range is read from a position (a fenced processor's dropped backlog)
+or from a time (what arrived before a new application's start).
+
 Both read at most 5 GetRecords a second per shard, the Kinesis read limit,
 which a stream's consumers share. ``copier.adapters.kinesis.KinesisStreams`` lists the
 shards and hands them over with each call.
@@ -17,10 +20,12 @@ from copier.core.ports import Found, Identity
 from copier.core.positions import Position
 from copier.core.shardmap import descendants, shard_id_of
 
-__all__ = ["FIRST_PAGE", "GET_RECORDS_LIMIT", "KinesisReads"]
+__all__ = ["ARRIVALS_INTERVAL_S", "FIRST_PAGE", "GET_RECORDS_LIMIT", "KinesisReads"]
 
 GET_RECORDS_LIMIT = 10_000
 FIRST_PAGE = 500
+ARRIVALS_INTERVAL_S = 1.0  # read_arrivals' pace: one of the shard's 5 GetRecords a second
+PAGE_RETRIES = 30  # a staging page refused (throttled) this many times in a row, a second apart, goes up
 
 
 class KinesisReads:
@@ -44,41 +49,108 @@ class KinesisReads:
         range), positions outside the range left out, at most 5 GetRecords a
         second. Records the stream's retention removed are not there.
         """
+        at = {"ShardIteratorType": "AT_SEQUENCE_NUMBER", "StartingSequenceNumber": first.seq_str}
+        return self._source_pages(
+            stream, listed, shard_id, at, lambda seq, arrival: seq > last.seq, lambda p: first <= p <= last, None
+        )
+
+    def read_arrivals(
+        self,
+        stream: str,
+        listed: list[dict[str, Any]],
+        shard_id: str,
+        since_ms: int,
+        until_ms: int,
+        keep_alive: Callable[[], None] | None = None,
+    ) -> Iterator[list[SourceRecord]]:
+        """A staging shard's records as the daemon delivers them, from AT_TIMESTAMP ``since_ms`` up to (without)
+        the first record that arrived at or after ``until_ms``: what arrived before a new application's start
+        (``copier.shard.prestart``). At most one GetRecords a second (``ARRIVALS_INTERVAL_S``: the shard's 5 a
+        second are shared with the daemons reading it), pages of ``FIRST_PAGE`` records doubling (a shard whose
+        first record is past ``until_ms`` costs one small page)."""
+        at = {"ShardIteratorType": "AT_TIMESTAMP", "Timestamp": since_ms / 1000}
+        return self._source_pages(
+            stream,
+            listed,
+            shard_id,
+            at,
+            lambda seq, arrival: arrival >= until_ms,
+            lambda p: True,
+            keep_alive,
+            FIRST_PAGE,
+            ARRIVALS_INTERVAL_S,
+        )
+
+    def _source_pages(
+        self,
+        stream: str,
+        listed: list[dict[str, Any]],
+        shard_id: str,
+        at: dict[str, Any],
+        past: Callable[[int, int], bool],
+        wanted: Callable[[Position], bool],
+        keep_alive: Callable[[], None] | None,
+        first_page: int = GET_RECORDS_LIMIT,
+        interval_s: float = 0.2,
+    ) -> Iterator[list[SourceRecord]]:
+        """A staging shard's records from the iterator ``at`` until the first Kinesis record that is ``past``
+        (its sequence number and arrival), de-aggregated as the daemon delivers them, ``wanted`` positions only."""
         shard = next((s for s in listed if s["ShardId"] == shard_id), None)
         if shard is None:
             raise TransientAwsError("ListShards", "ShardNotListed", f"{shard_id} is not listed in {stream} yet")
         hash_range = (int(shard["HashKeyRange"]["StartingHashKey"]), int(shard["HashKeyRange"]["EndingHashKey"]))
-        iterator: str | None = self._calling(
-            "GetShardIterator",
-            self._staging.get_shard_iterator,
-            StreamName=stream,
-            ShardId=shard_id,
-            ShardIteratorType="AT_SEQUENCE_NUMBER",
-            StartingSequenceNumber=first.seq_str,
-        ).get("ShardIterator")
-        while iterator:
-            page = self._calling(
-                "GetRecords", self._staging.get_records, ShardIterator=iterator, Limit=GET_RECORDS_LIMIT
+
+        def iterator_at(after: str | None) -> str | None:
+            """At ``at``, or just after the last record read (an iterator expires after 5 minutes)."""
+            where = (
+                at if after is None else {"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "StartingSequenceNumber": after}
             )
+            answer = self._calling(
+                "GetShardIterator", self._staging.get_shard_iterator, StreamName=stream, ShardId=shard_id, **where
+            )
+            return answer.get("ShardIterator")  # type: ignore[no-any-return]
+
+        last: str | None = None
+        iterator = iterator_at(last)
+        limit = first_page
+        waited = 0
+        while iterator:
+            if keep_alive is not None:
+                keep_alive()
+            try:
+                page = self._calling("GetRecords", self._staging.get_records, ShardIterator=iterator, Limit=limit)
+            except AwsError as exc:  # the shard's read limits are shared: throttling is waited out here, a while
+                if exc.code == "ExpiredIteratorException":
+                    iterator = iterator_at(last)
+                    continue
+                waited += 1
+                if not exc.retryable or waited > PAGE_RETRIES:
+                    raise  # the caller's retrying says so, and reads again
+                self._sleep(max(interval_s, 1.0))
+                continue
+            waited = 0
             out: list[SourceRecord] = []
             for record in page.get("Records", []):
                 seq = int(record["SequenceNumber"])
-                if seq > last.seq:
+                last = record["SequenceNumber"]
+                arrival = _arrival_ms(record)
+                if past(seq, arrival):
                     if out:
                         yield out
                     return
-                arrival = _arrival_ms(record)
                 view = as_daemon_delivers(bytes(record["Data"]), record["PartitionKey"], hash_range)
                 for subseq, (key, data) in enumerate(view.records):
                     position = Position(seq, subseq if view.aggregated else 0)
-                    if first <= position <= last:
+                    if wanted(position):
                         out.append(SourceRecord(position, key, data, arrival))
             if out:
                 yield out
             iterator = page.get("NextShardIterator")
             if not page.get("Records") and page.get("MillisBehindLatest", 0) == 0:
                 return
-            self._sleep(0.2)  # 5 GetRecords per second per shard
+            limit = min(GET_RECORDS_LIMIT, limit * 2)
+            if iterator:
+                self._sleep(interval_s)  # at most 5 GetRecords a second a shard, shared with its other readers
 
     def read_identities(
         self,

@@ -83,6 +83,7 @@ def state_fields(s: ShardState) -> dict[str, Any]:
         "window_cut": s.window_cut or None,
         "window_ms": s.window_ms,
         "clock_bound_ms": s.clock_bound_ms,
+        "prestart_ms": s.prestart_ms,
     }
 
 
@@ -95,6 +96,7 @@ def state_from_fields(f: Mapping[str, Any], table: str) -> ShardState:
         )
     behind, bound, successor_bound = f.get("behind_ms"), f.get("clock_bound_ms"), f.get("successor_bound_ms")
     window = f.get("window_ms")
+    prestart = f.get("prestart_ms")
     return ShardState(
         epoch=int(f.get("epoch") or 0),
         version=int(f.get("version") or 0),
@@ -118,6 +120,7 @@ def state_from_fields(f: Mapping[str, Any], table: str) -> ShardState:
         window_cut=bool(f.get("window_cut")),
         window_ms=None if window is None else int(window),
         clock_bound_ms=None if bound is None else int(bound),
+        prestart_ms=None if prestart is None else int(prestart),
     )
 
 
@@ -140,6 +143,7 @@ def batch_fields(b: DigestBatch, ttl_hours: int) -> dict[str, Any]:
         "batch_redo_settings": b.redo_settings or None,
         "clock_bound_ms": b.clock_bound_ms,
         "revision": b.revision or None,
+        "before_ids": b.before_ids or None,
         TTL_FIELD: _expiry(b.expires_ms) if b.expires_ms else _expiry(b.started_ms) + timedelta(hours=ttl_hours),
     }
 
@@ -183,6 +187,7 @@ def batch_from_fields(f: Mapping[str, Any]) -> DigestBatch:
         expires_ms=int(expires.timestamp() * 1000) if expires else 0,
         clock_bound_ms=None if bound is None else int(bound),
         revision=int(f.get("revision") or 0),
+        before_ids=f.get("before_ids") or b"",
     )
 
 

@@ -123,18 +123,20 @@ def stream_verdicts(config: Config) -> list[Verdict]:
     """DescribeStreamSummary of the staging, target and dead-letter streams, judged (copier.core.streamsettings);
     an AwsError (a stream missing, access denied, the endpoint unreachable) goes up."""
     from copier.adapters.kinesis import KinesisStreams
+    from copier.commands.startcheck import start_verdicts
     from copier.core.streamsettings import judge
 
     streams = KinesisStreams(config)
     dlq = config.dead_letter_stream_name
+    staging = streams.describe(config.stream_name)
     return judge(
-        streams.describe(config.stream_name),
+        staging,
         streams.describe(config.target_stream_name),
         streams.describe(dlq) if dlq else None,
         ordering=config.ordering,
         window_ms=config.dedup_window_ms,
         digest_ttl_floor_ms=config.digest_ttl_hours * 3_600_000,
-    )
+    ) + start_verdicts(config, streams, staging)  # a start at a point in time: what it means (none without one)
 
 
 def cmd_init(args: argparse.Namespace) -> int:

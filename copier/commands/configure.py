@@ -9,7 +9,9 @@ command decodes them and refuses, before anything is written:
 
 - a key that is not a deployment's to set: only ``applicationName``,
   ``streamName``, ``regionName``, ``workerId`` (the host's EC2 instance ID:
-  properties/copier.properties says why) and ``copier.*`` keys (never
+  properties/copier.properties says why), the initial position
+  (``initialPositionInStream``, or ``initialPositionInStreamExtended`` for an
+  application started at a point in time) and ``copier.*`` keys (never
   ``executableName`` or another daemon key);
 - a value with a control character (a newline among them), a backslash (a
   properties escape or line continuation) or white space at either end;
@@ -40,13 +42,21 @@ from copier.core.propertylint import lint_properties
 
 __all__ = ["add_arguments", "main", "read_parameters", "render", "write_properties"]
 
-DEPLOYMENT_KEYS = ("applicationName", "streamName", "regionName", "workerId", *DEFAULTS)
+DEPLOYMENT_KEYS = (
+    "applicationName",
+    "streamName",
+    "regionName",
+    "workerId",
+    "initialPositionInStream",
+    "initialPositionInStreamExtended",
+    *DEFAULTS,
+)
 _BAD_CHARACTER = re.compile(r"[\x00-\x1f\x7f\\]")
 
 
 def _check_value(key: str, value: str) -> None:
     if key not in DEPLOYMENT_KEYS:
-        raise ValueError(f"{key!r} is not a key a deployment sets (only {', '.join(DEPLOYMENT_KEYS[:4])}, copier.*)")
+        raise ValueError(f"{key!r} is not a key a deployment sets (only {', '.join(DEPLOYMENT_KEYS[:6])}, copier.*)")
     if _BAD_CHARACTER.search(value):
         raise ValueError(f"{key}: a control character or backslash in {value!r}")
     if value != value.strip():

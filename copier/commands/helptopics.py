@@ -44,7 +44,9 @@ copier.progressIntervalSeconds: forwarded, dropped as duplicates or replays, dea
 possible_duplicates (a resend that may be a copy: the event IDs, and the content digests of records without
 one, that may be in the target twice; keep them: copier verify --reports excuses exactly those copies),
 shard_stalled (AWS rejects one shard's request: that shard waits, the others go on), clock_margin_widened
-(hosts' clocks disagree more than copier.clockSkewMillis), fatal (the processor exits: see the line).
+(hosts' clocks disagree more than copier.clockSkewMillis), fatal (the processor exits: see the line),
+prestart_reading / prestart_progress / prestart_loaded (an application started at a point in time reads, at a
+shard's first takeover, the IDs of what arrived in the window before its start).
 """
 
 

@@ -19,6 +19,7 @@ from typing import Literal, TypeVar
 from copier.core.errors import ConfigError
 from copier.core.properties import parse_properties
 from copier.core.propertylint import close_key
+from copier.core.startpoint import parse_start
 
 __all__ = [
     "COPIER_KEYS",
@@ -62,6 +63,8 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     "copier.metricsNamespace": _NAMESPACE,
     "copier.dedupKey": _DEDUP_KEY,
     "workerId": _WORKER_ID,  # the host's own (its EC2 instance ID), written by the user data
+    "initialPositionInStream": re.compile(r"^(TRIM_HORIZON|LATEST)$"),
+    "initialPositionInStreamExtended": re.compile(r"^[1-9][0-9]{8,9}$"),  # epoch seconds (copier.core.startpoint)
 }
 
 
@@ -127,6 +130,9 @@ class Config:
     target_external_id: str | None = None
     target_role_session_name: str = "copier"
     target_role_session_seconds: int = 3600
+    # the application's start (copier.core.startpoint): the KCL's initialPositionInStreamExtended, in ms
+    start_ms: int | None = None
+    lease_table_name: str = ""  # the KCL's lease table: tableName, default applicationName
 
     @property
     def dedup_window_ms(self) -> int:
@@ -401,6 +407,8 @@ def parse_config(text: str, path: str = "<string>") -> Config:
         target_external_id=external_id,
         target_role_session_name=session_name or f"copier-{application_name}"[:64],
         target_role_session_seconds=r.copier_need("copier.targetRoleSessionSeconds", _int_between(900, 43200)),
+        start_ms=parse_start(raw, path),
+        lease_table_name=raw.get("tableName", "").strip() or application_name,
     )
 
 

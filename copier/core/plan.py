@@ -7,7 +7,9 @@ the same choices its predecessor made.
 
 Rules, per record, in shard order:
 
-1. at or below the committed position: a replay, dropped;
+1. at or below the committed position: a replay, dropped; arrived in staging
+   before the application's start (``copier.core.startpoint``): dropped, its
+   event ID learned by the window (``before_ids``) but never put;
 2. inside the range of a verified in-flight batch (the *redo* range, see
    ``copier.core.recovery``): forwarded only if its identity, as the settings
    that recorded the batch saw it, is among those that did not land, once
@@ -214,6 +216,8 @@ class BatchPlan:
     redo_ids: dict[Position, int] = field(default_factory=dict)  # the redo settings' identity of each send
     arrival_min_ms: int = 0  # staging arrival range of the records planned (replays included)
     arrival_max_ms: int = 0
+    before_start: int = 0  # records that arrived before the application's start: dropped
+    before_ids: list[int] = field(default_factory=list)  # their event IDs' digests: the window learns them
 
     @property
     def keyed_digests(self) -> list[int]:
@@ -305,13 +309,15 @@ def plan_batch(
     redo: Redo | None,
     settings: PlanSettings,
     older_keys: Sequence[tuple[DedupKey, bool]] = (),
+    start_ms: int | None = None,
 ) -> BatchPlan:
     """Decide every record of a batch; see the module docstring for the rules.
 
     ``older_keys``: dedup keys other than the current one whose IDs the
     window still holds (a configuration changed within the window), each
     with whether its IDs were typed (False: recorded by a version that
-    read the integer 7 as the string "7").
+    read the integer 7 as the string "7"). ``start_ms``: the application's start; what arrived
+    before it is not forwarded (None: no start).
 
     Written for speed as much as for reading: it runs once per record at
     tens of thousands of records a second, so the common case (a keyed
@@ -344,6 +350,13 @@ def plan_batch(
         last = position
         partition_key, data = record.partition_key, record.data
         found = extract_event_id(settings.dedup_key, partition_key, data, count)
+        if start_ms is not None and arrival < start_ms:
+            plan.before_start += 1
+            if type(found) is EventId:  # a retry of it later in this chunk is a duplicate too
+                before = id_digest(found.value, settings.typed_ids)
+                plan.before_ids.append(before)
+                seen.add(before)
+            continue
         in_redo = redo_last is not None and position <= redo_last
         keyed = type(found) is EventId
         identity = id_digest(found.value, settings.typed_ids) if keyed else 0  # type: ignore[union-attr]

@@ -101,6 +101,14 @@ class Streams(Protocol):
         (KPL aggregates de-aggregated), page by page; what the stream's retention removed is not there."""
         ...
 
+    def read_arrivals(
+        self, stream: str, shard_id: str, since_ms: int, until_ms: int, keep_alive: Callable[[], None] | None = None
+    ) -> Iterator[list[SourceRecord]]:
+        """A staging shard's records as the daemon delivers them from AT_TIMESTAMP ``since_ms`` up to (without) the
+        first that arrived at or after ``until_ms``, page by page, at most one GetRecords a second; what the
+        stream's retention removed is not there. ``keep_alive`` is called before every page."""
+        ...
+
     def parents(self, stream: str, shard_id: str, ancestor: bool = False) -> list[str]:
         """The parent shard IDs of a shard (one after a split, two after a merge). ``ancestor``: a shard of
         the lineage, not the processor's own: one no longer listed has expired, and has none."""

@@ -90,6 +90,7 @@ def with_columns(batch: DigestBatch, plan: BatchPlan) -> DigestBatch:
         unkeyed=pack_digests(plan.unkeyed_digests),
         deadletter=pack_digests(plan.deadletter_digests),
         dead_ids=pack_digests(plan.dead_ids),
+        before_ids=pack_digests(plan.before_ids),
     )
 
 

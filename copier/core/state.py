@@ -36,6 +36,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
+from copier.core.limits import MAX_RETENTION_MS
 from copier.core.packing import digest_count, unpack_digests
 from copier.core.positions import Position
 
@@ -47,18 +48,28 @@ __all__ = [
     "StateConflict",
     "StateStore",
     "batch_key",
+    "digest_expiry_ms",
     "shard_key",
 ]
 
 #: Version of the item layout; copier refuses items of another (see copier.adapters.dynamo).
 STATE_FORMAT = 2
 
-COUNTERS = ("forwarded", "duplicates", "replays", "unkeyed", "dead_lettered", "already_landed")
+COUNTERS = ("forwarded", "duplicates", "replays", "unkeyed", "dead_lettered", "already_landed", "before_start")
 
 
 def shard_key(stream_name: str, shard_id: str) -> str:
     """The items' partition key: one table can serve several staging streams."""
     return f"{stream_name}/{shard_id}"
+
+
+def digest_expiry_ms(now_ms: int, arrival_max_ms: int, window_ms: int, retention_ms: int | None, floor_ms: int) -> int:
+    """When a digest batch whose newest staging arrival is ``arrival_max_ms`` may expire: once nothing staging can
+    still deliver needs it (a retry within the window of it, delivered at the latest when the staging retention
+    ends), an hour later, and never before ``floor_ms`` after ``now_ms``. A retention that cannot be read (None)
+    counts as the longest Kinesis allows (docs/protocol.md, "Digest lifetime")."""
+    retention = MAX_RETENTION_MS if retention_ms is None else retention_ms
+    return max(now_ms + floor_ms, arrival_max_ms + window_ms + retention + 3_600_000)
 
 
 def batch_key(index: int) -> str:
@@ -98,6 +109,8 @@ class ShardState:
     # not recorded, an earlier copier): a larger configured window holds only for events forwarded from then on
     window_ms: int | None = None
     clock_bound_ms: int | None = None  # the owner's measured clock bound (copier.core.clockcheck) at its last write
+    # the application's start whose earlier events the shard's history holds (copier.shard.prestart); None: not yet
+    prestart_ms: int | None = None
 
     def with_counts(self, **delta: int) -> ShardState:
         counters = dict(self.counters)
@@ -137,6 +150,9 @@ class DigestBatch:
     expires_ms: int = 0  # when DynamoDB's TTL may delete it (0: the store decides)
     clock_bound_ms: int | None = None  # its writer's measured clock bound when it was written
     revision: int = 0  # its writer's re-plans of it (copier.core.replan): a lower one never replaces a higher
+    # ID digests of keyed events that arrived before the application's start (copier.core.startpoint): never put,
+    # learned by the window all the same. A batch of them alone (copier.shard.prestart) has ``last`` (0, 0).
+    before_ids: bytes = b""
 
     @property
     def key(self) -> str:
@@ -144,7 +160,7 @@ class DigestBatch:
 
     @property
     def keyed_count(self) -> int:
-        return digest_count(self.keyed) + digest_count(self.dead_ids)
+        return digest_count(self.keyed) + digest_count(self.dead_ids) + digest_count(self.before_ids)
 
     def target_digests(self) -> list[int]:
         """Every target entry's identity, keyed then unkeyed."""

@@ -85,6 +85,8 @@ def local_properties(
     """
     daemon = {**FAST_KCL, **(kcl or {})}
     executable = daemon.pop("executableName", f"{copier_bin} process --properties {path}")
+    # an application started at a point in time gives initialPositionInStreamExtended alone (copier.core.startpoint)
+    position = {} if "initialPositionInStreamExtended" in daemon else {"initialPositionInStream": "TRIM_HORIZON"}
     keys = {**LOCAL_COPIER, **copier}  # an override replaces the default: one line a key
     lines = [
         f"executableName = {executable}",
@@ -93,7 +95,7 @@ def local_properties(
         "regionName = us-east-1",
         f"kinesisEndpoint = {endpoint}",
         f"dynamoDBEndpoint = {endpoint}",
-        "initialPositionInStream = TRIM_HORIZON",
+        *(f"{k} = {v}" for k, v in position.items()),
         "AwsCredentialsProvider = DefaultCredentialsProvider",
         "retrievalMode = POLLING",
         "metricsLevel = NONE",

@@ -8,6 +8,7 @@
 * ``ownership``: takeover, take-back and release of the state item;
 * ``inflight``: verifying a chunk an earlier owner left in flight;
 * ``history``: the dedup window, rebuilt from digest batches (and ancestors');
+  ``prestart``: a new application's start, the IDs of what arrived before it;
 * ``guard``: the stream settings watched before each chunk;
 * ``pipeline``: a delivery cut into chunks, each planned, recorded, put, committed;
 * ``holding``: what a fenced processor holds, and taking the shard back;

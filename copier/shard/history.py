@@ -7,6 +7,10 @@ back as far as the horizon, from its ancestors' (the lineage walked from
 parents to grandparents: chaos seed 6 found a duplicate on the merged
 grandchild of the shard that had forwarded the original).
 
+In an application started at a point in time, a shard's history also holds
+the IDs of what arrived within the window before the start, loaded from
+staging once, at the shard's first takeover (``copier.shard.prestart``).
+
 It also remembers under which dedup keys (and ID typing) the IDs it holds
 were read, so that after a configuration change (or an upgrade) a record
 whose ID under an earlier key was forwarded is a duplicate too, until those
@@ -22,6 +26,7 @@ from copier.core.config import DedupKey, parse_dedup_key
 from copier.core.packing import digest_columns
 from copier.core.state import DigestBatch, shard_key
 from copier.core.window import DedupWindow
+from copier.shard.prestart import PreStart
 from copier.shard.session import ShardSession
 
 __all__ = ["History"]
@@ -35,6 +40,7 @@ class History:
         self._keys: dict[tuple[str, bool], int] = {}  # (dedup key, typed IDs) -> newest arrival read under it
         self._cut_reported = False
         self._raise_reported = False
+        self.prestart = PreStart(session, self)
 
     def reload(self) -> None:
         """A new window, loaded again (after taking the shard back: another owner forwarded meanwhile)."""
@@ -44,11 +50,18 @@ class History:
 
     def load(self) -> None:
         """Rebuild the window from the committed batches: the shard's own, and its ancestors' within the
-        horizon (see the module docstring)."""
+        horizon; at a new application's first takeover of the shard, load what arrived before its start (see the
+        module docstring). FencedError goes up (the load before the start writes as owner)."""
         s = self.s
         assert s.state is not None
         if not s.window.enabled:
             return
+        self._load_batches()
+        self.prestart.load()
+
+    def _load_batches(self) -> None:
+        s = self.s
+        assert s.state is not None
         started = time.monotonic()
         stream = s.config.stream_name
         own = list(self._newest_first(s.key, s.state.batches))
@@ -80,7 +93,7 @@ class History:
         self._keys = {}
         keys: dict[str, tuple[str, bool]] = {}  # stored settings -> their dedup key, typed IDs
         for batch in sorted(everything, key=lambda b: b.arrival_max_ms):
-            for column in (batch.keyed, batch.dead_ids):
+            for column in (batch.keyed, batch.dead_ids, batch.before_ids):
                 if column:
                     low, high = digest_columns(column)
                     s.window.add_columns(low, high, batch.arrival_max_ms)

@@ -92,10 +92,10 @@ class Holding:
         )
         try:
             self.inflight.verify(seen)
+            self.history.reload()
         except FencedError:
             s.fence("take_back")
             return None
-        self.history.reload()
         committed = self._read_gap_again(behind_ms)
         if s.fenced:
             return committed

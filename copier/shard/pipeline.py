@@ -8,7 +8,10 @@ forwarder puts it until every record landed (a record a stream's lowered
 record limit refuses is re-planned by the chunk's :class:`Replanner`, its
 digest batch written again first: ``copier.core.replan``); the commit writes
 the new position, the redo set used up and the counters. At most ``chunk_events``
-records a chunk, so no batch size reaches a DynamoDB limit.
+records a chunk, so no batch size reaches a DynamoDB limit. A chunk that puts
+nothing is only committed, unless it holds records that arrived before the
+application's start (``copier.core.startpoint``): their IDs are recorded in a
+digest batch all the same, so that a later owner's window learns them too.
 
 What may have landed twice is said before the put that may cause it
 (``possible_duplicates``, one report per chunk, every ID named), so that a
@@ -22,12 +25,11 @@ from dataclasses import replace
 
 from copier.core.config import DedupKey
 from copier.core.errors import FencedError
-from copier.core.limits import MAX_RETENTION_MS
 from copier.core.packing import pack_digests
 from copier.core.plan import BatchPlan, Outgoing, PlanSettings, Redo, SourceRecord, chunks, plan_batch
 from copier.core.positions import Position
 from copier.core.replan import replan, rerouted_batch, with_columns
-from copier.core.state import DigestBatch, ShardState
+from copier.core.state import DigestBatch, ShardState, digest_expiry_ms
 from copier.shard.forward import Forwarder
 from copier.shard.guard import StreamGuard
 from copier.shard.history import History
@@ -83,7 +85,7 @@ class ChunkPipeline:
         settings = s.settings()
         redo = self._redo(state, settings)
         older = self.history.older_keys()
-        plan = plan_batch(records, state.position, s.window, redo, settings, older)
+        plan = plan_batch(records, state.position, s.window, redo, settings, older, s.config.start_ms)
         if plan.last is None:
             return None
         self._report(plan, older)
@@ -134,6 +136,13 @@ class ChunkPipeline:
                 reason=reason,
                 to="deadletter" if config.dead_letter_stream_name else "target under a replacement partition key",
             )
+        if plan.before_start:
+            log.info(
+                "before_start",
+                records=plan.before_start,
+                detail="delivered although they arrived in staging before the application's start: not forwarded, "
+                "their IDs kept (a lease that did not start at the start, or arrival stamps out of order)",
+            )
         if plan.redo_missing:
             log.error(
                 "redo_records_not_replayed",
@@ -156,11 +165,10 @@ class ChunkPipeline:
         (docs/protocol.md, "Digest lifetime", says why this and not a stop).
         """
         config = self.s.config
-        floor = now + config.digest_ttl_hours * HOUR_MS
         retention = self.s.retention(config.stream_name)  # cached by the adapter; read again when it failed
-        if retention is None:
-            retention = MAX_RETENTION_MS
-        return max(floor, plan.arrival_max_ms + config.dedup_window_ms + retention + HOUR_MS)
+        return digest_expiry_ms(
+            now, plan.arrival_max_ms, config.dedup_window_ms, retention, config.digest_ttl_hours * HOUR_MS
+        )
 
     def _record(self, plan: BatchPlan, settings: PlanSettings, index: int, now: int, bound: int) -> DigestBatch:
         """The chunk's digest batch (its intent), stored before anything is put. ``now`` and ``bound``: the
@@ -235,8 +243,11 @@ class ChunkPipeline:
                 self._fenced_after_putting(index, self.forwarder.attempted, now)
                 raise
             s.log.debug("put_done", batch=index, entries=len(plan.send), requests=stats.requests)
+        elif plan.before_ids:  # nothing to put, IDs to learn (what arrived before the start): recorded all the same
+            index = state.batches + 1
+            self._record(plan, settings, index, now, bound)
         read_under = (str(settings.dedup_key), settings.typed_ids)
-        self.history.add(plan.keyed_digests + plan.dead_ids, plan.arrival_max_ms, read_under)
+        self.history.add(plan.keyed_digests + plan.dead_ids + plan.before_ids, plan.arrival_max_ms, read_under)
         window = s.window.stats()
         redo = plan.redo
         state = s.state
@@ -263,6 +274,8 @@ class ChunkPipeline:
             unkeyed=len(plan.unkeyed),
             already_landed=plan.already_landed,
         )
+        if plan.before_start:  # counted only by an application with a start (copier.core.startpoint)
+            commit = commit.with_counts(before_start=plan.before_start)
         try:
             s.write(commit)
         except FencedError:

@@ -116,9 +116,10 @@ class ShardWorker:
     # -- the KCL's calls ------------------------------------------------------------
 
     def initialize(self, shard_id: str) -> None:
-        """Take the shard over (after sleeping out a valid lease), verify a batch in flight, load the window.
+        """Take the shard over (after sleeping out a valid lease), verify a batch in flight, load the window (at a
+        new application's first takeover, with what arrived before its start: ``copier.shard.prestart``).
 
-        A fence during the verification (a rival took over while it read)
+        A fence during the verification or that load (a rival took over while it read)
         leaves this processor fenced, as any fence does: it holds what the
         daemon delivers and takes the shard back when it can.
         """
@@ -139,10 +140,9 @@ class ShardWorker:
         )
         try:
             self.inflight.verify(seen)
+            self.history.load()
         except FencedError:
             s.fence("initialize")
-            return
-        self.history.load()
 
     def process(self, records: Sequence[SourceRecord], behind_ms: int | None = None) -> Position | None:
         """Forward a delivery, chunk by chunk; the committed position, or None if fenced or nothing moved;

@@ -97,6 +97,7 @@ class InMemoryStreams(ShardLayout):
         self._listed: dict[str, list[dict[str, Any]]] = {}
         self._maps: dict[str, tuple[int, ShardMap]] = {}
         self._staging: dict[str, list[SourceRecord]] = {}
+        self.arrival_reads: list[tuple[str, int, int]] = []  # read_arrivals' (shard, since, until), in order
         self.auto: set[str] = set()  # streams with RecordDistributionStrategy = AUTO
         self.auto_until: dict[str, int] = {}  # stream -> when it goes back to USER_PARTITION_KEY
         self.cache_settings = False  # answer settings() as KinesisStreams does: from a cache (SUMMARY_MAX_AGE_S)
@@ -257,6 +258,22 @@ class InMemoryStreams(ShardLayout):
     def set_staging(self, shard_id: str, records: Sequence[SourceRecord]) -> None:
         """The staging shard holds these records instead (a test rewrote some)."""
         self._staging[shard_id] = list(records)
+
+    def read_arrivals(
+        self, stream: str, shard_id: str, since_ms: int, until_ms: int, keep_alive: Callable[[], None] | None = None
+    ) -> Iterator[list[SourceRecord]]:
+        """The staging shard's records from the first that arrived at or after ``since_ms`` (AT_TIMESTAMP) up to
+        the first that arrived at or after ``until_ms``, still within retention (``KinesisStreams.read_arrivals``)."""
+        self.arrival_reads.append((shard_id, since_ms, until_ms))
+        oldest = self.clock.now_ms() - self._kept_ms(stream)
+        held = self._staging.get(shard_id, [])
+        begin = next((i for i, r in enumerate(held) if r.arrival_ms >= since_ms), len(held))
+        end = next((i for i in range(begin, len(held)) if held[i].arrival_ms >= until_ms), len(held))
+        wanted = [r for r in held[begin:end] if r.arrival_ms >= oldest]
+        size = self.read_page or len(wanted) or 1
+        for i in range(0, len(wanted), size):
+            self._next_page(keep_alive)  # the clock moves by page_ms a page, as for a verification's reads
+            yield wanted[i : i + size]
 
     def read_source(self, stream: str, shard_id: str, first: Position, last: Position) -> Iterator[list[SourceRecord]]:
         """The staging shard's records from ``first`` to ``last`` (both included), still within retention."""

@@ -49,6 +49,20 @@ def config(daemon: dict[str, object] | None = None, **copier: object) -> Config:
     return parse_config(text, "test.properties")
 
 
+def crash_at(phase: str, call: str, nth: int) -> Callable[[str, str], bool]:
+    """A ``CrashingStore.crash_hook`` that crashes at the ``nth`` ``call`` (``put_batch`` or ``write``), ``phase``
+    (``before`` or ``after``) it applies."""
+    seen = {"n": 0}
+
+    def hook(at: str, made: str) -> bool:
+        if (at, made) != (phase, call):
+            return False
+        seen["n"] += 1
+        return seen["n"] == nth
+
+    return hook
+
+
 class CrashingStore(InMemoryStateStore):
     """An in-memory store whose owner writes can crash the process just before or just after they apply.
 
