@@ -62,6 +62,8 @@ def make_model(config: Config) -> Any:
         window_newest_ms = NumberAttribute(null=True)
         window_cut = BooleanAttribute(null=True)
         clock_bound_ms = NumberAttribute(null=True)  # both kinds: the writer's measured clock bound
+        position_arrival_ms = NumberAttribute(null=True)  # the replication checkpoint (ShardState)
+        position_age_ms = NumberAttribute(null=True)
         # digest batch
         last = UnicodeAttribute(null=True)
         started_ms = NumberAttribute(null=True)

@@ -82,7 +82,14 @@ def state_fields(s: ShardState) -> dict[str, Any]:
         "window_newest_ms": s.window_newest_ms or None,
         "window_cut": s.window_cut or None,
         "clock_bound_ms": s.clock_bound_ms,
+        "position_arrival_ms": s.position_arrival_ms,
+        "position_age_ms": s.position_age_ms,
     }
+
+
+def _optional_int(value: Any) -> int | None:
+    """A number that may be absent (an item an earlier copier wrote): None then."""
+    return None if value is None else int(value)
 
 
 def state_from_fields(f: Mapping[str, Any], table: str) -> ShardState:
@@ -115,6 +122,8 @@ def state_from_fields(f: Mapping[str, Any], table: str) -> ShardState:
         window_newest_ms=int(f.get("window_newest_ms") or 0),
         window_cut=bool(f.get("window_cut")),
         clock_bound_ms=None if bound is None else int(bound),
+        position_arrival_ms=_optional_int(f.get("position_arrival_ms")),
+        position_age_ms=_optional_int(f.get("position_age_ms")),
     )
 
 

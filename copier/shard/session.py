@@ -278,6 +278,11 @@ class ShardSession:
         self.metrics.saw_put(millis)
         self.log.debug("put_request", stream=stream, entries=entries, failed=failed, millis=millis)
 
+    def on_landed(self, destination: str, entries: Sequence[Outgoing], at_ms: int) -> None:
+        """Entries landed at local ``at_ms``: their ages at the target, in AWS time (``copier.core.recordage``)."""
+        if destination == "target":
+            self.metrics.record_age.add_landed(self.margins.aws_ms(at_ms), (o.arrival_ms for o in entries))
+
     def on_put_retry(self, code: str, entries: int, attempt: int) -> None:
         self.metrics.put_retries[code] += entries
         log = self.log.warning if attempt >= 3 else self.log.info
