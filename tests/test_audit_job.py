@@ -131,6 +131,7 @@ def test_audit_and_verify_report_the_same_on_the_same_data(tmp_path: Path) -> No
     status, out, err = _run(*audit, "--target", str(tmp_path / "target"), "--dead-letter", str(tmp_path / "dlq"))
     assert status == 1, err[-3000:]
     assert _report(out) == verified
+    assert "[Stage" not in err, "stderr is no terminal: whole lines, not Spark's carriage-return bar"
 
     # The same records as a Firehose delivery writes them: each record alone on its line, gzip.
     firehose = tmp_path / "firehose"

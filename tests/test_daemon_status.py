@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -161,3 +162,29 @@ def test_a_shard_whose_owner_is_gone_shows_its_lag_as_unknown_not_as_zero() -> N
     live = ShardState(epoch=2, owner="host:9:live", lease_until_ms=now + 2_000, behind_ms=0, updated_ms=now - 500)
     (row,) = rows([{"ShardId": "s-0", "SequenceNumberRange": {"StartingSequenceNumber": "1"}}], {"s-0": live}, now)
     assert row.behind == "0.0s (0.5s ago)"
+
+
+def test_status_shows_the_replication_checkpoint_of_each_shard() -> None:
+    """Beside the committed position: when its record arrived in staging and how long after that its chunk had
+    landed in the target (AWS time), in the table and in --json; a shard an earlier copier committed shows
+    dashes (and nulls)."""
+    now = 1_700_000_000_000
+    state = ShardState(
+        epoch=1,
+        owner="h:1:a",
+        lease_until_ms=now + 1000,
+        position=Position(42, 0),
+        position_arrival_ms=now - 2_345,
+        position_age_ms=1_250,
+    )
+    shards = [{"ShardId": f"shardId-{i}", "SequenceNumberRange": {"StartingSequenceNumber": "1"}} for i in (0, 1)]
+    first, earlier = rows(shards, {"shardId-0": state, "shardId-1": ShardState(epoch=1, position=Position(7))}, now)
+    assert (first.position, first.arrived, first.age_at_landing) == ("42/0", "2023-11-14T22:13:17.655Z", "1.2s")
+    assert (earlier.arrived, earlier.age_at_landing) == ("-", "-")
+    header = render([first]).splitlines()[0]
+    assert header.index("committed position") < header.index("arrived") < header.index("age at landing")
+    as_json = [json.loads(line) for line in render([first, earlier], as_json=True).splitlines()]
+    assert [(j["position"], j["position_arrival_ms"], j["position_age_ms"]) for j in as_json] == [
+        ("42/0", now - 2_345, 1_250),
+        ("7/0", None, None),
+    ]

@@ -402,3 +402,177 @@ def test_the_bundle_is_verified_before_anything_of_it_runs() -> None:
         user_data.index("./scripts/install.sh --bundle"),
     ]
     assert order == sorted(order)
+
+
+# --- The dashboard and the alarms name what copier emits (issue 44) -------------------------------------------
+
+APPLICATION, NAMESPACE, REGION_HERE = "app-1", "ns-test", "eu-west-1"
+
+
+def _emitted() -> dict[str, set[frozenset[str]]]:
+    """Each metric copier emits, with the dimension sets it is emitted under: the documents a real EmfEmitter
+    sends for ``copier.adapters.metrics.sample_values()`` (an interval in which a shard did everything once),
+    read back from an agent."""
+    import time
+
+    from copier.adapters.metrics import EmfEmitter, metric_names, sample_values
+    from tests.support.fakes import config
+    from tests.support.serving import EmfAgent, serving
+
+    values, retries = sample_values()
+    with serving(EmfAgent()) as agent:
+        cfg = config(metrics="emf", metricsAgentEndpoint=f"tcp://127.0.0.1:{agent.server_address[1]}")
+        EmfEmitter(cfg, worker="host-a").emit("shardId-000000000000", values, retries)
+        deadline = time.monotonic() + 20
+        while len(agent.lines) < 1 + len(retries):
+            assert time.monotonic() < deadline, "the agent received the documents"
+            time.sleep(0.01)
+        docs = [json.loads(line) for line in agent.lines]
+    found: dict[str, set[frozenset[str]]] = {}
+    for doc in docs:
+        for directive in doc["_aws"]["CloudWatchMetrics"]:
+            for metric in directive["Metrics"]:
+                found.setdefault(metric["Name"], set()).update(frozenset(d) for d in directive["Dimensions"])
+    assert set(found) == metric_names()
+    return found
+
+
+def _substituted(text: str, template: dict[str, Any]) -> str:
+    """A Fn::Sub string with every ``${...}`` resolved: the application and namespace to test values, the other
+    parameters to their defaults, pseudo parameters, and ``${Resource.Arn}`` of a resource of the template (a
+    name that is none of these raises KeyError: CloudFormation would refuse it)."""
+    values = {"AWS::Region": REGION_HERE, "AWS::AccountId": "123456789012", "AWS::StackName": "stack"}
+    values |= {name: str(p["Default"]) for name, p in template["Parameters"].items() if "Default" in p}
+    values |= {"ApplicationName": APPLICATION, "MetricsNamespace": NAMESPACE}
+
+    def one(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name.startswith("!"):  # ${!Literal}
+            return "${" + name[1:] + "}"
+        if "." in name:
+            resource, _ = name.split(".", 1)
+            assert resource in template["Resources"], name
+            return f"arn:aws:cloudwatch:{REGION_HERE}:123456789012:alarm:{resource}"
+        return values[name]
+
+    return re.sub(r"\$\{([^}]*)\}", one, text)
+
+
+def _dashboard_body(template: dict[str, Any]) -> dict[str, Any]:
+    body = template["Resources"]["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
+    parsed: dict[str, Any] = json.loads(_substituted(body, template))
+    return parsed
+
+
+def _widget_metrics(widget: dict[str, Any]) -> tuple[list[tuple[str, str, dict[str, str]]], list[str]]:
+    """A metric widget's metrics as (namespace, name, dimensions), those a SEARCH finds with the dimension values
+    its filter gives, and the problems of its expressions (an id that is not the widget's)."""
+    metrics: list[tuple[str, str, dict[str, str]]] = []
+    problems: list[str] = []
+    entries = widget["properties"]["metrics"]
+    ids = {e[-1]["id"] for e in entries if isinstance(e[-1], dict) and "id" in e[-1]}
+    previous: list[str] = []
+    for entry in entries:
+        options = entry[-1] if isinstance(entry[-1], dict) else {}
+        parts = list(entry[:-1] if options else entry)
+        if parts:
+            parts = [previous[i] if part == "." else part for i, part in enumerate(parts)]
+            previous = parts
+            namespace, name, *dims = parts
+            metrics.append((namespace, name, dict(zip(dims[0::2], dims[1::2], strict=True))))
+            continue
+        expression = options["expression"]
+        searches = re.findall(r"SEARCH\('\{([^}]*)\} ([^']*)'", expression)
+        for schema, terms in searches:
+            namespace, *dimensions = schema.split(",")
+            filters = dict(re.findall(r'(\w+)="([^"]*)"', terms))
+            name = filters.pop("MetricName", "")
+            metrics.append((namespace, name, {d: filters.get(d, "*") for d in dimensions}))
+        if not searches:
+            problems += [
+                f"{word} is no id of the widget" for word in re.findall(r"\b[a-z]\w*", expression) if word not in ids
+            ]
+    return metrics, problems
+
+
+def _dashboard_problems(body: dict[str, Any], emitted: dict[str, set[frozenset[str]]]) -> list[str]:
+    """What in a dashboard body names a metric copier does not emit (a name, a namespace, a set of dimensions, an
+    application), an expression's unknown id, or overlapping widgets."""
+    problems: list[str] = []
+    cells: set[tuple[int, int]] = set()
+    for widget in body["widgets"]:
+        area = {
+            (x, y)
+            for x in range(widget["x"], widget["x"] + widget["width"])
+            for y in range(widget["y"], widget["y"] + widget["height"])
+        }
+        problems += [f"widget at {widget['x']},{widget['y']} overlaps another"] if area & cells else []
+        problems += (
+            [f"widget at {widget['x']},{widget['y']} is wider than the grid"]
+            if widget["x"] + widget["width"] > 24
+            else []
+        )
+        cells |= area
+        if widget["type"] != "metric":
+            continue
+        assert widget["properties"]["region"] == REGION_HERE
+        metrics, expression_problems = _widget_metrics(widget)
+        problems += expression_problems
+        for namespace, name, dimensions in metrics:
+            if namespace != NAMESPACE:
+                problems.append(f"{name}: namespace {namespace}")
+            if frozenset(dimensions) not in emitted.get(name, set()):
+                problems.append(f"{name} under {sorted(dimensions)}: copier emits no such metric")
+            if dimensions.get("Application") != APPLICATION:
+                problems.append(f"{name}: not this application's")
+    return problems
+
+
+def test_the_dashboard_shows_only_metrics_copier_emits_one_row_per_concern() -> None:
+    """The dashboard body, rendered from the template (its Fn::Sub resolved with test values), is JSON; every
+    metric it names (directly or in a SEARCH) is one copier emits, under dimensions it emits it with, in the
+    stack's namespace and application; rows do not overlap; each concern the runbook watches has its row; the
+    alarm widget shows every alarm of the template."""
+    template = _template()
+    body = _dashboard_body(template)
+    emitted = _emitted()
+    assert _dashboard_problems(body, emitted) == []
+    named = {name for w in body["widgets"] if w["type"] == "metric" for _, name, _ in _widget_metrics(w)[0]}
+    concerns = {"RecordAgeMax", "MillisBehindLatest", "EventsForwarded", "DuplicatesDropped", "DeadLettered"}
+    assert concerns | {"ShardStalled", "PossibleDuplicates", "ClockBoundMs"} <= named
+    alarms = {name for name, r in template["Resources"].items() if r["Type"] == "AWS::CloudWatch::Alarm"}
+    (shown,) = [w["properties"]["alarms"] for w in body["widgets"] if w["type"] == "alarm"]
+    assert {arn.rsplit(":", 1)[1] for arn in shown} == alarms
+
+
+def test_the_dashboard_check_finds_a_metric_copier_does_not_emit() -> None:
+    """The check above can fail: a misspelt name, metrics under dimensions copier never uses, another namespace."""
+    template = _template()
+    emitted = _emitted()
+    text = json.dumps(_dashboard_body(template))
+    misspelt = json.loads(text.replace('"RecordAgeP99"', '"RecordAgeP95"'))
+    assert _dashboard_problems(misspelt, emitted) == ["RecordAgeP95 under ['Application']: copier emits no such metric"]
+    regrouped = json.loads(text.replace(",Application,ShardId}", ",Application,WorkerId,ShardId}"))
+    assert any("copier emits no such metric" in p for p in _dashboard_problems(regrouped, emitted))
+    elsewhere = json.loads(text.replace(f'"{NAMESPACE}"', '"AWS/Kinesis"'))
+    assert any("namespace AWS/Kinesis" in p for p in _dashboard_problems(elsewhere, emitted))
+
+
+def test_every_alarm_watches_a_metric_copier_emits() -> None:
+    """Each alarm's metric is one copier emits, in the stack's namespace, under dimensions it emits it with; the
+    record age alarm watches RecordAgeMax against its own parameter."""
+    template = _template()
+    emitted = _emitted()
+    alarms = {
+        name: r["Properties"] for name, r in template["Resources"].items() if r["Type"] == "AWS::CloudWatch::Alarm"
+    }
+    for name, alarm in alarms.items():
+        assert alarm["Namespace"] == {"Ref": "MetricsNamespace"}, name
+        dimensions = frozenset(d["Name"] for d in alarm["Dimensions"])
+        assert dimensions in emitted.get(alarm["MetricName"], set()), (name, alarm["MetricName"], dimensions)
+    age = alarms["RecordAgeAlarm"]
+    assert (age["MetricName"], age["Statistic"], age["Threshold"]) == (
+        "RecordAgeMax",
+        "Maximum",
+        {"Ref": "RecordAgeAlarmMillis"},
+    )

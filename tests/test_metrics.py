@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
-import socketserver
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,33 +18,19 @@ import pytest
 
 from copier.adapters.metrics import EmfEmitter, ShardMetrics
 from copier.core.errors import ConfigError
-from tests.support.fakes import World, config, rec
-from tests.support.serving import serving
+from copier.local.backend import DUMMY_ENV
+from copier.local.multilang import event
+from tests.conftest import Pipeline
+from tests.support.fakes import SHARD, World, config, rec
+from tests.support.serving import EmfAgent, serving
 
+ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((Path(__file__).parent / "support" / "emf_schema.json").read_text())
 
 
-class _Agent(socketserver.ThreadingTCPServer):
-    """The CloudWatch agent's EMF listener (not served by the local backend): keeps each line it receives."""
-
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        server = self
-
-        class Handler(socketserver.StreamRequestHandler):
-            def handle(self) -> None:
-                for line in self.rfile:
-                    server.lines.append(line.decode())
-
-        super().__init__(("127.0.0.1", 0), Handler)
-
-
 @pytest.fixture
-def agent() -> Iterator[_Agent]:
-    with serving(_Agent()) as server:
+def agent() -> Iterator[EmfAgent]:
+    with serving(EmfAgent()) as server:
         yield server
 
 
@@ -59,7 +47,7 @@ def _check_format(doc: dict[str, Any]) -> None:
             assert 1 <= len(values) <= 100 and all(isinstance(v, int | float) for v in values), metric["Name"]
 
 
-def _wait_for(agent: _Agent, count: int) -> list[dict[str, Any]]:
+def _wait_for(agent: EmfAgent, count: int) -> list[dict[str, Any]]:
     """The documents the agent received, once there are ``count`` (they arrive on the agent's thread)."""
     deadline = time.monotonic() + 20
     while len(agent.lines) < count:
@@ -69,7 +57,7 @@ def _wait_for(agent: _Agent, count: int) -> list[dict[str, Any]]:
 
 
 def test_a_shard_sends_its_metrics_as_emf_to_the_agent_and_nothing_to_stdout(
-    agent: _Agent, capfd: pytest.CaptureFixture[str]
+    agent: EmfAgent, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """Counts per interval, put latency, lag, retries by error code; every document valid EMF."""
     port = agent.server_address[1]
@@ -121,7 +109,7 @@ def test_a_shard_sends_its_metrics_as_emf_to_the_agent_and_nothing_to_stdout(
     assert "_aws" not in out, "no EMF on stdout: it is the MultiLang protocol channel"
 
 
-def test_a_stalled_shard_reports_it_while_it_waits(agent: _Agent) -> None:
+def test_a_stalled_shard_reports_it_while_it_waits(agent: EmfAgent) -> None:
     """ShardStalled is 1 while AWS rejects the shard's requests (the alarm's signal), 0 once it moves."""
     from copier.core.errors import FatalAwsError
 
@@ -150,7 +138,7 @@ def test_a_stalled_shard_reports_it_while_it_waits(agent: _Agent) -> None:
     assert world.target_ids() == Counter({"a": 1, "b": 1})
 
 
-def test_a_shard_stalled_by_this_hosts_clock_says_so_in_its_document(agent: _Agent) -> None:
+def test_a_shard_stalled_by_this_hosts_clock_says_so_in_its_document(agent: EmfAgent) -> None:
     """AWS refusing a put for its signature's time: ShardStalled is 1 and the document's StallReason is "clock"
     (an alarm on ShardStalled can tell a host's clock from a record AWS rejects); 0 and no reason once it moves."""
     from copier.core.errors import FatalAwsError
@@ -176,7 +164,7 @@ def test_a_shard_stalled_by_this_hosts_clock_says_so_in_its_document(agent: _Age
     _check_format(docs[0])
 
 
-def test_the_clock_bound_is_a_gauge_in_milliseconds_when_the_caller_has_one(agent: _Agent) -> None:
+def test_the_clock_bound_is_a_gauge_in_milliseconds_when_the_caller_has_one(agent: EmfAgent) -> None:
     """ClockBoundMs is in the shard's document, valid EMF, only when a bound is passed to take()."""
     port = agent.server_address[1]
     cfg = config(metrics="emf", metricsAgentEndpoint=f"tcp://127.0.0.1:{port}")
@@ -222,3 +210,55 @@ def unused_port() -> int:
 def test_bad_metrics_settings_are_refused(key: str, value: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         config(**{key: value})
+
+
+def _shard_documents(agent: EmfAgent, forwarded: int) -> list[dict[str, Any]]:
+    """The shard documents the agent received, once they count ``forwarded`` events (the agent's thread)."""
+    deadline = time.monotonic() + 20
+    while True:
+        docs = [json.loads(line) for line in list(agent.lines)]
+        shard_docs = [d for d in docs if "EventsForwarded" in d]
+        if sum(d["EventsForwarded"] for d in shard_docs) >= forwarded:
+            return shard_docs
+        assert time.monotonic() < deadline, f"the agent's documents count fewer than {forwarded} events"
+        time.sleep(0.01)
+
+
+def test_copier_process_reports_the_record_age_at_the_target_and_copier_status_the_checkpoint(
+    agent: EmfAgent, pipeline: Pipeline, processors: Any
+) -> None:
+    """End to end: events that arrived in staging 4 s ago, forwarded by a real ``copier process`` to the local
+    backend, are in its EMF document with their age at the target (RecordAgeP50, RecordAgeP99, RecordAgeMax, in
+    ms): at least the 4 s they waited, at most that and the test's own time since, give or take what the host's
+    clock measurement allows (the local backend's Date headers, a second's resolution). ``copier status --json``
+    then shows the replication checkpoint the commit wrote through the lean store, read back through PynamoDB."""
+    port = agent.server_address[1]
+    pipeline.write_properties(metrics="emf", metricsAgentEndpoint=f"tcp://127.0.0.1:{port}", metricsIntervalSeconds=1)
+    proc = processors(pipeline)
+    proc.initialize(SHARD)
+    sent = time.time_ns() // 1_000_000
+    proc.process([replace(event(i, f"e{i}"), arrival_ms=sent - 4_000 + i) for i in range(1, 21)])
+    proc.shutdown_requested()  # the release sends what is left at once
+    elapsed = time.time_ns() // 1_000_000 - sent
+    docs = _shard_documents(agent, forwarded=20)
+    aged = [d for d in docs if "RecordAgeMax" in d]
+    assert aged, "a document carries the record age"
+    for doc in aged:
+        _check_format(doc)
+        units = {m["Name"]: m.get("Unit") for m in doc["_aws"]["CloudWatchMetrics"][0]["Metrics"]}
+        assert {units[n] for n in ("RecordAgeP50", "RecordAgeP99", "RecordAgeMax")} == {"Milliseconds"}
+        assert doc["RecordAgeP50"] <= doc["RecordAgeP99"] <= doc["RecordAgeMax"]
+    oldest = max(d["RecordAgeMax"] for d in aged)
+    assert 4_000 - 19 - 1_000 <= oldest <= 4_000 + elapsed + 1_000, (oldest, elapsed)
+    assert proc.close() == 0
+    status = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "copier"), "status", "--properties", str(pipeline.properties), "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **DUMMY_ENV},
+        timeout=60,
+        check=True,
+    )
+    (row,) = [json.loads(line) for line in status.stdout.splitlines()]
+    assert (row["position"], row["position_arrival_ms"]) == ("20/0", sent - 4_000 + 20)
+    assert 4_000 - 20 - 1_000 <= row["position_age_ms"] <= 4_000 + elapsed + 1_000

@@ -354,6 +354,9 @@ class _Session:
     def on_put_retry(self, *args: object) -> None:
         pass
 
+    def on_landed(self, *args: object) -> None:
+        pass
+
     def on_stall(self, *args: object) -> None:
         pass
 

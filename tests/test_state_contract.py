@@ -72,6 +72,8 @@ def _rich_state(rng: random.Random) -> ShardState:
         window_ms=maybe(rng.choice([0, 3_600_000, rng.randrange(10**10)])),
         clock_bound_ms=maybe(rng.randrange(-5000, 5000)),
         prestart_ms=maybe(rng.randrange(2**42)),
+        position_arrival_ms=maybe(rng.randrange(2**42)),
+        position_age_ms=maybe(rng.randrange(10**9)),
     )
 
 
@@ -177,10 +179,37 @@ def test_state_round_trips_every_field(store: StateStore) -> None:
         window_ms=259_200_000,
         clock_bound_ms=17,
         prestart_ms=1_699_999_000_000,
+        position_arrival_ms=1_700_000_000_123,
+        position_age_ms=2_500,
     )
     store.write(KEY, owned(), full)
     assert store.get(KEY) == full
     assert store.get_many([KEY, "staging/other"]) == {KEY: full}
+
+
+def test_a_state_item_written_before_the_replication_checkpoint_is_read_and_written_on(endpoint: str) -> None:
+    """An item an earlier copier wrote has no position_arrival_ms nor position_age_ms: both stores read it with
+    neither (None), and the next owner's commit adds them."""
+    import boto3
+
+    from copier.adapters.stateitems import STATE_SK, state_fields, to_wire
+
+    dynamo, lean = _table(endpoint)
+    earlier = replace(owned(), position=Position(5), counters={"forwarded": 5})
+    fields = {k: v for k, v in state_fields(earlier).items() if not k.startswith("position_")}
+    assert "position" in fields and len(fields) == len(state_fields(earlier)) - 2
+    client = boto3.client(
+        "dynamodb",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    client.put_item(TableName=dynamo.config.state_table_name, Item=to_wire(KEY, STATE_SK, fields))
+    assert dynamo.get(KEY) == lean.get(KEY) == earlier
+    later = replace(earlier, version=2, position=Position(9), position_arrival_ms=1_000, position_age_ms=20)
+    lean.write(KEY, earlier, later)
+    assert dynamo.get(KEY) == later
 
 
 def test_owner_writes_are_fenced_by_epoch_owner_and_successor(store: StateStore) -> None:

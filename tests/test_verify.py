@@ -94,7 +94,7 @@ class FakeKinesis:
         shard_id = kwargs["ShardId"]
         start = 0
         if kwargs["ShardIteratorType"] == "AFTER_SEQUENCE_NUMBER":
-            start = int(kwargs["StartingSequenceNumber"].split("-")[1]) + 1
+            start = int(kwargs["StartingSequenceNumber"].rsplit("-", 1)[1]) + 1  # "<shard ID>-<n>"
         return {"ShardIterator": f"{shard_id}|{start}"}
 
     def get_records(self, ShardIterator: str, Limit: int) -> dict[str, Any]:  # noqa: N803 (boto3's names)

@@ -64,6 +64,8 @@ def make_model(config: Config) -> Any:
         window_ms = NumberAttribute(null=True)
         clock_bound_ms = NumberAttribute(null=True)  # both kinds: the writer's measured clock bound
         prestart_ms = NumberAttribute(null=True)
+        position_arrival_ms = NumberAttribute(null=True)  # the replication checkpoint (ShardState)
+        position_age_ms = NumberAttribute(null=True)
         # digest batch
         last = UnicodeAttribute(null=True)
         started_ms = NumberAttribute(null=True)

@@ -28,6 +28,10 @@ shard ends or is released), namespace ``copier.metricsNamespace``:
   between this host's clock and AWS time that the ``Date`` headers of the
   last 10 minutes of answers allow, ``copier.core.clockcheck``; only once the
   caller has one), to alarm on before it nears ``copier.clockSkewMillis``;
+  RecordAgeP50, RecordAgeP99, RecordAgeMax (Milliseconds: how old the events
+  forwarded to the target in the interval were when they landed, the put's
+  answer minus the staging arrival, ``copier.core.recordage``; only when some
+  landed), the record age at the target;
 * one more per error code with retried entries, dimension set
   ``[Application, ErrorCode]``: PutRetries (Count).
 """
@@ -43,8 +47,18 @@ from typing import Any, Protocol
 import structlog
 
 from copier.core.config import Config
+from copier.core.recordage import AgeHistogram, AgeSummary
 
-__all__ = ["COUNTERS", "EmfEmitter", "MetricsEmitter", "ShardMetrics", "emitter_for"]
+__all__ = [
+    "COUNTERS",
+    "EmfEmitter",
+    "MetricsEmitter",
+    "ShardMetrics",
+    "emitter_for",
+    "metric_names",
+    "record_age_values",
+    "sample_values",
+]
 
 # State counter -> metric name (Count, per emit interval).
 COUNTERS = {
@@ -55,6 +69,7 @@ COUNTERS = {
     "unkeyed": "UnkeyedEvents",
 }
 MAX_VALUES = 100  # EMF: at most 100 values in one metric's array
+RETRIES_METRIC = "PutRetries"  # a document of its own per error code (EmfEmitter.emit)
 
 Values = dict[str, tuple[float | list[float], str]]
 
@@ -71,6 +86,7 @@ class ShardMetrics:
     possible_duplicates: int = 0
     stalled: bool = False
     stall_reason: str = ""  # why, while stalled: "clock", "rejected" or "stream_settings"
+    record_age: AgeHistogram = field(default_factory=AgeHistogram)  # ages at the target (ShardSession.on_landed)
 
     def saw_put(self, millis: float | None) -> None:
         if millis is not None and len(self.put_latency_ms) < MAX_VALUES:
@@ -110,6 +126,7 @@ class ShardMetrics:
             values["PutLatency"] = (list(self.put_latency_ms), "Milliseconds")
         if clock_bound_ms is not None:
             values["ClockBoundMs"] = (float(clock_bound_ms), "Milliseconds")
+        values.update(record_age_values(self.record_age.take()))
         self.counts_at_emit = dict(counts)
         self.put_latency_ms.clear()
         self.behind_ms = None
@@ -124,6 +141,40 @@ class ShardMetrics:
     def take_retries(self) -> dict[str, int]:
         retries, self.put_retries = dict(self.put_retries), Counter()
         return retries
+
+
+def record_age_values(summary: AgeSummary | None) -> Values:
+    """The record age at the target for an interval: its p50, p99 and maximum, as gauges (none when nothing
+    landed: an idle shard has no age, and an alarm on the maximum treats that as not breaching). Percentiles
+    within 0.8 %, the maximum exact (``copier.core.recordage``); one value each, so a dashboard's Maximum of
+    RecordAgeMax over shards is the oldest event any shard landed."""
+    if summary is None:
+        return {}
+    return {
+        "RecordAgeP50": (float(summary.p50_ms), "Milliseconds"),
+        "RecordAgeP99": (float(summary.p99_ms), "Milliseconds"),
+        "RecordAgeMax": (float(summary.max_ms), "Milliseconds"),
+    }
+
+
+def sample_values() -> tuple[Values, dict[str, int]]:
+    """What :meth:`EmfEmitter.emit` is given after an interval in which a shard did everything once (a put, a
+    retried entry, a lag, a stall, an event landed, a clock bound): every metric it can send, taken from
+    :meth:`ShardMetrics.take` itself so that it cannot drift from it. The deployment's tests emit it to read
+    each metric's dimension sets."""
+    metrics = ShardMetrics()
+    metrics.saw_put(1.0)
+    metrics.saw_behind(1)
+    metrics.record_age.add(1)
+    metrics.stalled = True
+    metrics.put_retries["ProvisionedThroughputExceededException"] += 1
+    return metrics.take({}, 0, 0.0, now_ms=0, clock_bound_ms=0), metrics.take_retries()
+
+
+def metric_names() -> frozenset[str]:
+    """Every metric name copier emits (:func:`sample_values`, and the retries' own metric). The deployment's
+    alarms and dashboard are checked against it (tests/test_deploy.py)."""
+    return frozenset(sample_values()[0]) | {RETRIES_METRIC}
 
 
 class MetricsEmitter(Protocol):
@@ -185,7 +236,7 @@ class EmfEmitter:
                 logger = self._logger()
                 logger.set_dimensions({**app, "ErrorCode": code})
                 logger.set_property("ShardId", shard_id)
-                logger.put_metric("PutRetries", float(count), "Count")
+                logger.put_metric(RETRIES_METRIC, float(count), "Count")
                 logger.flush_sync()
         except Exception as e:  # best effort: metrics never stop forwarding
             self.log.warning("metrics_failed", error=f"{type(e).__name__}: {e}")

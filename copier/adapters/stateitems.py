@@ -84,7 +84,14 @@ def state_fields(s: ShardState) -> dict[str, Any]:
         "window_ms": s.window_ms,
         "clock_bound_ms": s.clock_bound_ms,
         "prestart_ms": s.prestart_ms,
+        "position_arrival_ms": s.position_arrival_ms,
+        "position_age_ms": s.position_age_ms,
     }
+
+
+def _optional_int(value: Any) -> int | None:
+    """A number that may be absent (an item an earlier copier wrote): None then."""
+    return None if value is None else int(value)
 
 
 def state_from_fields(f: Mapping[str, Any], table: str) -> ShardState:
@@ -121,6 +128,8 @@ def state_from_fields(f: Mapping[str, Any], table: str) -> ShardState:
         window_ms=None if window is None else int(window),
         clock_bound_ms=None if bound is None else int(bound),
         prestart_ms=None if prestart is None else int(prestart),
+        position_arrival_ms=_optional_int(f.get("position_arrival_ms")),
+        position_age_ms=_optional_int(f.get("position_age_ms")),
     )
 
 

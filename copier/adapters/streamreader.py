@@ -3,8 +3,11 @@
 Read-only and safe against production: it lists shards and reads them with
 GetShardIterator and GetRecords (at most 5 calls per second per shard),
 shards in parallel and parents before children, each shard in sequence
-order, and writes nothing anywhere. A full read of a large stream takes a
-while, so progress goes to stderr, at most a line per interval.
+order, and writes nothing to AWS. A full read of a large stream takes a
+while, so progress goes to stderr (``copier.adapters.progress``: a bar on a
+terminal, a line every few seconds in a log), and with a directory of shard
+files (``copier.adapters.shardfiles``) what was read is kept page by page:
+a read interrupted goes on, when run again, after the last page kept.
 
 ``copier verify`` reads staging, target and dead-letter streams with it;
 ``copier export``, the chaos suite's check and the benchmarks share it.
@@ -14,19 +17,20 @@ This is an adapter module: every botocore error leaves it as a copier error
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, TextIO, TypeVar
+from typing import Any, TypeVar
 
 import botocore.config
 import botocore.exceptions
 
 from copier.adapters.aws import convert_aws_error
 from copier.adapters.kinesis import paged_shards
+from copier.adapters.progress import PROGRESS_INTERVAL_S, Progress
 from copier.adapters.sessions import host_session
+from copier.adapters.shardfiles import ShardFiles, record_line, record_of
 from copier.adapters.target import target_session
 from copier.core.config import Config
 from copier.core.errors import AwsError
@@ -49,61 +53,12 @@ __all__ = [
 T = TypeVar("T")
 KinesisRecord = dict[str, Any]
 
-PROGRESS_INTERVAL_S = 2.0
 GET_RECORDS_INTERVAL_S = 0.2  # Kinesis allows 5 GetRecords per second per shard
 GET_RECORDS_LIMIT = 10_000
 MAX_ATTEMPTS = 10
 MAX_BACKOFF_MS = 10_000
 READ_WORKERS = 8
 _EXPIRED = "ExpiredIteratorException"
-
-
-class Progress:
-    """Progress lines on stderr, at most one per interval: alive on long reads, quiet in logs."""
-
-    def __init__(
-        self,
-        out: TextIO | None = None,
-        interval: float = PROGRESS_INTERVAL_S,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._out = out if out is not None else sys.stderr
-        self._interval = interval
-        self._clock = clock
-        self._last = clock()
-        self._lock = threading.Lock()
-        self._streams: dict[str, list[int]] = {}  # label -> [records, shards done, shards total]
-
-    def start(self, label: str, shards: int) -> None:
-        """A stream's read begins: its shard count is known."""
-        with self._lock:
-            self._streams[label] = [0, 0, shards]
-            self._maybe_print()
-
-    def records(self, label: str, count: int) -> None:
-        """``count`` more records were read from the stream."""
-        with self._lock:
-            self._streams[label][0] += count
-            self._maybe_print()
-
-    def shard_done(self, label: str) -> None:
-        """One more shard of the stream was read to its end."""
-        with self._lock:
-            self._streams[label][1] += 1
-            self._maybe_print()
-
-    def line(self) -> str:
-        """The current state of every stream read so far, on one line."""
-        parts = [
-            f"{label} {n} records, {done}/{total} shards done" for label, (n, done, total) in self._streams.items()
-        ]
-        return "verify: reading: " + "; ".join(parts)
-
-    def _maybe_print(self) -> None:
-        now = self._clock()
-        if now - self._last >= self._interval:
-            self._last = now
-            print(self.line(), file=self._out, flush=True)
 
 
 def lineage_order(shards: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -165,8 +120,11 @@ class StreamReader:
         max_attempts: int = MAX_ATTEMPTS,
         max_backoff_ms: int = MAX_BACKOFF_MS,
         page_records: int = GET_RECORDS_LIMIT,
+        files: ShardFiles | None = None,
     ) -> None:
+        """``files``: keep what :meth:`read` reads there, and read on from what an earlier run kept."""
         self._client = client
+        self._files = files
         self._page_records = page_records
         self._progress = progress
         self._sleep = sleep
@@ -176,6 +134,11 @@ class StreamReader:
         self._max_backoff_ms = max_backoff_ms
         self._stop = threading.Event()
         self._reached = False  # a call has been answered: later connection errors are retried as transient
+
+    @property
+    def progress(self) -> Progress:
+        """Where this reader says how far it is (a caller reading pages itself says the rest there)."""
+        return self._progress
 
     def _call(self, operation: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
         """One API call, retried while its error is transient (an expired iterator is the caller's)."""
@@ -210,15 +173,18 @@ class StreamReader:
         iterator: str | None = answer.get("ShardIterator")
         return iterator
 
-    def pages(self, stream: str, shard_id: str) -> Iterator[list[KinesisRecord]]:
-        """The shard's records page by page, from TRIM_HORIZON to its end.
+    def pages(
+        self, stream: str, shard_id: str, after: str | None = None, label: str | None = None
+    ) -> Iterator[list[KinesisRecord]]:
+        """The shard's records page by page, from TRIM_HORIZON (or after the sequence number ``after``) to its end;
+        with ``label``, each page's MillisBehindLatest goes to the progress of that stream.
 
         A closed shard ends when NextShardIterator is null; any shard ends at
         an empty page with MillisBehindLatest 0, which is the end of an open
         shard (and of a closed parent on backends that never null its iterator).
         """
-        iterator = self._iterator(stream, shard_id, None)
-        last_sequence: str | None = None
+        iterator = self._iterator(stream, shard_id, after)
+        last_sequence = after
         previous_call = float("-inf")
         while iterator and not self._stop.is_set():
             self._sleep(max(0.0, previous_call + GET_RECORDS_INTERVAL_S - self._clock()))
@@ -233,6 +199,8 @@ class StreamReader:
                 iterator = self._iterator(stream, shard_id, last_sequence)
                 continue
             records: list[KinesisRecord] = page.get("Records", [])
+            if label is not None:
+                self._progress.behind(label, shard_id, page.get("MillisBehindLatest"))
             if records:
                 last_sequence = records[-1]["SequenceNumber"]
                 yield records
@@ -244,17 +212,35 @@ class StreamReader:
         self,
         stream: str,
         label: str,
-        shard_id: str,
+        shard: dict[str, Any],
         convert: Callable[[str, KinesisRecord], T],
         on_page: Callable[[str], None] | None = None,
     ) -> list[T]:
+        """One shard's records, converted: those kept by an earlier run first (with ``files``), then the rest
+        read after them, each page kept as it comes. A closed shard read to its end is marked ended (an open
+        one is read on from where it was, the next time: it may have records since)."""
+        shard_id = shard["ShardId"]
         out: list[T] = []
-        for records in self.pages(stream, shard_id):
+        after: str | None = None
+        files, name = self._files, f"{label}-{shard_id}"
+        if files is not None:
+            mark = files.open(name)
+            out.extend(convert(shard_id, record_of(line)) for line in files.lines(name))
+            self._progress.records(label, mark.lines)
+            after = mark.last
+            if mark.ended:
+                self._progress.shard_done(label, shard_id)
+                return out
+        for records in self.pages(stream, shard_id, after, label):
             if on_page is not None:
                 on_page(shard_id)
             out.extend(convert(shard_id, r) for r in records)
+            if files is not None:
+                files.append(name, [record_line(shard_id, r) for r in records], records[-1]["SequenceNumber"])
             self._progress.records(label, len(records))
-        self._progress.shard_done(label)
+        if files is not None and not self._stop.is_set():
+            files.append(name, [], None, ended="EndingSequenceNumber" in shard.get("SequenceNumberRange", {}))
+        self._progress.shard_done(label, shard_id)
         return out
 
     def read(
@@ -273,7 +259,7 @@ class StreamReader:
         self._stop.clear()
         with ThreadPoolExecutor(max_workers=min(self._workers, len(shards))) as pool:
             futures: list[Future[list[T]]] = [
-                pool.submit(self._read_shard, stream, label, s["ShardId"], convert, on_page) for s in shards
+                pool.submit(self._read_shard, stream, label, s, convert, on_page) for s in shards
             ]
             try:
                 return [record for future in futures for record in future.result()]

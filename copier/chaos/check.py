@@ -155,7 +155,7 @@ class _Reader:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.client = make_client(config, target=True)
-        self.reader = StreamReader(self.client, Progress(interval=30.0), page_records=PAGE_RECORDS)
+        self.reader = StreamReader(self.client, Progress(interval=30.0, terminal=False), page_records=PAGE_RECORDS)
         self.failures: list[str] = []
         self.pages = 0
 

@@ -13,26 +13,47 @@ judged by. Reads stay within the Kinesis read limits (``copier verify``'s
 reader, ``copier.adapters.streamreader``) and go through the target's credentials for
 the target and dead-letter streams. Records are written as they are read:
 memory does not grow with the stream.
+
+Progress goes to stderr (a bar on a terminal, a line every few seconds in a
+log). An export interrupted (Ctrl-C, a kill, a lost session) goes on where
+it stopped when run again with the same arguments: each page is written
+with a checkpoint (``copier.adapters.shardfiles``, the dot file
+``.copier-progress.json`` in ``--out``), shards done are not read again, the
+shard it was in is read on after its last record kept, and ``order`` goes on
+from where it was (a relative ``--since -2h`` keeps the time its first run
+resolved). The checkpoint is removed once the export is complete,
+so a run on a complete directory starts afresh (overwriting it), as one on
+a directory of another export (other arguments) is refused.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
 import datetime as dt
-import gzip
-import json
 import sys
 from pathlib import Path
-from typing import IO, Any
+from typing import NamedTuple
 
-from copier.adapters.streamreader import Progress, StreamReader, make_client
+from copier.adapters.progress import Progress
+from copier.adapters.shardfiles import ShardFiles, arrival_ms, record_line
+from copier.adapters.streamreader import StreamReader, make_client
 from copier.core.config import load_config
 
 __all__ = ["add_arguments", "export_stream", "main"]
 
 
 _UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+class Instant(NamedTuple):
+    """A time as given (``-2h``) and as resolved now: an export goes on with the times its first run resolved."""
+
+    text: str
+    ms: int
+
+
+def _instant(text: str) -> Instant:
+    return Instant(text, _instant_ms(text))
 
 
 def _instant_ms(text: str, now_ms: int | None = None) -> int:
@@ -64,14 +85,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gzip", action="store_true", help="write .jsonl.gz files")
     when = "epoch ms, ISO 8601 or relative (-2h, -30m, -1d)"
     parser.add_argument(
-        "--since", type=_instant_ms, metavar="TIME", help=f"only records that arrived at or after ({when})"
+        "--since", type=_instant, metavar="TIME", help=f"only records that arrived at or after ({when})"
     )
-    parser.add_argument("--until", type=_instant_ms, metavar="TIME", help=f"only records that arrived before ({when})")
-
-
-def _arrival_ms(record: dict[str, Any]) -> int:
-    arrival = record.get("ApproximateArrivalTimestamp")
-    return int(arrival.timestamp() * 1000) if isinstance(arrival, dt.datetime) else 0
+    parser.add_argument("--until", type=_instant, metavar="TIME", help=f"only records that arrived before ({when})")
 
 
 def export_stream(
@@ -79,43 +95,49 @@ def export_stream(
     stream: str,
     out: Path,
     compress: bool,
-    since_ms: int | None,
-    until_ms: int | None,
-    progress: Progress | None = None,
+    since: Instant | int | None,
+    until: Instant | int | None,
 ) -> tuple[int, int]:
-    """Write the stream's records; returns (records written, files). Progress lines go to stderr."""
+    """Write the stream's records that arrived in [since, until), going on from an interrupted export of the same
+    arguments into ``out`` (with the times its first run resolved); returns (records written, files). Progress
+    goes to the reader's."""
     shards = reader.shards(stream)  # before the directory: a stream that cannot be listed leaves nothing behind
-    out.mkdir(parents=True, exist_ok=True)
+    given = {"since": _given(since), "until": _given(until)}
+    resolved = {"since_ms": _ms(since), "until_ms": _ms(until)}
+    files = ShardFiles(out, {"export": stream, **given, "gzip": compress}, compress, resolved)
+    since_ms, until_ms = files.settled["since_ms"], files.settled["until_ms"]
     order = 0
-    files = 0
-    if progress is not None:
-        progress.start(stream, len(shards))
+    progress = reader.progress
+    progress.start(stream, len(shards))
     for shard in shards:
         shard_id = shard["ShardId"]
-        path = out / f"{stream}-{shard_id}.jsonl{'.gz' if compress else ''}"
-        handle: IO[str] = gzip.open(path, "wt", encoding="utf-8") if compress else path.open("w", encoding="utf-8")
-        files += 1
-        with handle:
-            for page in reader.pages(stream, shard_id):
-                if progress is not None:
-                    progress.records(stream, len(page))
+        name = f"{stream}-{shard_id}"
+        mark = files.open(name)
+        order += mark.lines
+        progress.records(stream, mark.lines)
+        if not mark.ended:
+            for page in reader.pages(stream, shard_id, mark.last, stream):
+                lines: list[dict[str, object]] = []
                 for record in page:
-                    arrival = _arrival_ms(record)
+                    arrival = arrival_ms(record)
                     if (since_ms is not None and arrival < since_ms) or (until_ms is not None and arrival >= until_ms):
                         continue
-                    line = {
-                        "order": order,
-                        "shardId": shard_id,
-                        "sequenceNumber": record["SequenceNumber"],
-                        "partitionKey": record["PartitionKey"],
-                        "arrival": arrival,
-                        "data": base64.b64encode(bytes(record["Data"])).decode(),
-                    }
-                    handle.write(json.dumps(line, separators=(",", ":")) + "\n")
-                    order += 1
-        if progress is not None:
-            progress.shard_done(stream)
-    return order, files
+                    lines.append({"order": order + len(lines), **record_line(shard_id, record)})
+                files.append(name, lines, page[-1]["SequenceNumber"])
+                order += len(lines)
+                progress.records(stream, len(page))
+            files.append(name, [], None, ended=True)  # read to its end now: an export is a snapshot
+        progress.shard_done(stream, shard_id)
+    files.done()
+    return order, len(shards)
+
+
+def _given(when: Instant | int | None) -> str | int | None:
+    return when.text if isinstance(when, Instant) else when
+
+
+def _ms(when: Instant | int | None) -> int | None:
+    return when.ms if isinstance(when, Instant) else when
 
 
 def main(args: argparse.Namespace) -> int:
@@ -125,8 +147,14 @@ def main(args: argparse.Namespace) -> int:
         names["deadletter"] = config.dead_letter_stream_name
     stream = names.get(args.stream, args.stream)
     target_side = stream in (config.target_stream_name, config.dead_letter_stream_name)
-    progress = Progress()
+    progress = Progress(command="export")
     reader = StreamReader(make_client(config, target_side), progress)
-    written, files = export_stream(reader, stream, Path(args.out), args.gzip, args.since, args.until, progress)
+    try:
+        written, files = export_stream(reader, stream, Path(args.out), args.gzip, args.since, args.until)
+    except KeyboardInterrupt:
+        progress.finish()
+        print(f"export: interrupted; the same command again goes on from what {args.out} holds", file=sys.stderr)
+        raise
+    progress.finish()
     print(f"export: {stream}: {written} records in {files} files under {args.out}", file=sys.stderr)
     return 0

@@ -12,6 +12,14 @@ of an earlier event is forwarded. ``cut short`` means the count cap
 (``copier.dedupWindowMaxEvents``) keeps the window shorter than
 ``copier.dedupWindowSeconds``.
 
+The *arrived* and *age at landing* columns are the replication checkpoint:
+every staging record up to the committed position, the last of which
+arrived in staging at the time shown, is in the target (or decided:
+dropped as a duplicate, dead-lettered), and that record's chunk had landed
+in full the age shown after its arrival (AWS time on both sides,
+``copier.core.recordage``). A consumer of the target may take everything
+that arrived in staging by then as copied, on that shard.
+
 The *clock* column is the owner's clock measured against AWS time at its
 last write (``copier.core.clockcheck``): ``±N ms`` bounds how far its clock can
 be off; beyond half of ``copier.clockSkewMillis`` the copier widens its
@@ -53,6 +61,10 @@ class ShardRow:
     window_cut: bool = False
     clock: str = "-"
     clock_bound_ms: int | None = None
+    arrived: str = "-"  # the replication checkpoint (_checkpoint)
+    age_at_landing: str = "-"
+    position_arrival_ms: int | None = None
+    position_age_ms: int | None = None
 
 
 def _seconds(ms: int) -> str:
@@ -75,6 +87,26 @@ def _window(state: ShardState) -> str:
         since = f"{state.window_oldest_ms} ms"
     cut = ", cut short" if state.window_cut else ""
     return f"{state.window_ids} IDs since {since} ({_span(state.window_newest_ms - state.window_oldest_ms)}{cut})"
+
+
+def _instant(ms: int) -> str:
+    """An epoch-ms time as UTC to the millisecond (one no datetime holds, a Java long can: as a number)."""
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    except (ValueError, OverflowError, OSError):
+        return f"{ms} ms"
+
+
+def _checkpoint(state: ShardState) -> dict[str, Any]:
+    """The replication checkpoint's columns: when the committed position's record arrived in staging, and how
+    long after that its chunk had landed in the target ("-": committed by an earlier copier, or never)."""
+    arrival, age = state.position_arrival_ms, state.position_age_ms
+    return {
+        "arrived": "-" if arrival is None else _instant(arrival),
+        "age_at_landing": "-" if age is None else _seconds(age),
+        "position_arrival_ms": arrival,
+        "position_age_ms": age,
+    }
 
 
 def owner_gone(state: ShardState, now_ms: int) -> bool:
@@ -122,6 +154,7 @@ def _row(shard_id: str, open_: bool, state: ShardState | None, now_ms: int, unve
         window_cut=state.window_cut,
         clock="-" if state.clock_bound_ms is None else f"±{state.clock_bound_ms} ms",
         clock_bound_ms=state.clock_bound_ms,
+        **_checkpoint(state),
     )
 
 
@@ -150,6 +183,8 @@ HEADERS = (
     ("epoch", "epoch"),
     ("lease", "lease"),
     ("committed position", "position"),
+    ("arrived", "arrived"),
+    ("age at landing", "age_at_landing"),
     ("behind", "behind"),
     ("forwarded", "forwarded"),
     ("duplicates", "duplicates"),

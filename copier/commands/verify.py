@@ -27,7 +27,17 @@ missing IDs are, only when some are missing). Pending events do not fail
 the audit; the verdict says ``PENDING`` until they are copied.
 
 Memory grows with the number of records read (every event ID is held), which
-is fine for an audit of millions of events; audit billions by manifest slices.
+is fine for an audit of millions of events; audit billions by manifest slices,
+or with ``copier export`` and ``copier audit`` (Spark).
+
+Progress goes to stderr (a bar on a terminal, a line every few seconds in a
+log). With ``--spool DIR`` every page read is kept in DIR as it comes
+(``copier.adapters.shardfiles``): a verify interrupted (Ctrl-C, a kill, a
+lost session) and run again with the same DIR reads back what it kept and
+reads the streams on from there (an open shard, also one read to its end
+before, is read on for what arrived since); the verdict is made afresh from
+everything, with committed positions read anew. DIR is kept for the next
+run: delete it to read from the start.
 
 The reader, input and report names this module held before they had modules
 of their own are still importable from here.
@@ -36,10 +46,13 @@ of their own are still importable from here.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from copier.adapters.shardfiles import ShardFiles
 from copier.adapters.streamreader import GET_RECORDS_INTERVAL_S as GET_RECORDS_INTERVAL_S
 from copier.adapters.streamreader import GET_RECORDS_LIMIT as GET_RECORDS_LIMIT
 from copier.adapters.streamreader import MAX_ATTEMPTS as MAX_ATTEMPTS
@@ -132,6 +145,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "event ID, and of each record without an ID, it names that arrived within its window",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the text report")
+    parser.add_argument(
+        "--spool",
+        metavar="DIR",
+        help="keep every page read in DIR, and read on from what DIR holds: a verify interrupted goes on when run "
+        "again with the same DIR",
+    )
 
 
 def read_staging(config: Config, reader: StreamReader) -> list[StagedRecord]:
@@ -286,8 +305,21 @@ def main(args: argparse.Namespace) -> int:
     manifest = read_manifest(args.manifest) if args.manifest is not None else None  # before any AWS call
     reports = read_reports(args.reports) if args.reports else []
     progress = Progress()
-    reader = StreamReader(make_client(config), progress)
-    target_reader = StreamReader(make_client(config, True), progress)
-    result = run_verify(config, manifest, args.examples, reader, target_reader, reports, committed_positions(config))
+    files = None
+    if args.spool:
+        streams = [config.stream_name, config.target_stream_name, config.dead_letter_stream_name]
+        files = ShardFiles(Path(args.spool), {"verify": streams})
+    reader = StreamReader(make_client(config), progress, files=files)
+    target_reader = StreamReader(make_client(config, True), progress, files=files)
+    try:
+        result = run_verify(
+            config, manifest, args.examples, reader, target_reader, reports, committed_positions(config)
+        )
+    except KeyboardInterrupt:
+        progress.finish()
+        kept = f"the same command again goes on from what {args.spool} holds" if args.spool else "nothing kept"
+        print(f"verify: interrupted; {kept} (--spool DIR keeps what is read)", file=sys.stderr)
+        raise
+    progress.finish()
     print(render_json(result) if args.json else render_text(result), flush=True)
     return 0 if result.ok else 1

@@ -105,6 +105,7 @@ class Outgoing(NamedTuple):
     identity: int
     event_id: EventValue | None
     b64: str | None = None
+    arrival_ms: int = 0  # the staging record's arrival: its age when it lands (copier.core.recordage)
 
 
 @dataclass(frozen=True)
@@ -373,7 +374,8 @@ def plan_batch(
             key_problem(partition_key, count) is None
         )
         if keyed and valid_key and len(data) + 4 * len(partition_key) <= limit:  # 4: the most UTF-8 a character
-            out = Outgoing(position, "target", partition_key, data, identity, found.value, record.b64)  # type: ignore[union-attr]
+            event_id = found.value  # type: ignore[union-attr]
+            out = Outgoing(position, "target", partition_key, data, identity, event_id, record.b64, arrival)
         else:
             out = becomes(settings, record, found)
         if in_redo:
@@ -449,8 +451,9 @@ def becomes(settings: PlanSettings, record: SourceRecord, found: EventId | Unkey
     if settings.dead_letter and (problem is not None or oversize or unwanted):
         envelope = dead_letter_envelope(settings, record, _why(settings, record, found))
         key = replacement_key(record.partition_key) if problem is not None else record.partition_key
-        return Outgoing(record.position, "deadletter", key, envelope, content_digest(key, envelope), event_id)
+        digest = content_digest(key, envelope)
+        return Outgoing(record.position, "deadletter", key, envelope, digest, event_id, None, record.arrival_ms)
     key = replacement_key(record.partition_key) if problem is not None else record.partition_key
     identity = id_digest(event_id, settings.typed_ids) if event_id is not None else content_digest(key, record.data)
     b64 = record.b64 if problem is None else None
-    return Outgoing(record.position, "target", key, record.data, identity, event_id, b64)
+    return Outgoing(record.position, "target", key, record.data, identity, event_id, b64, record.arrival_ms)

@@ -3,9 +3,10 @@
 Two kinds of item per staging shard (``docs/protocol.md`` has the whole protocol):
 
 * the *state item*: the fencing epoch, the owner and its lease, the
-  committed position, the index of the last committed digest batch, what is
-  left to redo of a verified batch, an announced successor, the window's
-  reach, and counters. Small (well under 1 KB) and rewritten by every commit.
+  committed position (with its record's staging arrival and its age when
+  its chunk had landed: the replication checkpoint), the index of the last
+  committed digest batch, what is left to redo of a verified batch, an
+  announced successor, the window's reach, and counters. Small (well under 1 KB) and rewritten by every commit.
 * one *digest batch* per forwarded chunk (at most ``MAX_CHUNK_EVENTS`` events):
   the digests of what it puts, its last position, when its put started, its
   staging arrival range and the target shards its entries hash to. It is
@@ -111,6 +112,10 @@ class ShardState:
     clock_bound_ms: int | None = None  # the owner's measured clock bound (copier.core.clockcheck) at its last write
     # the application's start whose earlier events the shard's history holds (copier.shard.prestart); None: not yet
     prestart_ms: int | None = None
+    # The replication checkpoint (``copier status``): the staging arrival of the record at ``position`` (AWS time),
+    # and how long after it the commit's chunk had landed in full, in AWS time (None: an earlier copier's commit).
+    position_arrival_ms: int | None = None
+    position_age_ms: int | None = None
 
     def with_counts(self, **delta: int) -> ShardState:
         counters = dict(self.counters)

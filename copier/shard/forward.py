@@ -95,6 +95,10 @@ class PutSession(Protocol):
     def on_put_retry(self, code: str, entries: int, attempt: int) -> None:
         """Entries that failed with ``code`` are retried."""
 
+    def on_landed(self, destination: str, entries: Sequence[Outgoing], at_ms: int) -> None:
+        """Entries are known to have landed in ``destination`` at local time ``at_ms`` (an answer, or a
+        verification read that found them): their age at the target (``copier.core.recordage``)."""
+
     def on_stall(self, call: str, error: AwsError, attempt: int) -> None:
         """AWS rejects this shard's request as final: retried at the longest backoff, said each time."""
 
@@ -214,7 +218,7 @@ class Forwarder:
             # copier.ordering = partitionKey: one entry per key in flight (see first_per_key).
             sending, waiting = first_per_key(left, _partition_key) if ordered else (left, [])
             routes = self._routes(destination, stream)
-            answers = self._send(stream, sending, landed, stats)
+            answers = self._send(destination, stream, sending, landed, stats)
             failed = answers.failed
             if answers.unknown:
                 failed.extend(self._verify(destination, stream, answers.unknown, read_from_ms, landed, stats, routes))
@@ -239,8 +243,11 @@ class Forwarder:
             left = sorted(failed + waiting, key=_position) if waiting else failed
         return moved
 
-    def _send(self, stream: str, sending: list[Outgoing], landed: Counter[int], stats: ForwardStats) -> _Answers:
-        """One round's requests: what landed joins ``landed``; the rest is sorted by what its answer proves."""
+    def _send(
+        self, destination: str, stream: str, sending: list[Outgoing], landed: Counter[int], stats: ForwardStats
+    ) -> _Answers:
+        """One round's requests: what landed joins ``landed`` (and is said, with the time of its answer); the
+        rest is sorted by what its answer proves."""
         answers = _Answers()
         for request in split_requests(sending, _size_bound):
             deadline = time.monotonic() + self.put_timeout_ms / 1000  # read before the lease check: its whole life
@@ -270,9 +277,11 @@ class Forwarder:
                 self.session.on_put_request(stream, len(request), len(request), None)
                 continue
             failures = 0
+            ok: list[Outgoing] = []
             for entry, code in zip(request, results, strict=True):
                 if code is None:
                     landed[entry.identity] += 1
+                    ok.append(entry)
                     continue
                 failures += 1
                 answers.codes[code] += 1
@@ -283,6 +292,8 @@ class Forwarder:
                 if code not in ENTRY_CODES:
                     answers.refused = FatalAwsError("PutRecords", code, "an entry refused, a code AWS does not list")
             self.session.on_put_request(stream, len(request), failures, (time.monotonic() - sent) * 1000)
+            if ok:
+                self.session.on_landed(destination, ok, self.clock.now_ms())
         return answers
 
     def _routes(self, destination: str, stream: str) -> ShardMap | None:
@@ -337,10 +348,14 @@ class Forwarder:
             # switched since the last look): every shard of the map before the put, and their children, first.
             identities = read(None)
             stats.widened_reads += 1
+        found: list[Outgoing] = []
         for entry in checkable:
             if identities[entry.identity] > landed[entry.identity]:
                 landed[entry.identity] += 1
                 stats.verified_landed += 1
+                found.append(entry)
             else:
                 retry.append(entry)
+        if found:  # when it landed is not known: when it was found is an upper bound
+            self.session.on_landed(destination, found, self.clock.now_ms())
         return sorted(retry, key=_position)

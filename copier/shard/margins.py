@@ -31,6 +31,13 @@ class ClockMargins:
         """This host's measured clock bound against AWS time (None: not measured)."""
         return self.bounds.bound_ms() if self.bounds is not None else None
 
+    def aws_ms(self, local_ms: int) -> int:
+        """A local time as AWS time (the clock of Kinesis' arrival stamps): plus the measured offset, known to
+        within its error (``ClockSnapshot.error_ms``); as is before anything was measured (then off by as much
+        as the host's clock is, which ``ClockBoundMs`` shows once measured)."""
+        offset = self.bounds.snapshot().offset_ms if self.bounds is not None else None
+        return local_ms + (offset or 0)
+
     def arrival(self) -> int:
         """How far this host's clock may be off Kinesis' arrival stamps (AWS time): the configured skew, or the
         measured bound when it is larger."""

@@ -35,7 +35,18 @@ from copier.shard.guard import StreamGuard
 from copier.shard.history import History
 from copier.shard.session import HOUR_MS, ShardSession
 
-__all__ = ["ChunkPipeline", "Replanner"]
+__all__ = ["ChunkPipeline", "Replanner", "checkpoint"]
+
+
+def checkpoint(records: Sequence[SourceRecord], last: Position, landed_ms: int) -> tuple[int | None, int | None]:
+    """The replication checkpoint a commit records beside its position (``ShardState.position_arrival_ms`` and
+    ``position_age_ms``): the staging arrival of the record at ``last``, and how long after it the chunk had
+    landed in full (``landed_ms``, AWS time: every put answered, or nothing to put). Both None when the daemon
+    gave that record no arrival time."""
+    arrival = next((r.arrival_ms for r in reversed(records) if r.position == last), 0)
+    if arrival <= 0:
+        return None, None
+    return arrival, max(0, landed_ms - arrival)
 
 
 class ChunkPipeline:
@@ -252,6 +263,7 @@ class ChunkPipeline:
         redo = plan.redo
         state = s.state
         assert state is not None
+        arrival, age = checkpoint(records, plan.last, s.margins.aws_ms(s.clock.now_ms()))
         commit = replace(
             state,
             position=plan.last,
@@ -266,6 +278,8 @@ class ChunkPipeline:
             window_newest_ms=window.newest_ms,
             window_cut=window.cut_short,
             window_ms=s.config.dedup_window_ms,  # what this chunk's digest batch lives by (_expires_ms)
+            position_arrival_ms=arrival,
+            position_age_ms=age,
         ).with_counts(
             forwarded=sum(1 for o in plan.send if o.destination == "target"),
             dead_lettered=plan.dead_lettered,

@@ -43,14 +43,13 @@ from copier.core.streamsettings import StreamSettings
 from copier.core.window import DedupWindow
 from copier.shard.margins import ClockMargins
 from copier.shard.progress import ProgressLine
+from copier.shard.retention import MIN_RETENTION_MS, Retentions
 
 __all__ = ["MIN_RETENTION_MS", "ShardSession"]
 
 T = TypeVar("T")
 
 HOUR_MS = 3_600_000
-MIN_RETENTION_MS = 24 * HOUR_MS  # Kinesis keeps records at least this long
-RETENTION_SLACK_MS = 5 * 60_000  # a read starting this close to the trim horizon may miss what expires under it
 
 
 class ShardSession:
@@ -82,7 +81,7 @@ class ShardSession:
         self.state: ShardState | None = None  # the item as this processor last wrote (or read) it as owner
         self.fenced = False
         self.window = DedupWindow(config.dedup_window_ms, config.dedup_window_max_events)
-        self._retention_unknown: set[str] = set()  # streams whose retention could not be read (said once)
+        self._retentions = Retentions(streams, clock)
         self._progress = ProgressLine(config.progress_interval_seconds, clock)
 
     # -- what records become --------------------------------------------------------
@@ -226,32 +225,12 @@ class ShardSession:
     # -- retention ------------------------------------------------------------------
 
     def retention(self, stream: str) -> int | None:
-        """A stream's retention (ms), None when it cannot be read (then the rules that need it fall back,
-        and say so once until it can be read again)."""
-        try:
-            retention = self.streams.retention(stream)
-        except AwsError as exc:
-            retention, error = None, str(exc)
-        else:
-            error = "DescribeStreamSummary gave no retention"
-        if retention is None and stream not in self._retention_unknown:
-            self._retention_unknown.add(stream)
-            self.log.warning(
-                "retention_unknown",
-                stream=stream,
-                error=error,
-                detail="until it is read: digest batches are kept as if it were 365 days (Kinesis' longest), "
-                "a verification read counts it as 24 h (Kinesis' shortest); asked again every 30 s",
-            )
-        elif retention is not None:
-            self._retention_unknown.discard(stream)
-        return retention
+        """A stream's retention (ms), None when it cannot be read (``copier.shard.retention``)."""
+        return self._retentions.get(stream, self.log)
 
     def beyond_retention(self, stream: str, since_ms: int) -> bool:
-        """Could records from ``since_ms`` on have expired from ``stream`` already? A retention that cannot be
-        read counts as Kinesis' shortest (24 h): the answer may then be yes when it is no, never the reverse."""
-        retention = self.retention(stream) or MIN_RETENTION_MS
-        return since_ms < self.clock.now_ms() - retention + RETENTION_SLACK_MS
+        """Could records from ``since_ms`` on have expired from ``stream`` already (``copier.shard.retention``)?"""
+        return self._retentions.beyond(stream, since_ms, self.log)
 
     # -- what is said ---------------------------------------------------------------
 
@@ -278,6 +257,11 @@ class ShardSession:
     def on_put_request(self, stream: str, entries: int, failed: int, millis: float | None) -> None:
         self.metrics.saw_put(millis)
         self.log.debug("put_request", stream=stream, entries=entries, failed=failed, millis=millis)
+
+    def on_landed(self, destination: str, entries: Sequence[Outgoing], at_ms: int) -> None:
+        """Entries landed at local ``at_ms``: their ages at the target, in AWS time (``copier.core.recordage``)."""
+        if destination == "target":
+            self.metrics.record_age.add_landed(self.margins.aws_ms(at_ms), (o.arrival_ms for o in entries))
 
     def on_put_retry(self, code: str, entries: int, attempt: int) -> None:
         self.metrics.put_retries[code] += entries

@@ -348,25 +348,37 @@ def main(args: argparse.Namespace) -> int:
     """``copier audit``: 0 exactly once, 1 lost or duplicated events; the report on stdout like verify's."""
     import os
     import sys
+    from contextlib import AbstractContextManager, nullcontext
 
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
     from copier.core.auditinputs import read_reports
     from copier.core.verifyreport import VerifyResult, render_json, render_text
+    from copier.spark.progress import StageLines, console_bar
 
     config = load_config(args.properties)
     reports = read_reports(args.reports) if args.reports else []
-    builder = SparkSession.builder.appName("copier-audit")
+    bar = console_bar()  # Spark's own bar on a terminal; whole lines in a log (copier.spark.progress)
+    builder = SparkSession.builder.appName("copier-audit").config("spark.ui.showConsoleProgress", str(bar).lower())
     if args.master or not SparkConf().contains("spark.master"):  # run directly, not by spark-submit
         builder = builder.master(args.master or "local[*]")
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers import copier (see copier produce)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    progress: AbstractContextManager[object] = nullcontext() if bar else StageLines(spark.sparkContext.statusTracker())
     try:
-        report = run_audit(
-            spark, config.dedup_key, args.manifest, args.target, args.dead_letter, args.format, args.examples, reports
-        )
+        with progress:
+            report = run_audit(
+                spark,
+                config.dedup_key,
+                args.manifest,
+                args.target,
+                args.dead_letter,
+                args.format,
+                args.examples,
+                reports,
+            )
     finally:
         spark.stop()
     result = VerifyResult(

@@ -83,3 +83,21 @@ class RefusingFront(http.server.ThreadingHTTPServer):
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class EmfAgent(socketserver.ThreadingTCPServer):
+    """The CloudWatch agent's EMF listener (not served by the local backend): keeps each line it receives."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        server = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                for line in self.rfile:
+                    server.lines.append(line.decode())
+
+        super().__init__(("127.0.0.1", 0), Handler)
