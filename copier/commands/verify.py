@@ -36,7 +36,7 @@ of their own are still importable from here.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -183,6 +183,21 @@ def committed_positions(config: Config) -> Committed:
     return read
 
 
+def redriven_letters(config: Config, reader: StreamReader) -> set[str]:
+    """What redrives sent from the dead-letter stream, from their state items (``copier redrive``); nothing when
+    there is no dead-letter stream, or the state table cannot be read (then a redriven event counts twice)."""
+    if not config.dead_letter_stream_name:
+        return set()
+    from copier.adapters.dynamo import DynamoStateStore
+    from copier.commands.redrive import redriven_names
+
+    try:
+        shards = [s["ShardId"] for s in reader.shards(config.dead_letter_stream_name)]
+        return redriven_names(config, DynamoStateStore(config), shards)
+    except CopierError:
+        return set()
+
+
 def _positions(
     committed: Committed | None, reader: StreamReader, stream: str
 ) -> tuple[Mapping[str, Position] | None, str | None]:
@@ -203,12 +218,14 @@ def run_verify(
     target_reader: StreamReader | None = None,
     reports: Sequence[DuplicateReport] = (),
     committed: Committed | None = None,
+    redriven: Collection[str] = frozenset(),
 ) -> VerifyResult:
     """Audit the target (and dead-letter stream) against the manifest, or the staging stream without one.
 
     ``reader`` reads staging; ``target_reader`` (default: the same) the target and dead-letter streams;
     ``reports``: the copier's ``possible_duplicates`` lines, which may excuse one extra copy each;
-    ``committed``: reads the copier's committed positions (None: every missing event is lost).
+    ``committed``: reads the copier's committed positions (None: every missing event is lost);
+    ``redriven``: what redrives sent from the dead-letter stream (``copier.commands.redrive.redriven_names``).
     """
     key = config.dedup_key
     target_side = target_reader or reader
@@ -253,7 +270,7 @@ def run_verify(
         dead_letter = target_side.read(
             config.dead_letter_stream_name, "dead-letter", lambda shard, r: read_envelope(key, shard, r)
         )
-    report = audit(produced, target, dead_letter, reports, examples, committed=positions)
+    report = audit(produced, target, dead_letter, reports, examples, committed=positions, redriven=redriven)
     if manifest is not None and positions is not None and report.lost:
         # Where the missing IDs are in staging, to tell the ones the copier has not reached yet.
         missing = {p.event_id for p in manifest} - {t.event_id for t in target} - {d.event_id for d in dead_letter}
@@ -262,7 +279,9 @@ def run_verify(
             for event in record.events:
                 if event.event_id is not None and event.event_id in missing and event.position is not None:
                     staged.setdefault(event.event_id, []).append(event.position)
-        report = audit(produced, target, dead_letter, reports, examples, committed=positions, staged=staged)
+        report = audit(
+            produced, target, dead_letter, reports, examples, committed=positions, staged=staged, redriven=redriven
+        )
     return VerifyResult(
         report=report,
         positions_unknown=unknown,
@@ -288,6 +307,9 @@ def main(args: argparse.Namespace) -> int:
     progress = Progress()
     reader = StreamReader(make_client(config), progress)
     target_reader = StreamReader(make_client(config, True), progress)
-    result = run_verify(config, manifest, args.examples, reader, target_reader, reports, committed_positions(config))
+    redriven = redriven_letters(config, target_reader)
+    result = run_verify(
+        config, manifest, args.examples, reader, target_reader, reports, committed_positions(config), redriven
+    )
     print(render_json(result) if args.json else render_text(result), flush=True)
     return 0 if result.ok else 1

@@ -208,6 +208,9 @@ class BatchPlan:
     redo_ids: dict[Position, int] = field(default_factory=dict)  # the redo settings' identity of each send
     arrival_min_ms: int = 0  # staging arrival range of the records planned (replays included)
     arrival_max_ms: int = 0
+    # identities the window learns besides the keyed sends' (stored with the dead-lettered IDs): a source other
+    # than the live one names what it sent by them (a redrive: the digests of the dead-letter records it sent)
+    learned: list[int] = field(default_factory=list)
 
     @property
     def keyed_digests(self) -> list[int]:
@@ -225,8 +228,10 @@ class BatchPlan:
 
     @property
     def dead_ids(self) -> list[int]:
-        """ID digests of the keyed events dead-lettered: the window learns them too (exactly once across both)."""
-        return [id_digest(o.event_id) for o in self.send if o.destination == "deadletter" and o.event_id is not None]
+        """ID digests of the keyed events dead-lettered: the window learns them too (exactly once across both);
+        and what else the plan says the window learns (``learned``)."""
+        dead = [id_digest(o.event_id) for o in self.send if o.destination == "deadletter" and o.event_id is not None]
+        return dead + self.learned if self.learned else dead
 
     def reroute(self, changes: Mapping[Position, Outgoing]) -> None:
         """Apply a re-plan (``copier.core.replan``): each changed entry takes its send's place."""
