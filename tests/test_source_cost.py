@@ -96,3 +96,46 @@ def test_what_a_redrive_costs(tmp_path: Path) -> None:
     assert requests["Kinesis.GetRecords"] <= 3, "the dead-letter shard read once, 10,000 records a page"
     assert figures["write_units_per_event"] <= 0.04, figures
 
+
+def test_what_a_repair_costs(tmp_path: Path) -> None:
+    """5,000 events lost (a daemon that started past them) in a 4-shard staging stream, put back in one run:
+    every staging shard's repair item taken over, the streams audited before and after."""
+    recording = tmp_path / "recording.jsonl"
+    with local_backend(MOTO_ENABLE_RECORDING="True", MOTO_RECORDER_FILEPATH=str(recording)) as endpoint:
+        kinesis = client("kinesis", endpoint)
+        create_stream(kinesis, "staging", 4)
+        create_stream(kinesis, "target", 4)
+        props = write_properties(
+            tmp_path / "p.properties", endpoint, "staging", "target", TABLE, logLevel="INFO", dedupWindowSeconds=0
+        )
+        env = {**os.environ, **DUMMY_ENV}
+        subprocess.run([COPIER, "init", "--properties", str(props)], check=True, capture_output=True, env=env)
+        for first in range(0, 5000, 500):
+            entries = [
+                {"PartitionKey": f"k{n}", "Data": json.dumps({"eventId": f"e{n}"}).encode()}
+                for n in range(first, first + 500)
+            ]
+            kinesis.put_records(StreamName="staging", Records=entries)
+        for shard in kinesis.list_shards(StreamName="staging")["Shards"]:  # each live shard committed past them
+            live = Processor(props)
+            try:
+                live.initialize(shard["ShardId"])
+                live.process_json(
+                    records_message([("late", json.dumps({"eventId": f"late-{shard['ShardId']}"}).encode())], 10**40)
+                )
+            finally:
+                live.kill()
+        recording.write_text("")
+        until = "2100-01-01"
+        run = subprocess.run(
+            [COPIER, "repair", "--properties", str(props), "--since", "0", "--until", until],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        assert run.returncode == 0, run.stdout + run.stderr[-2000:]
+        assert "lost in the range: 5000; put 5000; waiting 0" in run.stdout, run.stdout
+        figures = measured(recording, 5000, "repair of 5,000 lost events (4 staging shards)")
+    requests = figures["requests"]
+    assert requests["Kinesis.PutRecords"] <= 12 + 4, "500 records a request (a shard's last one short)"
+    assert figures["write_units_per_event"] <= 0.04, figures

@@ -360,6 +360,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     for name, module, text in (  # commands whose options and code live in a module of their own
         ("verify", "commands.verify", "audit the target (and dead-letter) stream against what was produced"),
         ("redrive", "commands.redrive", "send dead-lettered events on to the target, exactly once (--dry-run first)"),
+        ("repair", "commands.repair", "put back what copier verify reports lost in a range, then audit it again"),
         ("export", "commands.export", "a stream (or a time range of it) to JSON-lines files for copier audit"),
         ("audit", "spark.audit", "the exactly-once audit as a Spark job, over exported or Firehose files"),
         ("produce", "commands.produce", "the PySpark job writing JSON-lines files to the staging stream"),

@@ -94,6 +94,7 @@ class StagedRecord:
     events: list[Produced]
     aggregated: bool
     problem: str | None
+    arrival_ms: int = 0
 
     @property
     def event_ids(self) -> list[EventValue | None]:
@@ -157,7 +158,7 @@ def read_staging(config: Config, reader: StreamReader) -> list[StagedRecord]:
             )
             for n, (pk, data) in enumerate(view.written)
         ]
-        return StagedRecord(shard_id, r["SequenceNumber"], events, view.aggregated, view.problem)
+        return StagedRecord(shard_id, r["SequenceNumber"], events, view.aggregated, view.problem, arrival_ms(r))
 
     return reader.read(config.stream_name, "staging", staged)
 
@@ -219,13 +220,15 @@ def run_verify(
     reports: Sequence[DuplicateReport] = (),
     committed: Committed | None = None,
     redriven: Collection[str] = frozenset(),
+    staged_out: list[StagedRecord] | None = None,
 ) -> VerifyResult:
     """Audit the target (and dead-letter stream) against the manifest, or the staging stream without one.
 
     ``reader`` reads staging; ``target_reader`` (default: the same) the target and dead-letter streams;
     ``reports``: the copier's ``possible_duplicates`` lines, which may excuse one extra copy each;
     ``committed``: reads the copier's committed positions (None: every missing event is lost);
-    ``redriven``: what redrives sent from the dead-letter stream (``copier.commands.redrive.redriven_names``).
+    ``redriven``: what redrives sent from the dead-letter stream (``copier.commands.redrive.redriven_names``);
+    ``staged_out``: given, the staging records read are added to it (``copier repair`` puts from them).
     """
     key = config.dedup_key
     target_side = target_reader or reader
@@ -237,6 +240,8 @@ def run_verify(
         source, source_records, source_unkeyed = "manifest", len(produced), 0
     else:
         records = read_staging(config, reader)
+        if staged_out is not None:
+            staged_out.extend(records)
         produced = [event for record in records for event in record.events]
         keyed = sum(1 for p in produced if p.event_id is not None)
         source, source_records, source_unkeyed = "staging", len(records), len(produced) - keyed
