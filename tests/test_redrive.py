@@ -7,6 +7,7 @@ dead-letter stream is left as it was."""
 
 from __future__ import annotations
 
+import signal
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -144,3 +145,21 @@ def test_a_dead_letter_stream_that_ignores_partition_keys_is_refused_and_a_missi
     refused = redrive(pipeline)
     assert refused.finish() == 4
     assert any("RecordDistributionStrategy AUTO" in line for line in refused.lines), refused.lines
+
+
+def test_a_redrive_interrupted_stops_after_its_chunk_releases_and_the_next_run_goes_on(
+    pipeline: Pipeline, processors: Any
+) -> None:
+    """Ctrl-C (SIGINT) while a chunk is being put: the run finishes that chunk, releases its shard (the next run
+    need not wait out a lease) and exits 130; run again, it sends nothing twice."""
+    s = dead_lettered(pipeline, processors, unkeyed=600, big=1)
+    raise_limit(pipeline.kinesis, pipeline.target)
+    first = redrive(pipeline)
+    first.wait_for("batch_recorded")
+    first.proc.send_signal(signal.SIGINT)
+    assert first.finish() == 130 and "INTERRUPTED" in first.out, first.out
+    assert first.events("committed") and first.events("released")
+    second = redrive(pipeline)
+    assert second.finish() == 1, second.out  # the key that fails again
+    assert not second.events("waiting_for_lease") and not second.events("verified_pending")
+    assert_each_once(pipeline, s, first, second)
