@@ -437,3 +437,29 @@ def test_source_metrics_say_a_run_is_at_work_on_a_shard_and_what_it_sent() -> No
         ("redrive:" + SHARD, {"RedriveInProgress": (1.0, "None"), "EventsRedriven": (5.0, "Count")}),
         ("redrive:" + SHARD, {"RedriveInProgress": (0.0, "None"), "EventsRedriven": (5.0, "Count")}),
     ]
+
+
+def test_an_envelopes_bytes_are_read_back_through_a_throttle_and_only_a_record_gone_is_not_redrivable() -> None:
+    """Staging throttles the read (the local backend never does: a stub injects it): read again, not reported
+    as not redrivable; a shard gone with the retention, or a position past the trim horizon, is."""
+    from copier.commands.redrive import RedriveRun
+    from copier.core.errors import FatalAwsError, TransientAwsError
+
+    record = SourceRecord(Position(7), "k", b"the bytes")
+    answers: list[object] = []
+
+    class Staging:
+        def read_source(self, stream: str, shard_id: str, first: Position, last: Position) -> object:
+            answer = answers.pop(0)
+            if isinstance(answer, BaseException):
+                raise answer
+            return iter([[answer]])
+
+    run = RedriveRun(config(deadLetterStreamName="dlq", maxBackoffMillis=10), Selection(), None, Staging(), None)  # type: ignore[arg-type]
+    answers[:] = [TransientAwsError("GetRecords", "ProvisionedThroughputExceededException", "slow down"), record]
+    assert run._staged("staging", SHARD, Position(7)) == b"the bytes"
+    answers[:] = [TransientAwsError("ListShards", "ShardNotListed", "expired")]
+    assert run._staged("staging", SHARD, Position(7)) is None
+    answers[:] = [FatalAwsError("GetShardIterator", "InvalidArgumentException", "past the trim horizon")]
+    assert run._staged("staging", SHARD, Position(7)) is None
+    assert run._staged("another-stream", SHARD, Position(7)) is None

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import signal
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -42,13 +43,14 @@ from copier.core.auditinputs import arrival_ms
 from copier.core.audittypes import digest_name
 from copier.core.config import Config, load_config
 from copier.core.envelope import REASON_KINDS, read_envelope_bytes
-from copier.core.errors import AwsError, ConfigError
+from copier.core.errors import ConfigError, FatalAwsError, TransientAwsError
 from copier.core.limits import MAX_RETENTION_MS
 from copier.core.packing import unpack_digests
 from copier.core.plan import SourceRecord
 from copier.core.ports import Streams
 from copier.core.positions import Position
 from copier.core.redrive import RedriveRule, RedriveTally, Selection, needs_payload
+from copier.core.retry import backoff_ms
 from copier.core.state import ShardState, StateStore, shard_key
 from copier.core.streamsettings import blocking
 from copier.shard.source import SourceShard
@@ -60,6 +62,7 @@ HOUR_MS = 3_600_000
 SINCE_SLACK_MS = 60_000  # a record's dead-letter arrival is after its staging arrival, on Kinesis' clocks
 MAX_WINDOW_IDS = 10**12  # the redrive window holds every record sent within the retention: no cap
 EXIT_MISSED, EXIT_SETTINGS, EXIT_INTERRUPTED = 1, 4, 130
+READ_ATTEMPTS = 10  # reading an envelope's record back from staging, through throttles
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -220,16 +223,26 @@ class RedriveRun:
         return out
 
     def _staged(self, stream: str, shard_id: str, position: Position) -> bytes | None:
+        """The record at ``position`` of a staging shard (None: staging no longer has it, or it is another
+        copier's stream). A throttle or a fault that passes is retried: only a record gone is not redrivable."""
         if stream != self.config.stream_name:
-            return None  # another copier's staging stream: not ours to read
-        try:
-            for page in self.streams.read_source(stream, shard_id, position, position):
-                for record in page:
-                    if record.position == position:
-                        return record.data
-        except AwsError:
-            return None  # the shard or the position expired: not redrivable
-        return None
+            return None
+        for attempt in range(READ_ATTEMPTS):
+            try:
+                for page in self.streams.read_source(stream, shard_id, position, position):
+                    for record in page:
+                        if record.position == position:
+                            return record.data
+                return None
+            except TransientAwsError as exc:
+                if exc.code == "ShardNotListed":  # expired with the stream's retention
+                    return None
+                time.sleep(backoff_ms(attempt, self.config.max_backoff_millis) / 1000)
+            except FatalAwsError as exc:
+                if exc.host_wide:
+                    raise
+                return None  # the position is past the trim horizon: not redrivable
+        raise TransientAwsError("GetRecords", "Throttled", f"staging {shard_id} could not be read at {position}")
 
     def _show(self, done: int, total: int, final: bool = False) -> None:
         if self.progress is None:
