@@ -383,3 +383,24 @@ def test_a_throttled_listshards_does_not_hide_a_stray_copy() -> None:
     with capture_logs() as logs:
         world.worker("shardId-000000000000").process([event])
     assert [e["event_ids"] for e in logs if e["event"] == "possible_duplicates"] == [["E"]]
+
+
+def test_check_config_warns_when_the_dead_letter_stream_keeps_records_shorter_than_staging() -> None:
+    """A dead-lettered event can be redriven only while the dead-letter stream keeps it: a retention shorter than
+    staging's is a warning (and staging's or longer none)."""
+    staging = StreamSettings("s", 168 * HOUR_MS)
+
+    def warned(dead_letter_hours: int) -> list[str]:
+        verdicts = judge(
+            staging,
+            StreamSettings("t", 24 * HOUR_MS),
+            StreamSettings("d", dead_letter_hours * HOUR_MS),
+            ordering="partitionKey",
+            window_ms=3_600_000,
+            digest_ttl_floor_ms=0,
+        )
+        return [v.text for v in verdicts if v.level == "warning" and v.stream == "d"]
+
+    (warning,) = warned(24)
+    assert "keeps records 24 h, staging 168 h" in warning and "copier redrive" in warning
+    assert warned(168) == [] and warned(720) == []

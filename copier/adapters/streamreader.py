@@ -162,10 +162,13 @@ class StreamReader:
         listed = paged_shards(lambda **kw: self._call("ListShards", self._client.list_shards, **kw), stream)
         return lineage_order(listed)
 
-    def _iterator(self, stream: str, shard_id: str, after: str | None) -> str | None:
-        """An iterator at the shard's start, or just after the last record read (when one expired)."""
+    def _iterator(self, stream: str, shard_id: str, after: str | None, since_ms: int | None = None) -> str | None:
+        """An iterator at the shard's start (or at ``since_ms``), or just after the last record read (when one
+        expired)."""
         kwargs: dict[str, Any] = {"StreamName": stream, "ShardId": shard_id}
-        if after is None:
+        if after is None and since_ms is not None:
+            kwargs.update(ShardIteratorType="AT_TIMESTAMP", Timestamp=since_ms / 1000)
+        elif after is None:
             kwargs["ShardIteratorType"] = "TRIM_HORIZON"
         else:
             kwargs.update(ShardIteratorType="AFTER_SEQUENCE_NUMBER", StartingSequenceNumber=after)
@@ -174,16 +177,22 @@ class StreamReader:
         return iterator
 
     def pages(
-        self, stream: str, shard_id: str, after: str | None = None, label: str | None = None
+        self,
+        stream: str,
+        shard_id: str,
+        after: str | None = None,
+        label: str | None = None,
+        since_ms: int | None = None,
     ) -> Iterator[list[KinesisRecord]]:
-        """The shard's records page by page, from TRIM_HORIZON (or after the sequence number ``after``) to its end;
-        with ``label``, each page's MillisBehindLatest goes to the progress of that stream.
+        """The shard's records page by page, from TRIM_HORIZON (or after the sequence number ``after``, or those
+        that arrived from ``since_ms`` on) to its end; with ``label``, each page's MillisBehindLatest goes to the
+        progress of that stream.
 
         A closed shard ends when NextShardIterator is null; any shard ends at
         an empty page with MillisBehindLatest 0, which is the end of an open
         shard (and of a closed parent on backends that never null its iterator).
         """
-        iterator = self._iterator(stream, shard_id, after)
+        iterator = self._iterator(stream, shard_id, after, since_ms)
         last_sequence = after
         previous_call = float("-inf")
         while iterator and not self._stop.is_set():
@@ -196,7 +205,7 @@ class StreamReader:
             except AwsError as exc:
                 if exc.code != _EXPIRED:
                     raise
-                iterator = self._iterator(stream, shard_id, last_sequence)
+                iterator = self._iterator(stream, shard_id, last_sequence, since_ms)
                 continue
             records: list[KinesisRecord] = page.get("Records", [])
             if label is not None:

@@ -196,6 +196,7 @@ def _status(args: argparse.Namespace, bounds: Any) -> int:
 
     from copier.adapters.dynamo import DynamoStateStore
     from copier.adapters.kinesis import KinesisStreams
+    from copier.commands.sourcestatus import source_lines
     from copier.commands.status import owner_gone, render, rows
     from copier.core.state import shard_key
 
@@ -212,6 +213,8 @@ def _status(args: argparse.Namespace, bounds: Any) -> int:
         if owner_gone(state, now) and store.get_batch(shard_key(config.stream_name, shard_id), state.batches + 1)
     }
     print(render(rows(shards, states, now, unverified), as_json=args.json))
+    for line in source_lines(config, store, streams, keys.values(), now, args.json):  # redrives and repairs
+        print(line)
     if not args.json:  # what the processors work under: the streams' distribution strategies and record limits
         names = [config.stream_name, config.target_stream_name, config.dead_letter_stream_name]
         for name in filter(None, names):
@@ -356,20 +359,16 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--properties", required=True, metavar="FILE", help=PROPERTIES_HELP)
     p.set_defaults(func=cmd_init)
 
-    p = sub.add_parser("verify", help="audit the target (and dead-letter) stream against what was produced")
-    _module_command(p, "copier.commands.verify", only)
-
-    p = sub.add_parser("export", help="a stream (or a time range of it) to JSON-lines files for copier audit")
-    _module_command(p, "copier.commands.export", only)
-
-    p = sub.add_parser("audit", help="the exactly-once audit as a Spark job, over exported or Firehose files")
-    _module_command(p, "copier.spark.audit", only)
-
-    p = sub.add_parser("produce", help="the PySpark job writing JSON-lines files to the staging stream")
-    _module_command(p, "copier.commands.produce", only)
-
-    p = sub.add_parser("demo", help="the whole pipeline on the embedded local backend, with a summary")
-    _module_command(p, "copier.commands.demo", only)
+    for name, module, text in (  # commands whose options and code live in a module of their own
+        ("verify", "commands.verify", "audit the target (and dead-letter) stream against what was produced"),
+        ("redrive", "commands.redrive", "send dead-lettered events on to the target, exactly once (--dry-run first)"),
+        ("repair", "commands.repair", "put back what copier verify reports lost in a range, then audit it again"),
+        ("export", "commands.export", "a stream (or a time range of it) to JSON-lines files for copier audit"),
+        ("audit", "spark.audit", "the exactly-once audit as a Spark job, over exported or Firehose files"),
+        ("produce", "commands.produce", "the PySpark job writing JSON-lines files to the staging stream"),
+        ("demo", "commands.demo", "the whole pipeline on the embedded local backend, with a summary"),
+    ):
+        _module_command(sub.add_parser(name, help=text), f"copier.{module}", only)
 
     p = sub.add_parser("local-backend", help="serve local Kinesis and DynamoDB on 127.0.0.1 (for tests and demos)")
     p.add_argument("--port", type=int, default=4566)

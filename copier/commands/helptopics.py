@@ -23,12 +23,18 @@ Exit statuses (every command):
      records that cannot be counted (events still to be copied are reported as PENDING and are not a failure)
      copier run: the daemon stopped on its own (it exits 0 when it gives up, e.g. "Unable to initialize
      after 20 attempts"): the last line of its log says why
+     copier redrive: some selected dead-letter records could not be sent (they fail again, or staging no longer
+     holds an envelope's bytes: listed, left in the dead-letter stream), or another run took a shard over
+     copier repair: events of the range are still lost after it (waiting: listed with why), the audit after it
+     finds copies no report explains, or another run took a shard over
   2  a bad properties file or bad arguments: one line names the file, line, key and problem; no AWS call made
   3  a fatal AWS error (a missing table or stream, denied access, a KMS key it may not use), or a state table
      whose TTL is not on expires_at (check-config, run; copier init when it cannot enable it): the line names
      the resource, the region or endpoint, the call that failed and its error code, and what to do
   4  copier check-config: copier would not forward under the streams' settings (the line says which)
+     copier redrive: it would not send under them (the dead-letter stream or target ignoring partition keys)
   128+N  copier run: the daemon was killed by signal N (137: SIGKILL, e.g. the kernel's OOM killer)
+  130  copier redrive, copier repair: interrupted (Ctrl-C, SIGTERM) after the chunk in flight: run it again
 """
 
 LOGS = """\

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,6 +107,7 @@ class StagedRecord:
     events: list[Produced]
     aggregated: bool
     problem: str | None
+    arrival_ms: int = 0
 
     @property
     def event_ids(self) -> list[EventValue | None]:
@@ -176,7 +177,7 @@ def read_staging(config: Config, reader: StreamReader) -> list[StagedRecord]:
             )
             for n, (pk, data) in enumerate(view.written)
         ]
-        return StagedRecord(shard_id, r["SequenceNumber"], events, view.aggregated, view.problem)
+        return StagedRecord(shard_id, r["SequenceNumber"], events, view.aggregated, view.problem, arrival_ms(r))
 
     return reader.read(config.stream_name, "staging", staged)
 
@@ -202,6 +203,21 @@ def committed_positions(config: Config) -> Committed:
     return read
 
 
+def redriven_letters(config: Config, reader: StreamReader) -> set[str]:
+    """What redrives sent from the dead-letter stream, from their state items (``copier redrive``); nothing when
+    there is no dead-letter stream, or the state table cannot be read (then a redriven event counts twice)."""
+    if not config.dead_letter_stream_name:
+        return set()
+    from copier.adapters.dynamo import DynamoStateStore
+    from copier.commands.redrive import redriven_names
+
+    try:
+        shards = [s["ShardId"] for s in reader.shards(config.dead_letter_stream_name)]
+        return redriven_names(config, DynamoStateStore(config), shards)
+    except CopierError:
+        return set()
+
+
 def _positions(
     committed: Committed | None, reader: StreamReader, stream: str
 ) -> tuple[Mapping[str, Position] | None, str | None]:
@@ -222,12 +238,16 @@ def run_verify(
     target_reader: StreamReader | None = None,
     reports: Sequence[DuplicateReport] = (),
     committed: Committed | None = None,
+    redriven: Collection[str] = frozenset(),
+    staged_out: list[StagedRecord] | None = None,
 ) -> VerifyResult:
     """Audit the target (and dead-letter stream) against the manifest, or the staging stream without one.
 
     ``reader`` reads staging; ``target_reader`` (default: the same) the target and dead-letter streams;
     ``reports``: the copier's ``possible_duplicates`` lines, which may excuse one extra copy each;
-    ``committed``: reads the copier's committed positions (None: every missing event is lost).
+    ``committed``: reads the copier's committed positions (None: every missing event is lost);
+    ``redriven``: what redrives sent from the dead-letter stream (``copier.commands.redrive.redriven_names``);
+    ``staged_out``: given, the staging records read are added to it (``copier repair`` puts from them).
     """
     key = config.dedup_key
     target_side = target_reader or reader
@@ -239,6 +259,8 @@ def run_verify(
         source, source_records, source_unkeyed = "manifest", len(produced), 0
     else:
         records = read_staging(config, reader)
+        if staged_out is not None:
+            staged_out.extend(records)
         produced = [event for record in records for event in record.events]
         keyed = sum(1 for p in produced if p.event_id is not None)
         source, source_records, source_unkeyed = "staging", len(records), len(produced) - keyed
@@ -272,7 +294,7 @@ def run_verify(
         dead_letter = target_side.read(
             config.dead_letter_stream_name, "dead-letter", lambda shard, r: read_envelope(key, shard, r)
         )
-    report = audit(produced, target, dead_letter, reports, examples, committed=positions)
+    report = audit(produced, target, dead_letter, reports, examples, committed=positions, redriven=redriven)
     if manifest is not None and positions is not None and report.lost:
         # Where the missing IDs are in staging, to tell the ones the copier has not reached yet.
         missing = {p.event_id for p in manifest} - {t.event_id for t in target} - {d.event_id for d in dead_letter}
@@ -281,7 +303,9 @@ def run_verify(
             for event in record.events:
                 if event.event_id is not None and event.event_id in missing and event.position is not None:
                     staged.setdefault(event.event_id, []).append(event.position)
-        report = audit(produced, target, dead_letter, reports, examples, committed=positions, staged=staged)
+        report = audit(
+            produced, target, dead_letter, reports, examples, committed=positions, staged=staged, redriven=redriven
+        )
     return VerifyResult(
         report=report,
         positions_unknown=unknown,
@@ -311,9 +335,10 @@ def main(args: argparse.Namespace) -> int:
         files = ShardFiles(Path(args.spool), {"verify": streams})
     reader = StreamReader(make_client(config), progress, files=files)
     target_reader = StreamReader(make_client(config, True), progress, files=files)
+    redriven = redriven_letters(config, target_reader)
     try:
         result = run_verify(
-            config, manifest, args.examples, reader, target_reader, reports, committed_positions(config)
+            config, manifest, args.examples, reader, target_reader, reports, committed_positions(config), redriven
         )
     except KeyboardInterrupt:
         progress.finish()

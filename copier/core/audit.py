@@ -37,6 +37,9 @@ byte:
   under another configuration, has two names) explains one. Copies whose
   key and bytes were never produced are counted (``unkeyed_unexpected``),
   as keyed IDs never produced are.
+* A dead-letter record a redrive sent on to the target (``redriven``: the
+  digest names a redrive recorded, ``copier.core.redrive``) is no copy of its
+  own: the target's copy is the event's delivery (and is lost if missing).
 * Order: per partition key *as produced* (not as the target holds it), in
   target order, the first copy of an event produced before the latest-produced
   event ahead of it is out of order (``copier.core.ordercheck``; reported, and the
@@ -73,13 +76,14 @@ from copier.core.audittypes import (
     TargetRecord,
     Unkeyed,
     UnkeyedCopy,
+    digest_name,
     event_key,
     show,
 )
 from copier.core.audittypes import Position as Position
 from copier.core.deadlettercheck import check_dead_letter
 from copier.core.deadlettercheck import key_problem as key_problem
-from copier.core.identity import EventValue
+from copier.core.identity import EventValue, id_digest
 from copier.core.ordercheck import first_copies, order_violations, production_index
 from copier.core.positions import Position as ShardPosition
 
@@ -189,13 +193,15 @@ def audit(
     unordered: Collection[EventValue] = frozenset(),
     committed: Mapping[str, ShardPosition] | None = None,
     staged: Mapping[EventValue, Sequence[Position]] | None = None,
+    redriven: Collection[str] = frozenset(),
 ) -> AuditReport:
     """Compare what was produced with every copy the target and dead-letter stream hold; see the module
     docstring. A bare event ID in ``produced`` is a :class:`Produced` with nothing else known.
 
     ``committed``: each staging shard's committed position (a shard not in it has none: everything in it is
     still to come; a closed one maps to :data:`PAST_THE_END`); ``staged``: where each event ID occurs in
-    staging, when ``produced`` does not say (a manifest of IDs)."""
+    staging, when ``produced`` does not say (a manifest of IDs); ``redriven``: the digest names of what redrives
+    sent from the dead-letter stream (each record's own, and keyed events' IDs)."""
     records_produced = [p if isinstance(p, Produced) else Produced(p) for p in produced]
     keyed = [p for p in records_produced if p.event_id is not None]
     index, occurrences = production_index(p.event_id for p in keyed)  # type: ignore[misc]
@@ -237,6 +243,7 @@ def audit(
     invalid_count = 0
     dead_ids: set[EventValue] = set()
     unkeyed_letters: list[DeadLetter] = []
+    redriven_letters = 0
     for letter in letters:
         problem = check_dead_letter(letter, at, keyed_dead_letters, positions_known)
         if problem is not None:
@@ -246,6 +253,9 @@ def audit(
             continue
         original = at.get(letter.position) if letter.position is not None else None
         event_id = original.event_id if original is not None else letter.event_id
+        if redriven and _was_redriven(letter, event_id, redriven):
+            redriven_letters += 1
+            continue
         if event_id is not None:
             copies[event_id].arrivals.append(letter.arrival_ms)
             dead_ids.add(event_id)
@@ -278,6 +288,7 @@ def audit(
         produced=occurrences,
         found=len(records),
         dead_letter_records=len(letters),
+        redriven=redriven_letters,
         lost=len(lost),
         pending=len(pending),
         unkeyed_pending=left.pending,
@@ -376,6 +387,11 @@ def _unkeyed(
     out.extra = sum(len(copies) for copies in extra.values())
     out.explained, out.unexplained = explain_unkeyed(extra, names, reports)
     return out
+
+
+def _was_redriven(letter: DeadLetter, event_id: EventValue | None, redriven: Collection[str]) -> bool:
+    """Did a redrive send this dead-letter record (its own digest), or its event (the event's ID)?"""
+    return letter.content in redriven or (event_id is not None and digest_name(id_digest(event_id)) in redriven)
 
 
 def _to_come(place: Position, committed: Mapping[str, ShardPosition]) -> bool:

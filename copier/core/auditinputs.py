@@ -18,8 +18,6 @@ is reading a manifest (a file or stdin) or a log file named on the command line.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import json
 import sys
@@ -28,6 +26,7 @@ from typing import Any, TextIO
 
 from copier.core.audittypes import DeadLetter, DuplicateReport, Produced, content_name
 from copier.core.config import DedupKey
+from copier.core.envelope import read_envelope_bytes
 from copier.core.errors import ConfigError
 from copier.core.identity import EventId, EventValue, extract_event_id
 
@@ -72,48 +71,29 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-_ENVELOPE_FIELDS = ("reason", "stream", "shardId", "sequenceNumber", "subSequenceNumber", "partitionKey")
-
-
 def read_envelope(key: DedupKey, shard_id: str, record: KinesisRecord) -> DeadLetter:
     """A dead-letter record as the audit judges it: the envelope's fields (copier.core.plan.dead_letter_envelope),
-    or why it is not an envelope. The original's SHA-256 is computed from its data, or taken from
-    ``dataSha256`` when the data was too large to keep."""
+    or why it is not an envelope (``copier.core.envelope``). The original's SHA-256 is computed from its data, or
+    taken from ``dataSha256`` when the data was too large to keep. ``content``: the dead-letter record's own
+    content name (its key and envelope bytes: how a redrive names what it sent)."""
     where = {"shard_id": shard_id, "sequence_number": record["SequenceNumber"], "arrival_ms": arrival_ms(record)}
-    try:
-        body = json.loads(bytes(record["Data"]))
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return DeadLetter(**where, problem="not a dead-letter envelope (not JSON)")
-    if not isinstance(body, dict):
-        return DeadLetter(**where, problem="not a dead-letter envelope (not a JSON object)")
-    missing = [f for f in _ENVELOPE_FIELDS if f not in body]
-    if missing:
-        return DeadLetter(**where, problem=f"not a dead-letter envelope (no {', '.join(missing)})")
-    try:
-        position = (str(body["shardId"]), int(body["sequenceNumber"]), int(body["subSequenceNumber"]))
-    except (TypeError, ValueError):
-        return DeadLetter(**where, problem="its source position is not a position")
-    encoded = body.get("data")
+    envelope = read_envelope_bytes(bytes(record["Data"]))
+    if envelope.problem is not None:
+        return DeadLetter(**where, problem=envelope.problem)
     event_id: EventValue | None = None
-    if isinstance(encoded, str):
-        try:
-            original = base64.b64decode(encoded, validate=True)
-        except binascii.Error:
-            return DeadLetter(**where, problem="its data is not base64")
-        digest: str | None = sha256_hex(original)
-        event_id = event_id_in(key, str(body["partitionKey"]), original)
-    elif body.get("dataTruncated") and isinstance(body.get("dataSha256"), str):
-        digest = body["dataSha256"]
+    if envelope.data is not None:
+        digest: str | None = sha256_hex(envelope.data)
+        event_id = event_id_in(key, envelope.partition_key, envelope.data)
     else:
-        return DeadLetter(**where, problem="neither data nor dataSha256")
+        digest = envelope.sha256
     return DeadLetter(
         **where,
-        reason=str(body["reason"]),
-        position=position,
-        partition_key=str(body["partitionKey"]),
+        reason=envelope.reason,
+        position=(envelope.shard_id, envelope.position.seq, envelope.position.subseq),
+        partition_key=envelope.partition_key,
         sha256=digest,
         event_id=event_id,
-        content=None if event_id is not None else content_name(record["PartitionKey"], bytes(record["Data"])),
+        content=content_name(record["PartitionKey"], bytes(record["Data"])),
     )
 
 

@@ -158,6 +158,7 @@ JSON_COUNTS = {
     "produced_events": "produced",
     "target_records": "found",
     "dead_letter_stream_records": "dead_letter_records",
+    "redriven_dead_letter_records": "redriven",
     "lost": "lost",
     "pending": "pending",
     "duplicated": "duplicated",
@@ -200,6 +201,7 @@ class AuditReport:
     dead_lettered: int  # distinct produced IDs delivered as dead-letter envelopes
     out_of_order: int
     unordered: int = 0  # events left out of the order judgement (see copier.core.audit's docstring)
+    redriven: int = 0  # dead-letter records a redrive sent on to the target (no copies of their own)
     explained_copies: int = 0  # extra copies a report excuses
     unexplained_copies: int = 0
     reports: int = 0  # possible_duplicates reports considered

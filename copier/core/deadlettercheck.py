@@ -16,16 +16,11 @@ from __future__ import annotations
 import re
 
 from copier.core.audittypes import DeadLetter, Position, Produced
+from copier.core.envelope import reason_kind
 from copier.core.limits import UTF16_UNITS
 from copier.core.limits import key_problem as refused_key
 
 __all__ = ["check_dead_letter", "key_problem"]
-
-_REASONS = {  # reason kind -> what the envelope's reason says (copier.core.plan)
-    "no_id": "no event ID",
-    "oversize": "exceeds",
-    "key": "partition key",
-}
 
 
 def key_problem(partition_key: str) -> str | None:
@@ -37,13 +32,6 @@ def key_problem(partition_key: str) -> str | None:
     return refused_key(partition_key, UTF16_UNITS)
 
 
-def _reason_kind(reason: str) -> str | None:
-    for kind, text in _REASONS.items():
-        if text in reason:
-            return kind
-    return None
-
-
 def check_dead_letter(
     letter: DeadLetter,
     at: dict[Position, Produced] | None = None,
@@ -53,7 +41,7 @@ def check_dead_letter(
     """Why a dead-letter record does not check out against what was produced (None: it does)."""
     if letter.problem is not None:
         return letter.problem
-    kind = _reason_kind(letter.reason)
+    kind = reason_kind(letter.reason)
     if kind is None:
         return f"unknown reason {letter.reason!r}"
     if not positions_known or at is None:

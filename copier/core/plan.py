@@ -42,7 +42,6 @@ in flight exactly as it was recorded.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 from collections import Counter
@@ -51,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 from copier.core.config import DedupKey, parse_dedup_key
+from copier.core.envelope import write_envelope
 from copier.core.identity import EventId, EventValue, Unkeyed, content_digest, extract_event_id, id_digest
 from copier.core.limits import (
     CODE_POINTS,
@@ -219,6 +219,9 @@ class BatchPlan:
     arrival_max_ms: int = 0
     before_start: int = 0  # records that arrived before the application's start: dropped
     before_ids: list[int] = field(default_factory=list)  # their event IDs' digests: the window learns them
+    # identities the window learns besides the keyed sends' (stored with the dead-lettered IDs): a source other
+    # than the live one names what it sent by them (a redrive: the digests of the dead-letter records it sent)
+    learned: list[int] = field(default_factory=list)
 
     @property
     def keyed_digests(self) -> list[int]:
@@ -236,8 +239,10 @@ class BatchPlan:
 
     @property
     def dead_ids(self) -> list[int]:
-        """ID digests of the keyed events dead-lettered: the window learns them too (exactly once across both)."""
-        return [id_digest(o.event_id) for o in self.send if o.destination == "deadletter" and o.event_id is not None]
+        """ID digests of the keyed events dead-lettered: the window learns them too (exactly once across both);
+        and what else the plan says the window learns (``learned``)."""
+        dead = [id_digest(o.event_id) for o in self.send if o.destination == "deadletter" and o.event_id is not None]
+        return dead + self.learned if self.learned else dead
 
     def reroute(self, changes: Mapping[Position, Outgoing]) -> None:
         """Apply a re-plan (``copier.core.replan``): each changed entry takes its send's place."""
@@ -263,32 +268,15 @@ def replacement_key(partition_key: str) -> str:
 
 
 def dead_letter_envelope(settings: PlanSettings, record: SourceRecord, reason: str) -> bytes:
-    """The JSON a dead-letter record carries: why, where from, and the original bytes.
-
-    An envelope that would exceed the dead-letter stream's record limit
-    keeps the SHA-256 of the payload instead of the payload; the record
-    stays readable in the staging stream at the position given, within its
-    retention.
-    """
-    body = {
-        "reason": reason,
-        "stream": settings.stream_name,
-        "shardId": settings.shard_id,
-        "sequenceNumber": record.position.seq_str,
-        "subSequenceNumber": record.position.subseq,
-        "partitionKey": record.partition_key,
-        "approximateArrivalTimestamp": record.arrival_ms,
-        "data": base64.b64encode(record.data).decode("ascii"),
-    }
-    encoded = json.dumps(body, separators=(",", ":")).encode()  # ASCII: a lone surrogate is written \ud800
+    """The JSON a dead-letter record carries (``copier.core.envelope.write_envelope``): why, where from, and the
+    original bytes, or their SHA-256 when the dead-letter stream's limit cannot hold them (counted with the key
+    the envelope goes under: the replacement key for a key Kinesis refuses)."""
     problem = key_problem(record.partition_key, settings.key_count)
     key = record.partition_key if problem is None else replacement_key(record.partition_key)
-    if record_size(key, encoded) > settings.dead_letter_max_bytes:
-        body["data"] = None
-        body["dataTruncated"] = True
-        body["dataSha256"] = hashlib.sha256(record.data).hexdigest()
-        encoded = json.dumps(body, separators=(",", ":")).encode()
-    return encoded
+    where = (settings.stream_name, settings.shard_id, record.position)
+    return write_envelope(
+        reason, where, record.partition_key, record.arrival_ms, record.data, key, settings.dead_letter_max_bytes
+    )
 
 
 def chunks(records: Sequence[SourceRecord], size: int) -> list[Sequence[SourceRecord]]:

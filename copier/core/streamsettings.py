@@ -207,6 +207,19 @@ def judge(
                 "record stays readable in staging within its retention)",
             )
         )
+    if dead_letter is not None and dead_letter.retention_ms and staging.retention_ms:
+        if dead_letter.retention_ms < staging.retention_ms:
+            out.append(
+                Verdict(
+                    dead_letter.name,
+                    "warning",
+                    f"dead-letter {dead_letter.name} keeps records {dead_letter.retention_ms // HOUR_MS} h, staging "
+                    f"{staging.retention_ms // HOUR_MS} h: a dead-lettered event can be sent on (copier redrive) only "
+                    "while the dead-letter stream keeps it, so events dead-lettered during an outage shorter than "
+                    "staging's retention can be lost for good. Raise its retention (IncreaseStreamRetentionPeriod) "
+                    "to at least staging's",
+                )
+            )
     if staging.retention_ms:
         ttl = max(digest_ttl_floor_ms, window_ms + staging.retention_ms + HOUR_MS)
         out.append(

@@ -109,6 +109,8 @@ def render_text(result: VerifyResult) -> str:
     """The human report: counts, examples of each problem, and the verdict."""
     r = result.report
     dead_letter = f"{r.dead_letter_records} records" if result.dead_letter_stream else "none configured"
+    if r.redriven:
+        dead_letter += f" ({r.redriven} sent on by copier redrive: the target's copy counts)"
     lines = [
         _source_line(result),
         f"target: {r.found} records; dead-letter: {dead_letter}",

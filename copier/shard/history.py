@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 
 from copier.core.config import DedupKey, parse_dedup_key
 from copier.core.packing import digest_columns
-from copier.core.state import DigestBatch, shard_key
+from copier.core.state import DigestBatch
 from copier.core.window import DedupWindow
 from copier.shard.prestart import PreStart
 from copier.shard.session import ShardSession
@@ -79,7 +79,7 @@ class History:
                     continue
                 seen.add(parent)
                 ancestors.append(parent)
-                key = shard_key(stream, parent)
+                key = s.key_of(parent)
                 parent_state = s.retrying("get_parent_state", lambda: s.store.get(key))
                 batches = list(self._newest_first(key, parent_state.batches)) if parent_state else []
                 newest = max([newest, parent_state.window_newest_ms if parent_state else 0])

@@ -13,6 +13,12 @@ nothing is only committed, unless it holds records that arrived before the
 application's start (``copier.core.startpoint``): their IDs are recorded in a
 digest batch all the same, so that a later owner's window learns them too.
 
+The plan is the live processor's (``copier.core.plan.plan_batch``: the
+committed position, the window, the redo set) unless a :data:`PlanRule` is
+given: a source other than the staging stream (a redrive of the dead-letter
+stream, a repair of a range: ``copier.shard.source``) decides its own records
+and goes through the same record, put and commit.
+
 What may have landed twice is said before the put that may cause it
 (``possible_duplicates``, one report per chunk, every ID named), so that a
 crash during the put cannot hide it.
@@ -20,7 +26,7 @@ crash during the put cannot hide it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from copier.core.config import DedupKey
@@ -30,12 +36,13 @@ from copier.core.plan import BatchPlan, Outgoing, PlanSettings, Redo, SourceReco
 from copier.core.positions import Position
 from copier.core.replan import replan, rerouted_batch, with_columns
 from copier.core.state import DigestBatch, ShardState, digest_expiry_ms
+from copier.core.window import DedupWindow
 from copier.shard.forward import Forwarder
 from copier.shard.guard import StreamGuard
 from copier.shard.history import History
 from copier.shard.session import HOUR_MS, ShardSession
 
-__all__ = ["ChunkPipeline", "Replanner", "checkpoint"]
+__all__ = ["ChunkPipeline", "PlanRule", "Replanner", "checkpoint"]
 
 
 def checkpoint(records: Sequence[SourceRecord], last: Position, landed_ms: int) -> tuple[int | None, int | None]:
@@ -48,15 +55,32 @@ def checkpoint(records: Sequence[SourceRecord], last: Position, landed_ms: int) 
         return None, None
     return arrival, max(0, landed_ms - arrival)
 
+#: What a source's records become, chunk by chunk: ``(records, the state item as committed, the window, the plan
+#: settings) -> BatchPlan``. Pure (``copier.core``): the same chunk planned again gives the same plan.
+PlanRule = Callable[[Sequence[SourceRecord], ShardState, DedupWindow, PlanSettings], BatchPlan]
+
 
 class ChunkPipeline:
     """Forwards records chunk by chunk for the session's owner; see the module docstring."""
 
-    def __init__(self, session: ShardSession, history: History, guard: StreamGuard, chunk_events: int) -> None:
+    def __init__(
+        self,
+        session: ShardSession,
+        history: History,
+        guard: StreamGuard,
+        chunk_events: int,
+        rule: PlanRule | None = None,
+        replanning: bool = True,
+    ) -> None:
+        """``rule``: a source's own plan (None: the live processor's); ``replanning``: what a stream refuses
+        over a lowered record limit is re-planned to the dead-letter stream (``Replanner``); a source whose
+        records must never go there (a redrive) stalls instead, as a shard without a dead-letter stream does."""
         self.s = session
         self.history = history
         self.guard = guard
         self.chunk_events = chunk_events
+        self.rule = rule
+        self.replanning = replanning
         config = session.config
         self.forwarder = Forwarder(
             session.streams,
@@ -94,9 +118,12 @@ class ChunkPipeline:
         state = s.state
         assert state is not None
         settings = s.settings()
-        redo = self._redo(state, settings)
         older = self.history.older_keys()
-        plan = plan_batch(records, state.position, s.window, redo, settings, older, s.config.start_ms)
+        if self.rule is None:
+            redo = self._redo(state, settings)
+            plan = plan_batch(records, state.position, s.window, redo, settings, older, s.config.start_ms)
+        else:
+            plan = self.rule(records, state, s.window, settings)
         if plan.last is None:
             return None
         self._report(plan, older)
@@ -247,7 +274,8 @@ class ChunkPipeline:
                     "put on this staging shard against its partition key (RecordDistributionStrategy AUTO, now or "
                     "earlier, or an ExplicitHashKey): a copy of the same event on another shard may be forwarded too",
                 )
-            replan = Replanner(s, plan, records, self._record(plan, settings, index, now, bound))
+            batch = self._record(plan, settings, index, now, bound)
+            replan = Replanner(s, plan, records, batch) if self.replanning else None
             try:
                 stats = self.forwarder.forward(plan.send, now - max(s.config.clock_skew_millis, bound), replan)
             except FencedError:

@@ -84,6 +84,7 @@ class PreStart:
         state = s.state
         return (
             s.config.start_ms is not None
+            and not s.key_prefix  # the live staging shard's alone: a redrive or a repair reads no start
             and s.window.enabled
             and state is not None
             and state.prestart_ms is None

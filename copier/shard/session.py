@@ -38,7 +38,7 @@ from copier.core.plan import Outgoing, PlanSettings
 from copier.core.ports import Clock, Identity, Streams
 from copier.core.retry import backoff_ms
 from copier.core.shardmap import shards_covering
-from copier.core.state import ShardState, StateStore
+from copier.core.state import ShardState, StateStore, shard_key
 from copier.core.streamsettings import StreamSettings
 from copier.core.window import DedupWindow
 from copier.shard.margins import ClockMargins
@@ -65,6 +65,7 @@ class ShardSession:
         log: Any,
         emitter: MetricsEmitter | None,
         clock_bounds: ClockBounds | None,
+        key_prefix: str = "",
     ) -> None:
         self.config = config
         self.store = store
@@ -76,6 +77,7 @@ class ShardSession:
         self.metrics = ShardMetrics(last_emit_ms=clock.now_ms())
         self.clock_bounds = clock_bounds
         self.margins = ClockMargins(config.clock_skew_millis, clock, clock_bounds, self)
+        self.key_prefix = key_prefix
         self.shard_id = ""
         self.key = ""
         self.state: ShardState | None = None  # the item as this processor last wrote (or read) it as owner
@@ -83,6 +85,10 @@ class ShardSession:
         self.window = DedupWindow(config.dedup_window_ms, config.dedup_window_max_events)
         self._retentions = Retentions(streams, clock)
         self._progress = ProgressLine(config.progress_interval_seconds, clock)
+
+    def key_of(self, shard_id: str) -> str:
+        """A shard's items' key: ``<stream>/<shardId>`` after a source's ``key_prefix`` (``copier.shard.source``)."""
+        return self.key_prefix + shard_key(self.config.stream_name, shard_id)
 
     # -- what records become --------------------------------------------------------
 

@@ -27,7 +27,7 @@ from copier.core.limits import MAX_CHUNK_EVENTS
 from copier.core.plan import SourceRecord
 from copier.core.ports import Clock, Streams
 from copier.core.positions import Position
-from copier.core.state import ShardState, StateStore, shard_key
+from copier.core.state import ShardState, StateStore
 from copier.core.window import DedupWindow
 from copier.shard.coalescing import Coalescer
 from copier.shard.endings import ShardEnd
@@ -39,7 +39,7 @@ from copier.shard.ownership import Ownership
 from copier.shard.pipeline import ChunkPipeline
 from copier.shard.session import ShardSession
 
-__all__ = ["ShardWorker", "SystemClock", "worker_id"]
+__all__ = ["ShardWorker", "SystemClock", "new_session", "open_shard", "worker_id"]
 
 
 class SystemClock:
@@ -58,6 +58,54 @@ def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+def new_session(
+    config: Config,
+    store: StateStore,
+    streams: Streams,
+    clock: Clock | None,
+    owner: str | None,
+    log: Any,
+    metrics: MetricsEmitter | None,
+    clock_bounds: ClockBounds | None,
+    key_prefix: str = "",
+) -> ShardSession:
+    """A processor's session (or a source's, ``key_prefix``), with the system's clock, a new owner ID and copier's
+    logger unless given."""
+    return ShardSession(
+        config,
+        store,
+        streams,
+        clock or SystemClock(),
+        owner or worker_id(),
+        log or structlog.get_logger("copier"),
+        metrics,
+        clock_bounds,
+        key_prefix=key_prefix,
+    )
+
+
+def open_shard(s: ShardSession, ownership: Ownership, inflight: InFlight) -> bool:
+    """Take the session's shard over (after sleeping out a valid lease) and verify a chunk left in flight; False
+    if a rival took the shard over while it was verified (the session is then fenced, as any fence leaves it)."""
+    seen = ownership.take_over()
+    assert s.state is not None
+    s.progress_from_here()
+    s.log = s.log.bind(epoch=s.state.epoch)
+    s.log.info(
+        "took_over",
+        previous_owner=seen.owner if seen else None,
+        previous_epoch=seen.epoch if seen else None,
+        position=str(s.state.position) if s.state.position else None,
+        batches=s.state.batches,
+    )
+    try:
+        inflight.verify(seen)
+    except FencedError:
+        s.fence("initialize")
+        return False
+    return True
+
+
 class ShardWorker:
     """Forwards one shard's records exactly once; one instance per record processor."""
 
@@ -73,16 +121,7 @@ class ShardWorker:
         metrics: MetricsEmitter | None = None,
         clock_bounds: ClockBounds | None = None,
     ) -> None:
-        s = self.session = ShardSession(
-            config,
-            store,
-            streams,
-            clock or SystemClock(),
-            owner or worker_id(),
-            log or structlog.get_logger("copier"),
-            metrics,
-            clock_bounds,
-        )
+        s = self.session = new_session(config, store, streams, clock, owner, log, metrics, clock_bounds)
         self.ownership = Ownership(s)
         self.inflight = InFlight(s)
         self.history = History(s)
@@ -125,24 +164,13 @@ class ShardWorker:
         """
         s = self.session
         s.shard_id = shard_id
-        s.key = shard_key(s.config.stream_name, shard_id)
+        s.key = s.key_of(shard_id)
         s.log = s.log.bind(shard=shard_id)
-        seen = self.ownership.take_over()
-        assert s.state is not None
-        s.progress_from_here()
-        s.log = s.log.bind(epoch=s.state.epoch)
-        s.log.info(
-            "took_over",
-            previous_owner=seen.owner if seen else None,
-            previous_epoch=seen.epoch if seen else None,
-            position=str(s.state.position) if s.state.position else None,
-            batches=s.state.batches,
-        )
-        try:
-            self.inflight.verify(seen)
-            self.history.load()
-        except FencedError:
-            s.fence("initialize")
+        if open_shard(s, self.ownership, self.inflight):
+            try:
+                self.history.load()
+            except FencedError:  # a rival took the shard over while the events before the start were loaded
+                s.fence("initialize")
 
     def process(self, records: Sequence[SourceRecord], behind_ms: int | None = None) -> Position | None:
         """Forward a delivery, chunk by chunk; the committed position, or None if fenced or nothing moved;
