@@ -19,7 +19,7 @@ from copier.core.plan import SourceRecord
 from copier.core.positions import Position
 from copier.core.state import shard_key
 from copier.core.window import BUCKETS_PER_HORIZON
-from tests.support.fakes import SHARD, SimulatedCrash, World, config, crash_at, rec
+from tests.support.fakes import SHARD, SimulatedCrash, SimulatedStall, World, config, crash_at, rec
 
 START = 1_700_000_000_000  # the fake clock's start, a whole second, as the KCL takes it
 WINDOW = 600_000
@@ -167,6 +167,28 @@ def test_an_ancestor_this_application_never_read_is_read_for_its_child() -> None
     child.process(
         [rec(11, "p", arrival_ms=START + 1), rec(12, "q", arrival_ms=START + 2), rec(13, "r", arrival_ms=START + 3)]
     )
+    assert world.target_ids() == Counter({"r": 1})
+
+
+def test_an_ancestor_expired_from_list_shards_is_not_read_and_the_child_starts() -> None:
+    """Staging was split longer ago than its retention: the open child still names its parent, which ListShards no
+    longer lists (a read of it fails with ShardNotListed, for ever). The child's load leaves it out, as the window's
+    lineage walk does, reads itself, and the shard starts and forwards (before: initialize never returned)."""
+    world = World(started())
+    children = world.streams.split("staging", SHARD)
+    world.streams.unlisted.add(SHARD)
+    world.streams.add_staging(children[0], [rec(10, "q", arrival_ms=START - 30_000)])
+    reads = world.streams.read_arrivals
+
+    def bounded(stream: str, shard: str, *args: object) -> object:
+        if len(world.streams.arrival_reads) > 20:
+            raise SimulatedStall(f"{shard} read {len(world.streams.arrival_reads)} times: the load never ends")
+        return reads(stream, shard, *args)  # type: ignore[arg-type]
+
+    world.streams.read_arrivals = bounded  # type: ignore[method-assign,assignment]
+    child = world.worker(children[0])
+    assert world.streams.arrival_reads == [(children[0], START - WINDOW, START)]
+    child.process([rec(11, "q", arrival_ms=START + 1), rec(12, "r", arrival_ms=START + 2)])
     assert world.target_ids() == Counter({"r": 1})
 
 

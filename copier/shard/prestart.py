@@ -132,8 +132,11 @@ class PreStart:
     def _lineage(self, stream: str) -> list[str]:
         """The shard, then the ancestors (nearest first) whose own history does not hold what arrived there before
         the start: one with ``prestart_ms`` holds it, and its own ancestors' too, and ``History.load`` inherits
-        it with the lineage (as it does everything a parent forwarded)."""
+        it with the lineage (as it does everything a parent forwarded). An ancestor ListShards no longer lists
+        has expired with the staging retention, and so have its records and its own ancestors: it is left out
+        (it cannot be read: a read of it fails with ShardNotListed, for ever), as ``History`` leaves it."""
         s = self.s
+        listed = {shard["ShardId"] for shard in s.retrying("list_shards", partial(s.streams.shards, stream))}
         out, frontier, seen = [s.shard_id], [s.shard_id], {s.shard_id}
         while frontier:
             child = frontier.pop(0)
@@ -143,6 +146,9 @@ class PreStart:
                 if parent in seen:
                     continue
                 seen.add(parent)
+                if parent not in listed:
+                    s.log.info("prestart_ancestor_expired", ancestor=parent)
+                    continue
                 state = s.retrying("get_parent_state", partial(s.store.get, shard_key(stream, parent)))
                 if state is None or state.prestart_ms is None:
                     out.append(parent)

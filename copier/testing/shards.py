@@ -52,10 +52,25 @@ class ShardLayout:
     _maps: dict[str, tuple[int, ShardMap]]
 
     def shards(self, stream: str) -> list[dict[str, Any]]:
-        """ListShards: every shard of the stream, open and closed."""
+        """ListShards: every shard of the stream, open and closed, but a closed one in ``unlisted`` (expired with
+        the retention: Kinesis lists a closed shard only within it; ``unlisted`` names shards of any stream, and
+        an open shard is always listed)."""
+        return [s for s in self._layout(stream) if not self._expired(s)]
+
+    def _expired(self, shard: dict[str, Any]) -> bool:
+        return shard["ShardId"] in self.unlisted and "EndingSequenceNumber" in shard["SequenceNumberRange"]
+
+    def _layout(self, stream: str) -> list[dict[str, Any]]:
+        """Every shard the stream ever had, listed or not."""
         if stream not in self._listed:
             self._listed[stream] = even_shards(self.shard_counts.get(stream, 1))
         return self._listed[stream]
+
+    def not_listed(self, stream: str, shard_id: str) -> TransientAwsError | None:
+        """The error a read of a closed shard ListShards no longer lists meets (``KinesisReads``: ShardNotListed)."""
+        if any(s["ShardId"] == shard_id and self._expired(s) for s in self._layout(stream)):
+            return TransientAwsError("ListShards", "ShardNotListed", f"{shard_id} is not listed in {stream} yet")
+        return None
 
     def set_ranges(self, stream: str, starts: Sequence[int]) -> None:
         """The stream's shards start at these hash keys (the first 0): set before anything reads the stream."""
@@ -80,7 +95,7 @@ class ShardLayout:
         self._maps[stream] = (self.clock.now_ms(), self.current_map(stream))
 
     def _new_shard(self, stream: str, low: int, high: int, parents: list[str]) -> dict[str, Any]:
-        listed = self.shards(stream)
+        listed = self._layout(stream)
         number = max(shard_number(s["ShardId"]) for s in listed) + 1
         shard: dict[str, Any] = {
             "ShardId": shard_id_of(number),
@@ -95,7 +110,7 @@ class ShardLayout:
         return shard
 
     def _open(self, stream: str, shard_id: str) -> dict[str, Any]:
-        for shard in self.shards(stream):
+        for shard in self._layout(stream):
             if shard["ShardId"] == shard_id and "EndingSequenceNumber" not in shard["SequenceNumberRange"]:
                 return shard
         raise ValueError(f"{shard_id} is not an open shard of {stream}")

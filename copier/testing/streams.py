@@ -263,8 +263,12 @@ class InMemoryStreams(ShardLayout):
         self, stream: str, shard_id: str, since_ms: int, until_ms: int, keep_alive: Callable[[], None] | None = None
     ) -> Iterator[list[SourceRecord]]:
         """The staging shard's records from the first that arrived at or after ``since_ms`` (AT_TIMESTAMP) up to
-        the first that arrived at or after ``until_ms``, still within retention (``KinesisStreams.read_arrivals``)."""
+        the first that arrived at or after ``until_ms``, still within retention (``KinesisStreams.read_arrivals``);
+        a shard ListShards does not list cannot be read (ShardNotListed, as the real reads raise it)."""
         self.arrival_reads.append((shard_id, since_ms, until_ms))
+        error = self.not_listed(stream, shard_id)
+        if error is not None:
+            raise error
         oldest = self.clock.now_ms() - self._kept_ms(stream)
         held = self._staging.get(shard_id, [])
         begin = next((i for i, r in enumerate(held) if r.arrival_ms >= since_ms), len(held))
