@@ -104,6 +104,22 @@ def test_identical_records_without_an_id_are_two_events_each_sent() -> None:
     assert plan(rule, [letter(1, None, body="same"), letter(2, None, body="same")], window=window) == []
 
 
+def test_two_identical_envelopes_are_one_record_sent_once_in_a_chunk_as_across_chunks() -> None:
+    """A frozen processor's late copy of a dead-letter put leaves the same envelope twice (the live copier reports
+    it): one record, whose own digest the chunk checks against the records before it as well as the window (before,
+    both went out when they fell in one chunk, a copy no report names)."""
+    twins = [letter(1, None, body="same", staging_seq=5), letter(2, None, body="same", staging_seq=5)]
+    assert twins[0].data == twins[1].data
+    rule = RedriveRule(Selection())
+    assert [r.position for r in plan(rule, twins)] == [Position(1)]
+    assert rule.tally.already == 1
+    apart = RedriveRule(Selection())
+    window = DedupWindow(3_600_000, 1000)
+    assert [r.position for r in plan(apart, twins[:1], window=window) + plan(apart, twins[1:], window=window)] == [
+        Position(1)
+    ]
+
+
 def test_a_selection_takes_records_by_reason_arrival_and_staging_shard() -> None:
     records = [
         letter(1, None, arrival=T0),

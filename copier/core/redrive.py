@@ -15,7 +15,9 @@ retention (a record older than that can no longer be read, nor sent again):
 * every record sent is remembered by its own digest, the content digest of
   its partition key and envelope bytes (``letter``: unique, since an
   envelope names its staging position), stored with the dead-lettered IDs
-  (``BatchPlan.learned``);
+  (``BatchPlan.learned``); two identical envelopes (a frozen processor's late
+  copy of a dead-letter put, reported by the live copier) are one record, sent
+  once, in one chunk as across chunks;
 * a keyed event is also remembered by its event ID (the target entry's
   identity, as any forwarded event): two dead-letter records of one event
   (a producer retry beyond the live window, dead-lettered twice) are sent once.
@@ -151,6 +153,7 @@ class RedriveRule:
         tally = self.tally
         left: Counter[int] = Counter(state.redo_digests)  # letters a verified chunk did not find in the target
         seen: set[int] = set()  # event IDs sent in this chunk
+        sent: set[int] = set()  # letters sent in this chunk (the window learns them only once it is committed)
         low = high = records[0].arrival_ms
         for record in records:
             low, high = min(low, record.arrival_ms), max(high, record.arrival_ms)
@@ -167,7 +170,7 @@ class RedriveRule:
             if not (resumed or self.selection.holds(envelope)):
                 continue
             tally.selected += 1
-            if not resumed and letter in window:  # this very record was sent
+            if not resumed and (letter in window or letter in sent):  # this very record was sent
                 tally.already += 1
                 plan.duplicates += 1
                 continue
@@ -185,6 +188,7 @@ class RedriveRule:
                 tally.resumed += 1
             plan.send.append(out)
             plan.learned.append(letter)
+            sent.add(letter)
             plan.redo_ids[record.position] = letter
             kind = envelope.kind or "unknown"
             tally.sent[kind] += 1
