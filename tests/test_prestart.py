@@ -107,6 +107,20 @@ def test_a_record_delivered_from_before_the_start_is_dropped_and_learned_for_lat
     assert world.target_ids() == Counter({"y": 1})
 
 
+def test_a_record_without_an_arrival_time_is_never_before_the_start_and_is_said() -> None:
+    """The daemon stamps every Kinesis record; one delivered without a stamp (read as 0) cannot be judged against
+    the start: it is forwarded and said (no_arrival_time), never dropped unseen as before the start (before, it
+    was: an event after the start lost)."""
+    world = World(started())
+    worker = world.worker()
+    with capture_logs() as logs:
+        worker.process([rec(1, "n", arrival_ms=0), rec(2, "z", arrival_ms=START - 5), rec(3, "y", arrival_ms=START)])
+    assert world.target_ids() == Counter({"n": 1, "y": 1})
+    assert [e["records"] for e in logs if e["event"] == "no_arrival_time"] == [1]
+    state = world.store.get(KEY)
+    assert state is not None and state.counters["before_start"] == 1
+
+
 def test_a_later_owner_loads_the_events_before_the_start_from_the_digest_batches() -> None:
     """The load happens once per shard: the next owner's window has them from the state table, not from a
     second read of staging."""

@@ -63,6 +63,7 @@ from copier.core.limits import (
     record_size,
 )
 from copier.core.positions import Position
+from copier.core.startpoint import NO_ARRIVAL
 from copier.core.window import DedupWindow
 
 __all__ = [
@@ -306,7 +307,7 @@ def plan_batch(
     window still holds (a configuration changed within the window), each
     with whether its IDs were typed (False: recorded by a version that
     read the integer 7 as the string "7"). ``start_ms``: the application's start; what arrived
-    before it is not forwarded (None: no start).
+    before it is not forwarded (None: no start); a record without an arrival time is never before it.
 
     Written for speed as much as for reading: it runs once per record at
     tens of thousands of records a second, so the common case (a keyed
@@ -339,7 +340,7 @@ def plan_batch(
         last = position
         partition_key, data = record.partition_key, record.data
         found = extract_event_id(settings.dedup_key, partition_key, data, count)
-        if start_ms is not None and arrival < start_ms:
+        if start_ms is not None and arrival < start_ms and arrival != NO_ARRIVAL:  # none: never before the start
             plan.before_start += 1
             if type(found) is EventId:  # a retry of it later in this chunk is a duplicate too
                 before = id_digest(found.value, settings.typed_ids)

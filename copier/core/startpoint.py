@@ -14,7 +14,9 @@ after the start. So:
 * a record that arrived before the start is never forwarded, whoever delivers
   it (``copier.core.plan`` drops it as ``before_start`` and its ID is learned
   by the window, should the daemon deliver one: a lease created by an earlier
-  run at TRIM_HORIZON, arrival stamps out of order in a shard);
+  run at TRIM_HORIZON, arrival stamps out of order in a shard); a record
+  without an arrival time (:func:`before_start`) is never before the start:
+  forwarded, and said (``no_arrival_time``);
 * a producer retry after the start of an event before it is not a new event.
   The window recognises retries, and a new application's window is empty, so
   at a shard's first takeover the IDs of what arrived over ``[start -
@@ -42,13 +44,22 @@ from datetime import UTC, datetime
 from copier.core.errors import ConfigError
 from copier.core.streamsettings import Verdict
 
-__all__ = ["EXTENDED", "Leases", "ShardStates", "iso", "judge_start", "parse_start"]
+__all__ = ["EXTENDED", "NO_ARRIVAL", "Leases", "ShardStates", "before_start", "iso", "judge_start", "parse_start"]
 
 EXTENDED = "initialPositionInStreamExtended"
 POSITION = "initialPositionInStream"
 _MAX_SECONDS = 10**10  # the year 2286: a larger value is milliseconds typed for seconds
 SEQUENCE = "sequence"  # a lease checkpointed at a record (not one of the KCL's sentinels)
 HOUR_MS = 3_600_000
+# A record without an arrival time (the processor reads the daemon's missing approximateArrivalTimestamp as 0).
+NO_ARRIVAL = 0
+
+
+def before_start(arrival_ms: int, start_ms: int | None) -> bool:
+    """Did a record arrive in staging before the application's start (None: no start)? A record without an
+    arrival time (:data:`NO_ARRIVAL`) never did: the daemon stamps every Kinesis record, so one without a stamp is
+    something else, and dropping it unseen could lose an event after the start; it is forwarded, and said."""
+    return start_ms is not None and arrival_ms != NO_ARRIVAL and arrival_ms < start_ms
 
 
 def parse_start(raw: Mapping[str, str], path: str) -> int | None:

@@ -35,6 +35,7 @@ from copier.core.packing import pack_digests
 from copier.core.plan import BatchPlan, Outgoing, PlanSettings, Redo, SourceRecord, chunks, plan_batch
 from copier.core.positions import Position
 from copier.core.replan import replan, rerouted_batch, with_columns
+from copier.core.startpoint import NO_ARRIVAL
 from copier.core.state import DigestBatch, ShardState, digest_expiry_ms
 from copier.core.window import DedupWindow
 from copier.shard.forward import Forwarder
@@ -126,7 +127,7 @@ class ChunkPipeline:
             plan = self.rule(records, state, s.window, settings)
         if plan.last is None:
             return None
-        self._report(plan, older)
+        self._report(plan, older, records)
         try:
             return self._put_and_commit(plan, settings, records, scattered, behind_ms)
         except FencedError:
@@ -143,7 +144,7 @@ class ChunkPipeline:
             stored = self.s.stored_settings(state.redo_settings, "redo settings")
         return Redo(state.redo_last, state.redo_counter, stored, state.redo_suspect)
 
-    def _report(self, plan: BatchPlan, older: Sequence[tuple[DedupKey, bool]]) -> None:
+    def _report(self, plan: BatchPlan, older: Sequence[tuple[DedupKey, bool]], records: Sequence[SourceRecord]) -> None:
         log, config = self.s.log, self.s.config
         if plan.earlier_key_duplicates:  # counted with the duplicates, but they may be losses: said apart
             log.warning(
@@ -173,6 +174,14 @@ class ChunkPipeline:
                 sub_sequence_number=position.subseq,
                 reason=reason,
                 to="deadletter" if config.dead_letter_stream_name else "target under a replacement partition key",
+            )
+        unstamped = sum(1 for r in records if r.arrival_ms == NO_ARRIVAL) if config.start_ms is not None else 0
+        if unstamped:
+            log.warning(
+                "no_arrival_time",
+                records=unstamped,
+                detail="delivered without an arrival time (the daemon stamps every Kinesis record): never judged "
+                "before the application's start, forwarded",
             )
         if plan.before_start:
             log.info(
