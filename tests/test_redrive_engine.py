@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -249,6 +249,27 @@ def test_a_second_run_fences_the_first_and_finishes_what_it_left_in_flight() -> 
     first = world.run(page=3)
     assert first.fenced and rival and not rival[0].fenced
     assert world.target() == Counter(original_of(r) for r in letters)
+
+
+def test_a_window_loads_every_batch_though_runs_sent_old_records_after_new_ones() -> None:
+    """A redrive's digest batches are in no arrival order: a run that sends an old record (another selection)
+    writes a high index with an old arrival. The next run's window holds every committed batch; before, the load
+    stopped at the first batch a horizon older than the highest index's and never saw the ones below it, so a
+    record they held was sent again."""
+    hour = 3_600_000
+    old = oversize(1, "e1", size=10)
+    middle = oversize(2, "e2", size=10, arrival=T0 + 23 * hour)
+    new = oversize(3, "e3", size=10, arrival=T0 + 26 * hour)
+    world = DeadLetterWorld([old, middle, new])
+    world.config = replace(world.config, dedup_window_seconds=25 * 3600)  # a horizon of 25 h, as for 24 h retention
+    world.run(Selection(since_ms=T0 + 22 * hour, until_ms=T0 + 24 * hour), page=1, chunk=1)  # batch 1: e2, at 23 h
+    world.run(Selection(until_ms=T0 + hour), page=1, chunk=1)  # batch 2: e1, at 0 h
+    world.run(Selection(since_ms=T0 + 25 * hour), page=1, chunk=1)  # batch 3: e3, at 26 h
+    shard, _ = world.shard(Selection())
+    assert shard.start(SHARD)
+    shard.forward([middle, new])  # what the dead-letter stream still holds: e1's record expired
+    shard.finish()
+    assert world.target() == Counter(original_of(r) for r in (old, middle, new))
 
 
 # -- the property -----------------------------------------------------------------------------------------------

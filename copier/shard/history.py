@@ -35,8 +35,13 @@ __all__ = ["History"]
 class History:
     """Loads the session's dedup window, and knows the dedup keys its IDs were read under."""
 
-    def __init__(self, session: ShardSession) -> None:
+    def __init__(self, session: ShardSession, arrival_ordered: bool = True) -> None:
+        """``arrival_ordered``: a later digest batch holds later arrivals (the live shard: indexes and staging
+        arrivals rise together), so a load may stop at the first batch past the horizon. A source's batches are in
+        no such order (a redrive run may send an old record after a new one: another selection), so every
+        committed batch is read (its state is small; the count cap still applies)."""
         self.s = session
+        self.arrival_ordered = arrival_ordered
         self._keys: dict[tuple[str, bool], int] = {}  # (dedup key, typed IDs) -> newest arrival read under it
         self._cut_reported = False
         self._raise_reported = False
@@ -65,7 +70,7 @@ class History:
         started = time.monotonic()
         stream = s.config.stream_name
         own = list(self._newest_first(s.key, s.state.batches))
-        newest = max([s.state.window_newest_ms] + [b.arrival_max_ms for b in own[:1]])
+        newest = max([s.state.window_newest_ms] + [b.arrival_max_ms for b in own])
         inherited: list[DigestBatch] = []
         ancestors: list[str] = []
         frontier = [] if self._reaches_back(own, newest) else [s.shard_id]
@@ -83,7 +88,7 @@ class History:
                 parent_state = s.retrying("get_parent_state", lambda: s.store.get(key))
                 batches = list(self._newest_first(key, parent_state.batches)) if parent_state else []
                 newest = max([newest, parent_state.window_newest_ms if parent_state else 0])
-                newest = max([newest] + [b.arrival_max_ms for b in batches[:1]])
+                newest = max([newest] + [b.arrival_max_ms for b in batches])
                 inherited.extend(batches)
                 if not self._reaches_back(batches, newest):
                     frontier.append(parent)
@@ -140,21 +145,24 @@ class History:
         )
 
     def _reaches_back(self, batches: Sequence[DigestBatch], newest_ms: int) -> bool:
-        """Do these batches (newest first) already cover the horizon behind ``newest_ms``?"""
-        return bool(batches) and batches[-1].arrival_min_ms <= newest_ms - self.s.config.dedup_window_ms
+        """Do these batches already cover the horizon behind ``newest_ms``?"""
+        oldest = min((b.arrival_min_ms for b in batches), default=None)
+        return oldest is not None and oldest <= newest_ms - self.s.config.dedup_window_ms
 
     def _newest_first(self, key: str, upto: int) -> Iterator[DigestBatch]:
         return iter(self.s.retrying("load_window", lambda: list(self._lazy(key, upto))))
 
     def _lazy(self, key: str, upto: int) -> Iterator[DigestBatch]:
-        """The committed batches newest first, read until the window's horizon or cap is reached."""
+        """The committed batches newest first, read until the window's cap is reached or, where indexes follow
+        arrivals (``arrival_ordered``), a batch lies past the horizon of the newest: the ones after it are older."""
         config = self.s.config
         taken = 0
         newest: int | None = None
         for batch in self.s.store.batches(key, upto):
             if newest is None:
                 newest = batch.arrival_max_ms
-            if taken >= config.dedup_window_max_events or batch.arrival_max_ms < newest - config.dedup_window_ms:
+            past = self.arrival_ordered and batch.arrival_max_ms < newest - config.dedup_window_ms
+            if taken >= config.dedup_window_max_events or past:
                 return
             taken += batch.keyed_count
             yield batch

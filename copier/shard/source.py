@@ -73,7 +73,7 @@ class SourceShard:
         s = self.session = new_session(config, store, streams, clock, owner, log, None, clock_bounds, key_prefix)
         self.ownership = Ownership(s)
         self.inflight = InFlight(s)
-        self.history = History(s)
+        self.history = History(s, arrival_ordered=False)  # a run may send old records after new ones
         self.pipeline = ChunkPipeline(s, self.history, StreamGuard(s), chunk_events, rule, replanning)
         self.uses_window = window
 
