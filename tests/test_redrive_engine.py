@@ -8,12 +8,13 @@ import hashlib
 import json
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from copier.commands.redrive import PREFIX, source_config
+from copier.commands.redrive import PREFIX, RedriveRun, source_config
 from copier.core.audittypes import content_name
 from copier.core.config import Config, parse_dedup_key
 from copier.core.errors import AmbiguousPutError
@@ -24,8 +25,9 @@ from copier.core.redrive import RedriveRule, Selection, letter_digest
 from copier.core.state import ShardState
 from copier.core.window import DedupWindow
 from copier.shard.source import SourceShard
-from copier.testing import FakeClock
+from copier.testing import FakeClock, InMemoryStreams
 from tests.support.fakes import CrashingStore, SimulatedCrash, StallingStreams, config
+from tests.support.readers import FakeReader
 
 SHARD = "shardId-000000000000"
 T0 = 1_700_000_000_000
@@ -270,6 +272,80 @@ def test_a_window_loads_every_batch_though_runs_sent_old_records_after_new_ones(
     shard.forward([middle, new])  # what the dead-letter stream still holds: e1's record expired
     shard.finish()
     assert world.target() == Counter(original_of(r) for r in (old, middle, new))
+
+
+@dataclass
+class ReshardedDeadLetters:
+    """A dead-letter stream split after a record of event 7 (and three others) reached its one shard; a producer
+    retry of event 7, dead-lettered too, then reached a child. ``copier redrive``'s runs over it, in process."""
+
+    clock: FakeClock = field(default_factory=FakeClock)
+
+    def __post_init__(self) -> None:
+        self.store = CrashingStore(self.clock)
+        self.streams = InMemoryStreams(self.clock, {"target": 1}, max_record_bytes={"target": LIMIT})
+        self.config = config(deadLetterStreamName="dlq")
+        for n in (1, 2, 3):
+            self.dead_letter(oversize(n, f"other-{n}", size=10, arrival=self.clock.now_ms()))
+        self.first = self.dead_letter(oversize(4, "e7", size=10, arrival=self.clock.now_ms()))
+        self.children = self.streams.split("dlq", SHARD)
+        self.clock.advance(2 * 3_600_000)
+        self.retry = self.dead_letter(oversize(20, "e7", size=10, arrival=self.clock.now_ms()))
+
+    def dead_letter(self, record: SourceRecord) -> SourceRecord:
+        self.streams.put_records("dlq", [(record.partition_key, record.data)])
+        self.clock.advance(1000)
+        return record
+
+    def run(self, name: str, selection: Selection = Selection()) -> RedriveRun:
+        def shard(*args: Any, **kwargs: Any) -> SourceShard:
+            return SourceShard(*args, clock=self.clock, owner=name, chunk_events=1, **kwargs)
+
+        run = RedriveRun(self.config, selection, self.store, self.streams, FakeReader(self.streams), make_shard=shard)
+        run.run()
+        return run
+
+    def target(self) -> Counter[str]:
+        return Counter(json.loads(d)["eventId"] for d in self.streams.data("target"))
+
+
+def test_a_record_a_child_shard_sent_is_known_when_its_parent_is_read_later() -> None:
+    """Event 7 has a dead-letter record on the parent and a later one on a child. A run selecting only the later
+    one sends it from the child; the next run, selecting everything, reads the parent first: its window holds
+    what every shard of the stream sent, so event 7 is not sent again (before, a shard's window held its own and
+    its ancestors' only, and the parent's record went out: a duplicate)."""
+    world = ReshardedDeadLetters()
+    assert world.retry.arrival_ms > world.first.arrival_ms
+    world.run("run-1", Selection(since_ms=world.first.arrival_ms + 3_600_000))  # the retry's original only
+    assert world.target() == Counter({"e7": 1})
+    second = world.run("run-2")
+    assert world.target() == Counter({"e7": 1, "other-1": 1, "other-2": 1, "other-3": 1})
+    assert second.tally.already == 2  # the parent's record of event 7 (its ID), the child's (its own digest)
+
+
+def test_a_run_fenced_on_a_shard_goes_on_to_no_other_and_two_runs_never_send_at_once() -> None:
+    """A second run starts while the first has sent one record of the parent: it takes every shard over (the
+    first is fenced at its next write), loads its windows only then, and sends the rest. The first stops where it
+    was fenced, its remaining shards left to the second (before, a run fenced on a parent went on to its children
+    with a window loaded from the parent as it had left it, while the other run sent from the parent)."""
+    world = ReshardedDeadLetters()
+    rival: list[RedriveRun] = []
+
+    def hook(phase: str, call: str) -> bool:
+        if (phase, call) == ("after", "write") and not rival and world.streams.data("target"):
+            world.store.crash_hook = lambda p, c: False
+            rival.append(world.run("run-B"))
+        return False
+
+    world.store.crash_hook = hook
+    first = world.run("run-A")
+    assert rival and rival[0].exit_status() == 0
+    assert [o.taken_over for o in first.shards] == [True, True, True]
+    assert first.exit_status() == 1 and "taken over by another redrive" in "\n".join(first.summary())
+    assert world.target() == Counter({"e7": 1, "other-1": 1, "other-2": 1, "other-3": 1})
+    for shard in world.children:
+        state = world.store.get(PREFIX + "dlq/" + shard)
+        assert state is not None and state.owner == "run-B", "the fenced run took no shard back"
 
 
 # -- the property -----------------------------------------------------------------------------------------------

@@ -17,6 +17,11 @@ SIGTERM) stops after the chunk in flight and releases the shards (run it
 again to go on); a second Ctrl-C stops at once, and the next run waits out
 this one's lease and verifies what it left in flight.
 
+A run takes every dead-letter shard over before it sends anything, and
+loads each shard's window (what was sent from every shard of the stream)
+just before reading it: two runs never send at once, and a run fenced on one
+shard stops there, leaving the rest to the run that fenced it.
+
 Exit status: 0 every selected record is in the target; 1 some could not be
 sent (failed again, not redrivable: listed) or a shard was taken over by
 another run; 2 bad arguments or properties; 3 a fatal AWS error; 4 a stream
@@ -43,7 +48,7 @@ from copier.core.auditinputs import arrival_ms
 from copier.core.audittypes import digest_name
 from copier.core.config import Config, load_config
 from copier.core.envelope import REASON_KINDS, read_envelope_bytes
-from copier.core.errors import ConfigError, FatalAwsError, TransientAwsError
+from copier.core.errors import ConfigError, FatalAwsError, FencedError, TransientAwsError
 from copier.core.limits import MAX_RETENTION_MS
 from copier.core.packing import unpack_digests
 from copier.core.plan import SourceRecord
@@ -132,6 +137,8 @@ class RedriveRun:
     rule: RedriveRule = field(init=False)
     shards: list[ShardOutcome] = field(default_factory=list)
     interrupted: bool = False
+    fenced: bool = False  # another run took a shard over: this one stops, and leaves the rest to it
+    _held: dict[str, SourceShard] = field(default_factory=dict)  # taken over, not read yet
     _told: int = 0  # events sent that the metrics were told of
 
     def __post_init__(self) -> None:
@@ -151,28 +158,63 @@ class RedriveRun:
         )
 
     def run(self) -> RedriveTally:
+        """Take every dead-letter shard over, then send from each, parents first; a run fenced anywhere stops
+        (another run is taking the stream over, and goes on where this one stopped)."""
         dlq = self.config.dead_letter_stream_name
         assert dlq is not None
         source = source_config(self.config, self.streams.retention(dlq))
-        listed = self.reader.shards(dlq)
-        for n, shard in enumerate(listed):
+        listed = [shard["ShardId"] for shard in self.reader.shards(dlq)]  # parents before their children
+        held = self._held = {} if self.dry_run else self._take_all(source, listed)
+        for n, shard_id in enumerate(listed):
             if self.stop.is_set():
                 self.interrupted = True
                 break
-            self._shard(source, shard["ShardId"], n, len(listed))
+            if self.dry_run:
+                self._shard(source, shard_id, None, n, len(listed))
+            elif shard_id in held and not self.fenced:
+                self._shard(source, shard_id, held.pop(shard_id), n, len(listed))
+            else:
+                self.shards.append(ShardOutcome(shard_id, taken_over=True))
+        for shard in held.values():  # not reached (interrupted, fenced elsewhere): between chunks, nothing in flight
+            shard.finish()
         self._show(len(self.shards), len(listed), final=True)
         return self.tally
 
-    def _shard(self, source: Config, shard_id: str, n: int, total: int) -> None:
+    def _take_all(self, source: Config, listed: list[str]) -> dict[str, SourceShard]:
+        """Take every shard's item over (verifying what each has in flight) before anything is sent, stopping at
+        the first fence. Two runs then never send at once: a run that takes a shard over fences the other there,
+        and sends nothing until it holds every shard, by when the other is fenced wherever it could still send.
+        Each window is loaded after that (``SourceShard.load``), so it holds all another run committed."""
+        held: dict[str, SourceShard] = {}
+        for shard_id in listed:
+            if self.stop.is_set():
+                break
+            shard = self.make_shard(source, self.store, self.streams, PREFIX, self.rule, replanning=False)
+            if not shard.take(shard_id):
+                self.fenced = True
+                break
+            held[shard_id] = shard
+        return held
+
+    def _keep_held(self) -> None:
+        """Between pages, renew the leases of the shards held and not read yet (``copier status`` shows them
+        running); a renewal refused is another run taking the stream over: this one goes on to no other shard."""
+        for shard in self._held.values():
+            try:
+                shard.session.keep_lease()
+            except FencedError:
+                shard.session.fence("keep_lease")
+                self.fenced = True
+
+    def _shard(self, source: Config, shard_id: str, held: SourceShard | None, n: int, total: int) -> None:
         outcome = ShardOutcome(shard_id)
         self.shards.append(outcome)
-        shard = self.make_shard(source, self.store, self.streams, PREFIX, self.rule, replanning=False)
-        if self.dry_run:
+        if held is None:  # a dry run: the item and the window as they are, nothing written
+            shard = self.make_shard(source, self.store, self.streams, PREFIX, self.rule, replanning=False)
             state = shard.peek(shard_id)
-        elif not shard.start(shard_id):
-            outcome.taken_over = True
-            return
         else:
+            shard = held
+            shard.load()
             state = shard.state
         redo = bool(state is not None and state.redo_digests)
         since = self.selection.since_ms
@@ -187,8 +229,9 @@ class RedriveRun:
             else:
                 outcome.committed = shard.forward(records) or outcome.committed
                 if shard.fenced:
-                    outcome.taken_over = True
+                    outcome.taken_over = self.fenced = True
                     return
+                self._keep_held()
             self._show(n, total)
             self._sent(shard_id)
             if self.stop.is_set():

@@ -35,13 +35,18 @@ __all__ = ["History"]
 class History:
     """Loads the session's dedup window, and knows the dedup keys its IDs were read under."""
 
-    def __init__(self, session: ShardSession, arrival_ordered: bool = True) -> None:
+    def __init__(self, session: ShardSession, arrival_ordered: bool = True, every_shard: bool = False) -> None:
         """``arrival_ordered``: a later digest batch holds later arrivals (the live shard: indexes and staging
         arrivals rise together), so a load may stop at the first batch past the horizon. A source's batches are in
         no such order (a redrive run may send an old record after a new one: another selection), so every
-        committed batch is read (its state is small; the count cap still applies)."""
+        committed batch is read (its state is small; the count cap still applies).
+
+        ``every_shard``: the window holds what every shard of the stream committed, not only the shard's own and
+        its ancestors' (a redrive: the records of one event can be on a parent and on a child of a resharded
+        dead-letter stream, and a run may send from the child before another run reads the parent)."""
         self.s = session
         self.arrival_ordered = arrival_ordered
+        self.every_shard = every_shard
         self._keys: dict[tuple[str, bool], int] = {}  # (dedup key, typed IDs) -> newest arrival read under it
         self._cut_reported = False
         self._raise_reported = False
@@ -73,7 +78,14 @@ class History:
         newest = max([s.state.window_newest_ms] + [b.arrival_max_ms for b in own])
         inherited: list[DigestBatch] = []
         ancestors: list[str] = []
-        frontier = [] if self._reaches_back(own, newest) else [s.shard_id]
+        frontier: list[str] = []
+        if self.every_shard:
+            listed = s.retrying("list_shards", lambda: s.streams.shards(stream))
+            for other in (shard["ShardId"] for shard in listed if shard["ShardId"] != s.shard_id):
+                ancestors.append(other)
+                newest = self._inherit(other, newest, inherited)
+        elif not self._reaches_back(own, newest):
+            frontier.append(s.shard_id)
         seen = {s.shard_id}
         while frontier:
             child = frontier.pop(0)
@@ -84,13 +96,9 @@ class History:
                     continue
                 seen.add(parent)
                 ancestors.append(parent)
-                key = s.key_of(parent)
-                parent_state = s.retrying("get_parent_state", lambda: s.store.get(key))
-                batches = list(self._newest_first(key, parent_state.batches)) if parent_state else []
-                newest = max([newest, parent_state.window_newest_ms if parent_state else 0])
-                newest = max([newest] + [b.arrival_max_ms for b in batches])
-                inherited.extend(batches)
-                if not self._reaches_back(batches, newest):
+                reached = len(inherited)
+                newest = self._inherit(parent, newest, inherited)
+                if not self._reaches_back(inherited[reached:], newest):
                     frontier.append(parent)
         everything = own + inherited
         s.window.advance(newest)
@@ -120,6 +128,16 @@ class History:
             seconds=round(time.monotonic() - started, 3),
         )
         self._say_if_raised(newest)
+
+    def _inherit(self, shard_id: str, newest_ms: int, into: list[DigestBatch]) -> int:
+        """Add another shard's committed batches to ``into`` (within the horizon, where they follow arrivals);
+        the newest arrival known with them."""
+        s = self.s
+        key = s.key_of(shard_id)
+        state = s.retrying("get_parent_state", lambda: s.store.get(key))
+        batches = list(self._newest_first(key, state.batches)) if state else []
+        into.extend(batches)
+        return max([newest_ms, state.window_newest_ms if state else 0] + [b.arrival_max_ms for b in batches])
 
     def _say_if_raised(self, newest_ms: int) -> None:
         """A configured window larger than the one the shard's digest batches were written under (the state

@@ -13,7 +13,10 @@ digest batches and window never meet the live processor's, and:
   it stops on that shard. A chunk the item has in flight (a run killed or
   fenced mid-put) is verified by reading the target (``copier.shard.inflight``)
   before anything is sent; then the window is loaded (``copier.shard.history``)
-  when the source's rule consults it;
+  when the source's rule consults it: what was sent from every shard of the
+  stream (a redrive: the records of one event can be on a parent and a child
+  of a resharded dead-letter stream), every committed batch (a run may send
+  an old record after a new one);
 * :meth:`SourceShard.forward` sends records through the chunk pipeline
   (``copier.shard.pipeline``) with the source's :data:`~copier.shard.pipeline.PlanRule`:
   each chunk's digest batch is written before its put, its put is the
@@ -73,7 +76,8 @@ class SourceShard:
         s = self.session = new_session(config, store, streams, clock, owner, log, None, clock_bounds, key_prefix)
         self.ownership = Ownership(s)
         self.inflight = InFlight(s)
-        self.history = History(s, arrival_ordered=False)  # a run may send old records after new ones
+        # a run may send old records after new ones; an event's records may be on a parent and a child shard
+        self.history = History(s, arrival_ordered=False, every_shard=window)
         self.pipeline = ChunkPipeline(s, self.history, StreamGuard(s), chunk_events, rule, replanning)
         self.uses_window = window
 
@@ -104,12 +108,21 @@ class SourceShard:
     def start(self, shard_id: str) -> bool:
         """Take the shard's item over, verify what it has in flight, load the window; False if fenced meanwhile
         (another run took the shard over while this one verified)."""
-        self.bind(shard_id)
-        if not open_shard(self.session, self.ownership, self.inflight):
+        if not self.take(shard_id):
             return False
+        self.load()
+        return True
+
+    def take(self, shard_id: str) -> bool:
+        """Take the shard's item over and verify what it has in flight, the window not loaded yet (a run that
+        takes every shard over first loads each window after: :meth:`load`); False if fenced meanwhile."""
+        self.bind(shard_id)
+        return open_shard(self.session, self.ownership, self.inflight)
+
+    def load(self) -> None:
+        """Load the window (when the rule consults it): every committed batch of every shard of the stream."""
         if self.uses_window:
             self.history.load()
-        return True
 
     def forward(self, records: Sequence[SourceRecord]) -> Position | None:
         """Send what the rule makes of ``records``, chunk by chunk; the last committed position (None: nothing
