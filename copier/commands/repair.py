@@ -43,13 +43,15 @@ from copier.core.audittypes import DuplicateReport
 from copier.core.config import Config, load_config
 from copier.core.identity import EventValue
 from copier.core.plan import SourceRecord
-from copier.core.ports import Streams
+from copier.core.ports import Clock, Streams
 from copier.core.positions import Position
 from copier.core.repair import Copy, Decision, LiveShard, decide, plan_repair
 from copier.core.shardmap import ShardMap
 from copier.core.state import StateStore, shard_key
 from copier.core.verifyreport import VerifyResult, render_text
+from copier.shard.retention import MIN_RETENTION_MS
 from copier.shard.source import SourceShard
+from copier.shard.worker import SystemClock
 
 __all__ = ["PREFIX", "RepairRun", "add_arguments", "main"]
 
@@ -98,6 +100,7 @@ class RepairRun:
     stop: threading.Event = field(default_factory=threading.Event)
     metrics: SourceMetrics | None = None
     make_shard: Callable[..., SourceShard] = SourceShard
+    clock: Clock = field(default_factory=SystemClock)
     decisions: list[Decision] = field(default_factory=list)  # the lost events of the range, before the repair
     after: list[Decision] = field(default_factory=list)  # and after it
     not_found: list[Decision] = field(default_factory=list)  # lost, and not a record the daemon delivers
@@ -175,7 +178,17 @@ class RepairRun:
         unkeyed = [at[p] for p in map(_place, report.unkeyed_lost_examples) if p in at]
         c = self.config
         window, margin = c.dedup_window_ms, c.clock_skew_millis
-        return decide(keyed, unkeyed, self.live, key_shard, window, margin, self.since_ms, self.until_ms)
+        kept = self._kept_since()
+        return decide(keyed, unkeyed, self.live, key_shard, window, margin, self.since_ms, self.until_ms, kept)
+
+    def _kept_since(self) -> int:
+        """The kept horizon (``copier.core.repair``): now less the shortest retention of the streams a delivered
+        copy is in (the target; the dead-letter stream), plus the clock margin. A retention that cannot be read
+        counts as Kinesis' shortest."""
+        c = self.config
+        streams = [c.target_stream_name] + ([c.dead_letter_stream_name] if c.dead_letter_stream_name else [])
+        kept = min(self.streams.retention(s) or MIN_RETENTION_MS for s in streams)
+        return self.clock.now_ms() - kept + c.clock_skew_millis
 
     def _put(self, shards: Mapping[str, SourceShard]) -> None:
         """Read each shard's lost records back from staging and put them through its repair session."""
@@ -217,7 +230,8 @@ class RepairRun:
     def summary(self, final: VerifyResult | None) -> list[str]:
         """What the run found and did, and the audit after it, for stdout."""
         put = [d for d in self.decisions if d.put is not None and d not in self.not_found]
-        waiting = [d for d in self.decisions if d.put is None]
+        waiting = [d for d in self.decisions if d.put is None and not d.unverifiable]
+        old = [d for d in self.decisions if d.unverifiable]
         verb = "would put" if self.dry_run else "put"
         lines = [
             f"repair: {self.config.stream_name} -> {self.config.target_stream_name}"
@@ -226,6 +240,10 @@ class RepairRun:
         ]
         lines += [f"    {verb}: {d.what()}" for d in put[:EXAMPLES]]
         lines += [f"    waiting: {d.what()}: {d.why}" for d in waiting]
+        if old:
+            gone = "before the target's retention, or the dead-letter stream's"
+            lines.append(f"  unverifiable, not put ({gone}): {len(old)}")
+            lines += [f"    unverifiable: {d.what()}" for d in old[:EXAMPLES]]
         lines += [f"    not put (the daemon does not deliver this record): {d.what()}" for d in self.not_found]
         if self.taken_over:
             taken = ", ".join(sorted(set(self.taken_over)))

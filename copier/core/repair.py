@@ -17,6 +17,12 @@ why, and a later run puts it):
 
 * a staging copy of it is still ahead of the live copier (after its shard's
   committed position): the live copier may forward that copy itself;
+* its earliest staging copy arrived before the *kept horizon* (now less the
+  shorter of the target's and the dead-letter stream's retentions, plus the
+  clock margin): a copy the live copier delivered may have expired there
+  since, and the audit cannot tell that from a loss. Such an event is
+  *unverifiable*, said, never put (putting it would deliver again an event
+  consumers may have had);
 * its producer may still retry it within the live dedup window, and the live
   shard's window does not know the repair put it (a running processor loads
   its window only when it takes a shard over): the live copier would forward
@@ -34,7 +40,7 @@ own, delivered at least once), so only the first rule applies to them.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from copier.core.audittypes import show
 from copier.core.identity import EventValue
@@ -75,6 +81,7 @@ class Decision:
     put: Copy | None
     why: str = ""
     after_ms: int | None = None
+    unverifiable: bool = False  # past the kept horizon: never put, whatever a later run finds
 
     def what(self) -> str:
         named = f"event {show(self.event_id)}" if self.event_id is not None else "a record without an event ID"
@@ -90,10 +97,19 @@ def decide(
     margin_ms: int,
     since_ms: int | None = None,
     until_ms: int | None = None,
+    kept_since_ms: int | None = None,
 ) -> list[Decision]:
     """What becomes of each lost event of the range (``keyed``: each lost event ID's staging copies; ``unkeyed``:
-    each lost record without an ID); ``key_shard``: the open staging shard a partition key goes to now."""
+    each lost record without an ID); ``key_shard``: the open staging shard a partition key goes to now;
+    ``kept_since_ms``: the kept horizon (see the module docstring; None: none)."""
     out: list[Decision] = []
+
+    def expired(first: Copy) -> Decision | None:
+        """An event whose delivered copy may have expired since (it landed no earlier than ``first`` arrived)."""
+        if kept_since_ms is None or first.arrival_ms >= kept_since_ms:
+            return None
+        why = "it arrived before the target's (or dead-letter stream's) retention: a copy delivered may have expired"
+        return Decision(None, first, None, why, unverifiable=True)
 
     def in_range(first: Copy) -> bool:
         return (since_ms is None or first.arrival_ms >= since_ms) and (until_ms is None or first.arrival_ms < until_ms)
@@ -101,6 +117,9 @@ def decide(
     for event_id, copies in keyed.items():
         first = min(copies, key=lambda c: (c.arrival_ms, c.shard_id, c.position))
         if not in_range(first):
+            continue
+        if (old := expired(first)) is not None:
+            out.append(replace(old, event_id=event_id))
             continue
         ahead = next((c for c in copies if _ahead(c, live)), None)
         if ahead is not None:
@@ -122,7 +141,9 @@ def decide(
     for copy in unkeyed:
         if not in_range(copy):
             continue
-        if _ahead(copy, live):
+        if (old := expired(copy)) is not None:
+            out.append(old)
+        elif _ahead(copy, live):
             out.append(Decision(None, copy, None, "it is still ahead of the live copier"))
         else:
             out.append(Decision(None, copy, copy))
