@@ -105,3 +105,23 @@ def test_the_kept_horizon_holds_back_keyed_and_unkeyed_events_alike() -> None:
         (None, False, True),
     ]
 
+
+def test_events_before_the_applications_start_are_neither_lost_nor_put() -> None:
+    """An application started three hours ago at a point in time: the events whose first staging copy arrived
+    before the start are not owed to its target. A repair of the last day audits them as such and puts nothing of
+    them (before, the audit counted them lost and the repair put them: events before the start in the target); an
+    event after the start that the copier skipped is still put back."""
+    clock = FakeClock()
+    start_ms = (clock.now_ms() // 1000 - 3 * 3600) * 1000
+    world = Copier(config({"initialPositionInStreamExtended": start_ms // 1000}), clock=clock)
+    before = [event(1, start_ms - 2 * HOUR), event(2, start_ms - 30 * 60_000)]
+    world.staged(before, forward=False)  # the daemon starts AT_TIMESTAMP: never delivered
+    world.staged([event(3, start_ms + 10 * 60_000)], forward=False)  # after the start, skipped: lost
+    world.staged([event(4, start_ms + 2 * HOUR)])
+    run = world.repair(start_ms - 24 * HOUR, clock.now_ms())
+    assert world.target() == Counter({"e3": 1, "e4": 1})
+    assert [str(d.event_id) for d in run.decisions] == ["e3"]
+    assert run.after == [] and world.final is not None and world.final.before_start == 2
+    assert "staged events before the application's start (never copied, not counted): 2" in "\n".join(
+        run.summary(world.final)
+    )

@@ -77,6 +77,7 @@ from copier.core.identity import EventValue
 from copier.core.kpl import as_daemon_delivers
 from copier.core.limits import record_size
 from copier.core.positions import Position
+from copier.core.startpoint import before_start
 from copier.core.state import shard_key
 from copier.core.verifyreport import VerifyResult, render_json, render_text
 
@@ -182,6 +183,21 @@ def read_staging(config: Config, reader: StreamReader) -> list[StagedRecord]:
     return reader.read(config.stream_name, "staging", staged)
 
 
+def _after_start(records: Sequence[StagedRecord], start_ms: int | None) -> tuple[list[Produced], int]:
+    """The staged events the application owes its target, and how many it does not: with a start
+    (``initialPositionInStreamExtended``), an event whose first staging copy arrived before it is never forwarded,
+    nor is a retry of it within the window (``copier.core.startpoint``), so it is neither lost nor expected."""
+    events = [(record.arrival_ms, event) for record in records for event in record.events]
+    if start_ms is None:
+        return [event for _, event in events], 0
+    first: dict[EventValue, int] = {}
+    for at, event in events:
+        if event.event_id is not None:
+            first[event.event_id] = min(first.get(event.event_id, at), at)
+    kept = [e for at, e in events if not before_start(at if e.event_id is None else first[e.event_id], start_ms)]
+    return kept, len(events) - len(kept)
+
+
 Committed = Callable[[Sequence[str]], Mapping[str, Position]]
 
 
@@ -261,12 +277,13 @@ def run_verify(
         records = read_staging(config, reader)
         if staged_out is not None:
             staged_out.extend(records)
-        produced = [event for record in records for event in record.events]
+        produced, before = _after_start(records, config.start_ms)
         keyed = sum(1 for p in produced if p.event_id is not None)
         source, source_records, source_unkeyed = "staging", len(records), len(produced) - keyed
         undecodable = [f"{r.shard_id}@{r.sequence_number}" for r in records if r.problem == "undecodable"]
         dropped = [f"{r.shard_id}@{r.sequence_number}" for r in records if r.problem in ("out_of_range", "bad_index")]
         counts = {
+            "before_start": before,
             "source_events": len(produced),
             "source_aggregates": sum(1 for r in records if r.aggregated),
             "undecodable": len(undecodable),

@@ -35,6 +35,7 @@ class VerifyResult:
     undecodable_examples: tuple[str, ...] = ()  # shard@sequence number
     dropped: int = 0  # aggregates the daemon drops or truncates (hash key out of range, bad index)
     dropped_examples: tuple[str, ...] = ()
+    before_start: int = 0  # staged events before the application's start (its first copy's arrival): not owed
     # Why the copier's committed positions were not read (then every missing event counts as lost); None: read.
     positions_unknown: str | None = None
 
@@ -130,6 +131,8 @@ def render_text(result: VerifyResult) -> str:
             f"undecodable KPL aggregates in staging: {result.undecodable} (the events inside cannot be counted): "
             + ", ".join(result.undecodable_examples)
         )
+    if result.before_start:
+        lines.append(f"staged events before the application's start (never copied, not counted): {result.before_start}")
     if result.dropped:
         lines.append(
             f"KPL aggregates the daemon drops whole or in part (a user record's hash key outside its shard, "
@@ -179,6 +182,7 @@ def render_json(result: VerifyResult) -> str:
             "source_events_without_id": result.source_unkeyed,
             "undecodable_aggregates": result.undecodable,
             "undecodable_examples": list(result.undecodable_examples),
+            "before_start": result.before_start,
             "dropped_aggregates": result.dropped,
             "dropped_examples": list(result.dropped_examples),
             "target_stream": result.target_stream,
