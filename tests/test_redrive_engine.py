@@ -181,7 +181,7 @@ class DeadLetterWorld:
     def __post_init__(self) -> None:
         self.store = CrashingStore(self.clock)
         self.streams = StallingStreams(self.clock, {"target": 2}, max_record_bytes={"target": LIMIT}, stall_after=3)
-        self.config: Config = source_config(config(deadLetterStreamName="dlq"), self.streams.retention("dlq"))
+        self.config: Config = source_config(config(deadLetterStreamName="dlq"))
 
     def shard(self, selection: Selection, chunk: int = 10_000) -> tuple[SourceShard, RedriveRule]:
         self.runs += 1
@@ -346,6 +346,21 @@ def test_a_run_fenced_on_a_shard_goes_on_to_no_other_and_two_runs_never_send_at_
     for shard in world.children:
         state = world.store.get(PREFIX + "dlq/" + shard)
         assert state is not None and state.owner == "run-B", "the fenced run took no shard back"
+
+
+def test_a_retention_raised_after_a_run_keeps_what_it_sent_known() -> None:
+    """A run sends everything while the dead-letter stream keeps records a day; the operator then raises the
+    retention to a week (as check-config advises), and the records stay readable. A run 60 hours later sends
+    nothing again: the first run's digest batches outlive any retention the stream can be given (before, they
+    expired two days and two hours after their newest record, and every record went out a second time)."""
+    world = ReshardedDeadLetters()
+    world.run("run-1")
+    everything = Counter({"e7": 1, "other-1": 1, "other-2": 1, "other-3": 1})
+    assert world.target() == everything
+    world.streams.retention_ms["dlq"] = 7 * 24 * 3_600_000  # IncreaseStreamRetentionPeriod
+    world.clock.advance(60 * 3_600_000)
+    again = world.run("run-2")
+    assert sum(again.tally.sent.values()) == 0 and world.target() == everything
 
 
 # -- the property -----------------------------------------------------------------------------------------------

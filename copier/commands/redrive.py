@@ -91,12 +91,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="say what would be sent (counts by reason, examples)")
 
 
-def source_config(config: Config, retention_ms: int | None) -> Config:
+def source_config(config: Config) -> Config:
     """The configuration of a redrive's shard sessions: the dead-letter stream is the stream read (its shards'
-    items and lineage), nothing goes back to it, and the window reaches back the stream's retention (365 days
-    when it cannot be read) plus an hour, uncapped: what was sent is remembered as long as it can be read."""
+    items and lineage), nothing goes back to it, and the window reaches back the longest retention Kinesis allows
+    (365 days) plus an hour, uncapped: what was sent is remembered as long as it can be read. Not the stream's
+    retention as read now: it may be raised after a run (check-config advises it), Kinesis then keeps the records
+    already there the longer time, and digest batches that expired with the old one would let them go again."""
     assert config.dead_letter_stream_name is not None
-    horizon_ms = (retention_ms or MAX_RETENTION_MS) + HOUR_MS
+    horizon_ms = MAX_RETENTION_MS + HOUR_MS
     return replace(
         config,
         stream_name=config.dead_letter_stream_name,
@@ -162,7 +164,7 @@ class RedriveRun:
         (another run is taking the stream over, and goes on where this one stopped)."""
         dlq = self.config.dead_letter_stream_name
         assert dlq is not None
-        source = source_config(self.config, self.streams.retention(dlq))
+        source = source_config(self.config)
         listed = [shard["ShardId"] for shard in self.reader.shards(dlq)]  # parents before their children
         held = self._held = {} if self.dry_run else self._take_all(source, listed)
         for n, shard_id in enumerate(listed):
