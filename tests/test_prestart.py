@@ -12,7 +12,7 @@ from structlog.testing import capture_logs
 import copier.shard.prestart
 from copier.adapters.kinesisread import KinesisReads
 from copier.core.config import Config
-from copier.core.errors import FatalAwsError, TransientAwsError
+from copier.core.errors import ConfigError, FatalAwsError, TransientAwsError
 from copier.core.identity import id_digest
 from copier.core.packing import unpack_digests
 from copier.core.plan import SourceRecord
@@ -152,6 +152,37 @@ def test_a_load_cut_short_by_a_crash_is_done_again_by_the_next_owner(monkeypatch
     assert len(world.streams.arrival_reads) == 2
     worker.process([rec(5, "b", arrival_ms=START + 1), rec(6, "a", arrival_ms=START + 2)])
     assert world.target_ids() == Counter()
+
+
+@pytest.mark.parametrize("moved_ms", [-30 * 60_000, 30 * 60_000])
+def test_a_start_changed_after_a_shard_loaded_its_events_before_is_refused_by_every_later_owner(moved_ms: int) -> None:
+    """The first owner loaded what arrived before the start and died before the KCL checkpointed; the start is
+    then changed, so the next owner's daemon starts at the new one. Lowered, the window still holds the old load
+    and events between the two starts would be dropped as duplicates (lost); raised, the window before the new
+    start was never loaded and a retry after it of an event between the two would be forwarded. The next owner
+    refuses to start, naming both starts and the way back, and forwards nothing (before, it went on: one lost,
+    one forwarded); set back, it goes on."""
+    world = world_started()
+    world.worker().release()
+    moved = config({"initialPositionInStreamExtended": (START + moved_ms) // 1000}, dedupWindowSeconds=WINDOW // 1000)
+    with pytest.raises(ConfigError, match=f"Set it back to {START // 1000}"):
+        world.worker(cfg=moved)
+    assert world.target_ids() == Counter()
+    world.clock.advance(60_000)
+    world.worker().process([rec(5, "c", arrival_ms=START)])
+    assert world.target_ids() == Counter({"c": 1})
+
+
+def test_a_child_whose_parent_loaded_for_another_start_is_refused() -> None:
+    """The check follows the lineage: a child created after the change meets its parent's recorded start."""
+    world = world_started()
+    parent = world.worker()
+    parent.process([rec(5, "c", arrival_ms=START)])
+    children = world.streams.split("staging", SHARD)
+    parent.end_shard()
+    moved = config({"initialPositionInStreamExtended": START // 1000 - 600}, dedupWindowSeconds=WINDOW // 1000)
+    with pytest.raises(ConfigError, match=f"{SHARD} loaded the events before"):
+        world.worker(children[0], cfg=moved)
 
 
 def test_a_child_shard_inherits_what_its_parent_loaded_and_reads_only_its_own_range() -> None:

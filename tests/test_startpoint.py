@@ -171,11 +171,12 @@ def test_a_new_application_restarted_before_its_first_kcl_checkpoint_is_not_take
     assert levels(found)["error"] == 0, found
 
 
-def test_a_start_changed_after_the_application_began_is_a_warning() -> None:
+def test_a_start_changed_after_the_application_began_is_an_error() -> None:
+    """The processors refuse it (``copier.shard.prestart.PreStart.refuse_changed``): so does check-config."""
     leases = Leases("app", exists=True, checkpoints=Counter({SEQUENCE: 2}))
     states = ShardStates("s", shards=2, positions=Counter({NOW - 5 * HOUR: 2}), loaded=Counter({NOW - 5 * HOUR: 2}))
     found = verdicts(start_ms=NOW - 2 * HOUR, leases=leases, states=states)
-    assert said(found, "warning", "2 shards began at 2023-11-14T17:13:20Z, not at 2023-11-14T20:13:20Z")
+    assert said(found, "error", "2 shards began at 2023-11-14T17:13:20Z, not at 2023-11-14T20:13:20Z")
 
 
 # -- check-config on the local backend ------------------------------------------------------------------------------

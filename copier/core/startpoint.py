@@ -280,10 +280,11 @@ def _states(start_ms: int, target: str, new: bool, states: ShardStates) -> list[
         out.append(
             Verdict(
                 states.table,
-                "warning",
+                "error",
                 f"{table}: {moved} shards began at {others}, not at {iso(start_ms)}: the start was changed after the "
-                f"application began. The KCL goes on from its checkpoints; copier now drops what arrived before "
-                f"{iso(start_ms)}",
+                "application began. Their processors refuse it (a lowered start loses the events between the two, "
+                "a raised one forwards retries of events before it): set it back; a new start is a new "
+                "application (its own applicationName and state table)",
             )
         )
     began = states.loaded[start_ms]

@@ -40,11 +40,12 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING
 
+from copier.core.errors import ConfigError
 from copier.core.limits import MAX_CHUNK_EVENTS
 from copier.core.packing import pack_digests
 from copier.core.plan import PlanSettings, chunks, plan_batch
 from copier.core.positions import Position
-from copier.core.startpoint import iso
+from copier.core.startpoint import EXTENDED, iso
 from copier.core.state import DigestBatch, digest_expiry_ms, shard_key
 from copier.core.window import DedupWindow
 from copier.shard.session import HOUR_MS, ShardSession
@@ -93,7 +94,11 @@ class PreStart:
 
     def load(self) -> None:
         """Read, record and learn the IDs that arrived within the window before the start (module docstring);
-        FencedError goes up (a rival took the shard over: the load is done again by whoever holds it)."""
+        FencedError goes up (a rival took the shard over: the load is done again by whoever holds it); a start
+        other than the one the shard loaded for is a ConfigError (:meth:`refuse_changed`)."""
+        state = self.s.state
+        if not self.s.key_prefix and state is not None:
+            self.refuse_changed(self.s.shard_id, state.prestart_ms)
         if not self.needed():
             return
         s = self.s
@@ -129,6 +134,25 @@ class PreStart:
             seconds=round(time.monotonic() - began, 3),
         )
 
+    def refuse_changed(self, shard_id: str, loaded_ms: int | None) -> None:
+        """A ConfigError when ``shard_id`` loaded what arrived before another start than the configured one: the
+        start was changed after the application began (while a lease had no KCL checkpoint yet, the next owner's
+        daemon starts at the new start). Lowered, the window still holds the old load, and events between the two
+        starts would be dropped as duplicates: lost; raised, what arrived in the window before the new start was
+        never loaded, and a retry after it of an event between the two would be forwarded. Neither is repaired
+        here: the processor stops, says why, and so does every owner until the start is set back."""
+        start = self.s.config.start_ms
+        if loaded_ms is None or start is None or loaded_ms == start:
+            return
+        raise ConfigError(
+            self.s.config.path,
+            EXTENDED,
+            f"the start is {iso(start)} but {shard_id} loaded the events before {iso(loaded_ms)} (its state "
+            f"item's prestart_ms): a start changed after the application began loses events between the two "
+            f"(lowered) or forwards retries of events before the new one (raised). Set it back to "
+            f"{loaded_ms // 1000}; a new start is a new application (its own applicationName and state table)",
+        )
+
     def _lineage(self, stream: str) -> list[str]:
         """The shard, then the ancestors (nearest first) whose own history does not hold what arrived there before
         the start: one with ``prestart_ms`` holds it, and its own ancestors' too, and ``History.load`` inherits
@@ -150,6 +174,7 @@ class PreStart:
                     s.log.info("prestart_ancestor_expired", ancestor=parent)
                     continue
                 state = s.retrying("get_parent_state", partial(s.store.get, shard_key(stream, parent)))
+                self.refuse_changed(parent, state.prestart_ms if state is not None else None)
                 if state is None or state.prestart_ms is None:
                     out.append(parent)
                     frontier.append(parent)
