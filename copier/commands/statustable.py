@@ -139,10 +139,10 @@ def _liveness(health: Health | None, now_ms: int) -> dict[str, Any]:
         return {}
     if health.ended:
         text = "- (ended)"
+    elif not health.known:  # the KCL's tables could not be read: said below the table
+        text = "?" if health.worker is None else f"{health.worker} (?)"
     elif health.worker is None:
         text = "none"
-    elif health.alive is None:
-        text = f"{health.worker} (?)"
     elif health.alive:
         text = f"{health.worker} alive"
     elif health.worker_seen_ms is None:
