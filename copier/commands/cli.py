@@ -176,59 +176,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run_daemon(config, args.properties)
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    """The status table; an AWS refusal for this host's clock is said as such, with the offset measured from
-    the Date of AWS's answers (the processors on this host meet the same refusal and stall on it)."""
-    from copier.core.clockcheck import ClockBounds, naming_the_clock
-
-    bounds = ClockBounds()
-    try:
-        return _status(args, bounds)
-    except AwsError as exc:
-        named = naming_the_clock(exc, bounds.snapshot())
-        if named is exc:
-            raise
-        raise named from exc
-
-
-def _status(args: argparse.Namespace, bounds: Any) -> int:
-    import time
-
-    from copier.adapters.dynamo import DynamoStateStore
-    from copier.adapters.kinesis import KinesisStreams
-    from copier.commands.sourcestatus import source_lines
-    from copier.commands.status import owner_gone, render, rows
-    from copier.core.state import shard_key
-
-    config = _config(args.properties)
-    store = DynamoStateStore(config, clock_bounds=bounds)
-    streams = KinesisStreams(config, clock_bounds=bounds)
-    shards = streams.shards(config.stream_name)
-    keys = {shard_key(config.stream_name, s["ShardId"]): s["ShardId"] for s in shards}
-    states = {keys[key]: state for key, state in store.get_many(keys).items()}
-    now = time.time_ns() // 1_000_000
-    unverified = {
-        shard_id
-        for shard_id, state in states.items()
-        if owner_gone(state, now) and store.get_batch(shard_key(config.stream_name, shard_id), state.batches + 1)
-    }
-    print(render(rows(shards, states, now, unverified), as_json=args.json))
-    for line in source_lines(config, store, streams, keys.values(), now, args.json):  # redrives and repairs
-        print(line)
-    if not args.json:  # what the processors work under: the streams' distribution strategies and record limits
-        names = [config.stream_name, config.target_stream_name, config.dead_letter_stream_name]
-        for name in filter(None, names):
-            found = streams.settings(name)
-            if found is None:
-                print(f"{name}: settings cannot be read")
-            else:
-                print(
-                    f"{name}: RecordDistributionStrategy {found.distribution}, "
-                    f"MaxRecordSize {found.max_record_bytes // 1024} KiB"
-                )
-    return 0
-
-
 def _processor_clients(config: Config, clock_bounds: Any) -> tuple[Any, Any]:
     """The processor's state store and streams: on the lean path (``copier.adapters.awsauth``: no botocore,
     a third of the memory) wherever it does what botocore would, else botocore's, saying why once."""
@@ -346,11 +293,6 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--properties", required=True, metavar="FILE", help=PROPERTIES_HELP)
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("status", help="per-shard owner, epoch, position, lag and counters")
-    p.add_argument("--properties", required=True, metavar="FILE", help=PROPERTIES_HELP)
-    p.add_argument("--json", action="store_true", help="one JSON object per shard")
-    p.set_defaults(func=cmd_status)
-
     p = sub.add_parser("process", help="the record processor the MultiLangDaemon spawns (executableName)")
     p.add_argument("--properties", required=True, metavar="FILE", help=PROPERTIES_HELP)
     p.set_defaults(func=cmd_process)
@@ -360,6 +302,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_init)
 
     for name, module, text in (  # commands whose options and code live in a module of their own
+        ("status", "commands.status", "is every shard copied: owner alive, behind, stalled (--check: exit 1 if not)"),
         ("verify", "commands.verify", "audit the target (and dead-letter) stream against what was produced"),
         ("redrive", "commands.redrive", "send dead-lettered events on to the target, exactly once (--dry-run first)"),
         ("repair", "commands.repair", "put back what copier verify reports lost in a range, then audit it again"),

@@ -27,6 +27,8 @@ Exit statuses (every command):
      holds an envelope's bytes: listed, left in the dead-letter stream), or another run took a shard over
      copier repair: events of the range are still lost after it (waiting: listed with why), the audit after it
      finds copies no report explains, or another run took a shard over
+     copier status --check: a problem, one line each: a stalled shard, a shard without a live owner for
+     --max-unowned, one behind by more than --max-lag, a shard or a KCL table that cannot be read
   2  a bad properties file or bad arguments: one line names the file, line, key and problem; no AWS call made
   3  a fatal AWS error (a missing table or stream, denied access, a KMS key it may not use), or a state table
      whose TTL is not on expires_at (check-config, run; copier init when it cannot enable it): the line names
@@ -49,8 +51,9 @@ Lines worth knowing: took_over / released (a shard changed hands), progress (eve
 copier.progressIntervalSeconds: forwarded, dropped as duplicates or replays, dead-lettered, behind),
 possible_duplicates (a resend that may be a copy: the event IDs, and the content digests of records without
 one, that may be in the target twice; keep them: copier verify --reports excuses exactly those copies),
-shard_stalled (AWS rejects one shard's request: that shard waits, the others go on), clock_margin_widened
-(hosts' clocks disagree more than copier.clockSkewMillis), fatal (the processor exits: see the line),
+shard_stalled (AWS rejects one shard's request: that shard waits, the others go on; copier status shows it),
+clock_margin_widened (hosts' clocks disagree more than copier.clockSkewMillis), fatal (the processor exits: see
+the line),
 prestart_reading / prestart_progress / prestart_loaded (an application started at a point in time reads, at a
 shard's first takeover, the IDs of what arrived in the window before its start).
 """

@@ -171,6 +171,7 @@ class Ownership:
             lease_until_ms=now + s.config.lease_millis,
             updated_ms=now,
             clock_bound_ms=s.margins.own_bound(),
+            **s.stalls.fields(),  # a stall an earlier owner recorded is not this one's
         )
 
     def release(self, retry: bool = True, why: str = "shutdown_requested") -> Position | None:
