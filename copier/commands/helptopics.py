@@ -45,14 +45,15 @@ per event worth a person's time, bound to the shard and epoch; the daemon's own 
   journalctl -u copier -p warning        shows only what needs attention
   journalctl -u copier -o cat | grep '"event": "progress"'   each shard's progress line
 
-Lines worth knowing: took_over / released (a shard changed hands), progress (every
-copier.progressIntervalSeconds: forwarded, dropped as duplicates or replays, dead-lettered, behind),
+Lines worth knowing: took_over (a shard changed hands; how: new, released, expired, waited) / released,
+progress (every copier.progressIntervalSeconds: forwarded, dropped as duplicates or replays, dead-lettered, behind),
 possible_duplicates (a resend that may be a copy: the event IDs, and the content digests of records without
 one, that may be in the target twice; keep them: copier verify --reports excuses exactly those copies),
 shard_stalled (AWS rejects one shard's request: that shard waits, the others go on), clock_margin_widened
-(hosts' clocks disagree more than copier.clockSkewMillis), fatal (the processor exits: see the line),
-prestart_reading / prestart_progress / prestart_loaded (an application started at a point in time reads, at a
-shard's first takeover, the IDs of what arrived in the window before its start).
+(hosts' clocks may disagree more than copier.clockSkewMillis; its cause: skew or round_trip),
+fatal (the processor exits: see the line), prestart_reading / prestart_progress / prestart_loaded (an
+application started at a point in time reads, at a shard's first takeover, the IDs of what arrived in the window
+before its start).
 """
 
 
