@@ -31,6 +31,8 @@ Exit statuses (every command):
   3  a fatal AWS error (a missing table or stream, denied access, a KMS key it may not use), or a state table
      whose TTL is not on expires_at (check-config, run; copier init when it cannot enable it): the line names
      the resource, the region or endpoint, the call that failed and its error code, and what to do
+     check-config, run: an endpoint the start needs does not answer a connection (the backend is down, the
+     region's endpoint does not resolve, a firewall): one line naming the endpoint and region, within seconds
   4  copier check-config: copier would not forward under the streams' settings (the line says which)
      copier redrive: it would not send under them (the dead-letter stream or target ignoring partition keys)
   128+N  copier run: the daemon was killed by signal N (137: SIGKILL, e.g. the kernel's OOM killer)
