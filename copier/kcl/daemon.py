@@ -35,6 +35,7 @@ from copier.kcl.launcher import (
     LEADER_LOCK_PROPERTY,
     launcher_jar,
 )
+from copier.kcl.supervisor import STACK_TRACES
 
 __all__ = ["MAIN_CLASS", "daemon_classpath", "daemon_command", "daemon_warnings", "run_daemon"]
 
@@ -130,5 +131,6 @@ def run_daemon(config: Config, properties: str) -> int:
     command = daemon_command(config, properties, os.environ, java)
     sys.stderr.flush()
     python = sys.executable
-    os.execv(python, [python, "-m", "copier.kcl.supervisor", *command])
+    traces = [STACK_TRACES] if config.daemon_log_level in ("INFO", "DEBUG") else []  # the daemon's detail asked for
+    os.execv(python, [python, "-m", "copier.kcl.supervisor", *traces, *command])
     return 0  # pragma: no cover - exec does not return
