@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from copier.adapters.journal import say
-from copier.core.config import Config, load_config
+from copier.core.config import Config
 from copier.core.errors import AwsError, ConfigError, CopierError, FatalAwsError
 from copier.core.streamsettings import Verdict
 
@@ -29,20 +27,9 @@ _VERDICT_LEVELS = {"ok": "info", "warning": "warning", "error": "error"}
 
 
 def _config(path: str) -> Config:
-    config = load_config(path)
-    _local_credentials(config)
-    return config
+    from copier.adapters.localkeys import command_config  # dummy keys on the local backend when none are set
 
-
-def _local_credentials(config: Config) -> None:
-    """Dummy credentials for a run whose every endpoint is on this machine (the local backend) when none are
-    set, so that ``copier init`` and friends work there without exporting keys; never for AWS itself."""
-    endpoints = [config.kinesis_endpoint, config.dynamodb_endpoint, config.target_endpoint, config.state_endpoint]
-    local = all(e is not None and urlparse(e).hostname in ("127.0.0.1", "localhost", "::1") for e in endpoints)
-    if local and not os.environ.get("AWS_ACCESS_KEY_ID") and not os.environ.get("AWS_PROFILE"):
-        from copier.local.backend import DUMMY_ENV  # what the local backend's own runs sign with
-
-        os.environ.update({k: DUMMY_ENV[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")})
+    return command_config(path)
 
 
 def _lint(config: Config, host: bool = True) -> bool:
@@ -305,12 +292,6 @@ def cmd_process(args: argparse.Namespace) -> int:
     return 0
 
 
-def _local_backend(argv: list[str]) -> int:
-    from copier.local.backend import main as backend_main
-
-    return backend_main(argv)
-
-
 PROPERTIES_HELP = "the properties file the daemon and copier share (properties/copier.properties documents it)"
 
 
@@ -371,8 +352,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         _module_command(sub.add_parser(name, help=text), f"copier.{module}", only)
 
     p = sub.add_parser("local-backend", help="serve local Kinesis and DynamoDB on 127.0.0.1 (for tests and demos)")
-    p.add_argument("--port", type=int, default=4566)
-    p.set_defaults(func=lambda a: _local_backend(["--port", str(a.port)]))
+    _module_command(p, "copier.local.backend", only)
 
     p = sub.add_parser("scale-in-watch", help="on Auto Scaling scale-in, stop copier.service, then let it go on")
     _module_command(p, "copier.commands.scalein", only)
