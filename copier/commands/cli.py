@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,9 +38,11 @@ def _lint(config: Config, host: bool = True) -> bool:
     each finding a line on stderr; False if one is an error (the daemon would not run as the file says)."""
     from copier.core.config import COPIER_KEYS
     from copier.core.propertylint import lint_properties
+    from copier.kcl.daemon import processor_which
 
     text = Path(config.path).read_text(encoding="utf-8")
-    findings = lint_properties(text, config.path, list(COPIER_KEYS), host=host)
+    which = processor_which(os.environ)  # as the daemon copier run starts will look for the processor
+    findings = lint_properties(text, config.path, list(COPIER_KEYS), host=host, which=which)
     for f in findings:
         say(f"{f.level}: {config.path}:{f.line}: {f.key}: {f.text}", f.level)
     return not any(f.level == "error" for f in findings)
@@ -263,7 +266,13 @@ def cmd_process(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     protocol_out = sys.stdout
     sys.stdout = sys.stderr
-    config = _config(args.properties)
+    from copier.kcl.daemon import PROPERTIES_ENV
+
+    path = args.properties or os.environ.get(PROPERTIES_ENV)  # copier run names its file for its processors
+    if path is None:
+        say(f"copier process: give --properties FILE (copier run sets {PROPERTIES_ENV} for the processors)", "error")
+        return EXIT_CONFIG
+    config = _config(path)
 
     from copier.adapters.logs import configure_logging
     from copier.adapters.metrics import emitter_for
@@ -333,7 +342,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("process", help="the record processor the MultiLangDaemon spawns (executableName)")
-    p.add_argument("--properties", required=True, metavar="FILE", help=PROPERTIES_HELP)
+    p.add_argument("--properties", metavar="FILE", help=f"{PROPERTIES_HELP}; default: the one copier run was given")
     p.set_defaults(func=cmd_process)
 
     p = sub.add_parser("init", help="create the state table if absent (idempotent)")
