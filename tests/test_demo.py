@@ -125,3 +125,40 @@ def test_a_shard_between_owners_counts_for_no_worker(monkeypatch: pytest.MonkeyP
     assert pipeline.shards_owned() == {"a": 1, "c": 1}
     line = demo.progress_line("writing", 700, [("a", True), ("b", False), ("c", True)], owners, 6, {"forwarded": 500})
     assert "staging holds 700 | shards a:1 b:down c:1, moving 3 (6 moves) | committed 500 forwarded" in line
+
+
+def _descendants(pid: int) -> list[int]:
+    children = pipeline_module.child_pids(pid)
+    return children + [grandchild for child in children for grandchild in _descendants(child)]
+
+
+@pytest.mark.protocol
+@pytest.mark.timeout(300)
+def test_a_killed_producers_spark_scratch_stays_in_the_workdir_and_goes_at_the_end(
+    endpoint: str, tmp_path: Path
+) -> None:
+    """The demo SIGKILLs its Spark job, which then never removes its scratch files (spark-*, blockmgr-*,
+    liblz4-java-*.so): each demo left them in /tmp. Spark's JVM is pointed at the pipeline's scratch directory,
+    which stop_all removes."""
+    n = next(_names)
+    work = tmp_path / "work"
+    pipeline = LocalPipeline(
+        endpoint, work, staging=f"demo-staging-{n}", target=f"demo-target-{n}", application=f"demo-scratch-{n}"
+    )
+    pipeline.create(staging_shards=1, target_shards=1)
+    demo.write_input(tmp_path / "input", 40_000)
+    producer = pipeline.start_producer(
+        tmp_path / "input", tmp_path / "checkpoint", "--id-column", "eventId", "--max-files-per-trigger", "1"
+    )
+    try:
+        assert pipeline.wait(pipeline.staging_written, 240), (work / "producer.log").read_text()[-3000:]
+        scratch = pipeline.spark_scratch
+        jvms = [p for p in _descendants(producer.pid) if b"java" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        assert jvms, "the Spark JVM is running"
+        assert all(f"-Djava.io.tmpdir={scratch}".encode() in Path(f"/proc/{p}/cmdline").read_bytes() for p in jvms)
+        assert any(scratch.glob("blockmgr-*")), sorted(p.name for p in scratch.iterdir())
+        pipeline.kill_producer(producer)
+        assert any(scratch.iterdir()), "a SIGKILLed job leaves its scratch files"
+    finally:
+        pipeline.stop_all()
+    assert not pipeline.spark_scratch.exists()
