@@ -15,6 +15,7 @@ keys a test needs): a copy must work as it is.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import selectors
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from copier.local.streams import parse_streams
 from tests.support.backend import ROOT, client, free_port, read_stream
 
 COPIER = str(ROOT / ".venv" / "bin" / "copier")
@@ -185,3 +187,11 @@ def test_the_demo_runs_with_no_aws_variables_and_leaves_nothing_in_tmp(tmp_path:
     assert (rows["lost"], rows["duplicated"], rows["verify"], rows["target records"]) == ("0", "0", "OK", "1000")
     assert "NoCredentials" not in result.stdout + result.stderr
     assert sorted(p.name for p in scratch.iterdir()) == []
+
+
+def test_streams_are_given_as_name_and_shards() -> None:
+    """``--streams staging:4,target``: one shard when the count is left out; argparse's error for the rest."""
+    assert parse_streams("staging:4, target") == [("staging", 4), ("target", 1)]
+    for bad, said in [("a:0", "1 to 50"), ("a:x", "whole number"), ("a,a", "given twice"), ("no way", "stream name")]:
+        with pytest.raises(argparse.ArgumentTypeError, match=said):
+            parse_streams(bad)
