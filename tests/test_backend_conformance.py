@@ -769,13 +769,14 @@ def read_line(stream: Any, timeout: float) -> str:
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_main_prints_ready_serves_and_stops_cleanly(stop_signal: signal.Signals) -> None:
-    """``main()`` prints only the READY line, serves boto3, and on SIGTERM/SIGINT exits 0 with its port closed."""
+    """``copier local-backend`` prints only the READY line, serves boto3, and on SIGTERM/SIGINT exits 0 with its
+    port closed."""
     port = free_port()
     python = ROOT / ".venv/bin/python"
     command = [
         str(python if python.exists() else sys.executable),
         "-c",
-        f"from copier.local.backend import main; import sys; sys.exit(main(['--port', '{port}']))",
+        f"from copier.commands.cli import main; import sys; sys.exit(main(['local-backend', '--port', '{port}']))",
     ]
     process = subprocess.Popen(
         command,

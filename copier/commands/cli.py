@@ -13,11 +13,11 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
-from urllib.parse import urlparse
 
 from copier.adapters.journal import say
-from copier.core.config import Config, load_config
-from copier.core.errors import AwsError, ConfigError, CopierError
+from copier.core.config import Config
+from copier.core.errors import AwsError, ConfigError, CopierError, FatalAwsError
+from copier.core.streamsettings import Verdict
 
 __all__ = ["main"]
 
@@ -26,20 +26,9 @@ EXIT_FATAL = 3
 
 
 def _config(path: str) -> Config:
-    config = load_config(path)
-    _local_credentials(config)
-    return config
+    from copier.adapters.localkeys import command_config  # dummy keys on the local backend when none are set
 
-
-def _local_credentials(config: Config) -> None:
-    """Dummy credentials for a run whose every endpoint is on this machine (the local backend) when none are
-    set, so that ``copier init`` and friends work there without exporting keys; never for AWS itself."""
-    endpoints = [config.kinesis_endpoint, config.dynamodb_endpoint, config.target_endpoint, config.state_endpoint]
-    local = all(e is not None and urlparse(e).hostname in ("127.0.0.1", "localhost", "::1") for e in endpoints)
-    if local and not os.environ.get("AWS_ACCESS_KEY_ID") and not os.environ.get("AWS_PROFILE"):
-        from copier.local.backend import DUMMY_ENV  # what the local backend's own runs sign with
-
-        os.environ.update({k: DUMMY_ENV[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")})
+    return command_config(path)
 
 
 def _start(path: str, checks: Callable[[], int]) -> int:
@@ -151,7 +140,13 @@ def cmd_process(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     protocol_out = sys.stdout
     sys.stdout = sys.stderr
-    config = _config(args.properties)
+    from copier.kcl.daemon import PROPERTIES_ENV
+
+    path = args.properties or os.environ.get(PROPERTIES_ENV)  # copier run names its file for its processors
+    if path is None:
+        say(f"copier process: give --properties FILE (copier run sets {PROPERTIES_ENV} for the processors)", "error")
+        return EXIT_CONFIG
+    config = _config(path)
 
     from copier.adapters.logs import configure_logging
     from copier.adapters.metrics import emitter_for
@@ -178,12 +173,6 @@ def cmd_process(args: argparse.Namespace) -> int:
     kcl_process(processor, sys.stdin, protocol_out, sys.stderr).run()
     processor.input_closed()
     return 0
-
-
-def _local_backend(argv: list[str]) -> int:
-    from copier.local.backend import main as backend_main
-
-    return backend_main(argv)
 
 
 PROPERTIES_HELP = "the properties file the daemon and copier share (properties/copier.properties documents it)"
@@ -222,7 +211,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("process", help="the record processor the MultiLangDaemon spawns (executableName)")
-    p.add_argument("--properties", required=True, metavar="FILE", help=PROPERTIES_HELP)
+    p.add_argument("--properties", metavar="FILE", help=f"{PROPERTIES_HELP}; default: the one copier run was given")
     p.set_defaults(func=cmd_process)
 
     p = sub.add_parser("init", help="create the state table if absent (idempotent)")
@@ -242,8 +231,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         _module_command(sub.add_parser(name, help=text), f"copier.{module}", only)
 
     p = sub.add_parser("local-backend", help="serve local Kinesis and DynamoDB on 127.0.0.1 (for tests and demos)")
-    p.add_argument("--port", type=int, default=4566)
-    p.set_defaults(func=lambda a: _local_backend(["--port", str(a.port)]))
+    _module_command(p, "copier.local.backend", only)
 
     p = sub.add_parser("scale-in-watch", help="on Auto Scaling scale-in, stop copier.service, then let it go on")
     _module_command(p, "copier.commands.scalein", only)

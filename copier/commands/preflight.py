@@ -15,6 +15,7 @@ check-config says ``ok`` last, once everything it checked passed.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -43,9 +44,12 @@ def lint(config: Config, host: bool = True) -> list[tuple[str, str]]:
     from copier.adapters.awsauth import endpoint_for
     from copier.core.properties import parse_properties
     from copier.core.propertylint import lint_properties
+    from copier.kcl.daemon import processor_which
 
     text = Path(config.path).read_text(encoding="utf-8")
-    found = [(f.level, f.line, f.key, f.text) for f in lint_properties(text, config.path, list(COPIER_KEYS), host)]
+    which = processor_which(os.environ)  # as the daemon copier run starts will look for the processor
+    findings = lint_properties(text, config.path, list(COPIER_KEYS), host=host, which=which)
+    found = [(f.level, f.line, f.key, f.text) for f in findings]
     lines = {key: line for key, (line, _) in parse_properties(text).items()}
     for key, region in (("regionName", config.region), ("copier.targetRegionName", config.target_region)):
         if key in lines and endpoint_for("kinesis", region) is None:  # botocore would refuse it as well

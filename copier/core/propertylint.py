@@ -14,7 +14,9 @@ processor, a minute in. So, before the JVM starts:
   (``copier.core.kclkeys``): the daemon reads a number it cannot parse as 0;
 * ``executableName`` must name a program that exists and runs, and, when it
   passes ``--properties``, this same file (else the daemon and its
-  processors run with different settings).
+  processors run with different settings). Without ``--properties`` the
+  processors read the file ``copier run`` was given (``copier.kcl.daemon``),
+  so ``executableName = copier process`` is right in any copy of a file.
 
 Pure but for ``which`` and ``is_executable``, which the caller may replace.
 """
@@ -115,7 +117,9 @@ def _executable(
                     "executableName",
                     number,
                     f"runs processors with --properties {named}, not this file ({path}): the daemon and its "
-                    "processors would run with different settings",
+                    f"processors would run with different settings; on line {number}, leave --properties out "
+                    "(copier run gives its processors its own file): executableName = "
+                    + " ".join(argv[: argv.index("--properties")] + argv[argv.index("--properties") + 2 :]),
                 )
             ]
     return []
