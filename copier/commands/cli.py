@@ -16,8 +16,7 @@ from typing import Any
 
 from copier.adapters.journal import say
 from copier.core.config import Config
-from copier.core.errors import AwsError, ConfigError, CopierError, FatalAwsError
-from copier.core.streamsettings import Verdict
+from copier.core.errors import ConfigError, CopierError
 
 __all__ = ["main"]
 
