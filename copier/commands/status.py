@@ -207,7 +207,7 @@ def _status(args: argparse.Namespace, bounds: Any) -> int:
         for shard_id, state in states.items()
         if owner_gone(state, now) and store.get_batch(shard_key(config.stream_name, shard_id), state.batches + 1)
     }
-    table = rows(shards, states, now, unverified, health)
+    table = rows(shards, states, now, unverified, health, config.start_ms)
     problems = [f"{row.shard}: {problem}" for row in table for problem in row.problems] + problems
     if args.check:
         return _check(table, problems, args.json)

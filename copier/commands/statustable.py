@@ -23,6 +23,15 @@ in full the age shown after its arrival (AWS time on both sides,
 ``copier.core.recordage``). A consumer of the target may take everything
 that arrived in staging by then as copied, on that shard.
 
+The *start* column, for an application started at a point in time
+(``initialPositionInStreamExtended``, ``copier.core.startpoint``), says where each shard is
+against its start, from its state item alone: ``pre-start load`` until the
+shard has read the IDs that arrived within the window before the start
+(``copier.shard.prestart``: nothing is forwarded meanwhile), then how many
+records it left out as arrived before the start (the ``before_start``
+counter); ``no pre-start load`` for a shard that planned records before the
+start was set. ``-`` without a start.
+
 The *clock* column is the owner's clock measured against AWS time at its
 last write (``copier.core.clockcheck``): ``±N ms`` bounds how far its clock can
 be off; beyond half of ``copier.clockSkewMillis`` the copier widens its
@@ -78,6 +87,8 @@ class ShardRow:
     lag_ms: int | None = None
     oldest_waiting_arrival_ms: int | None = None
     millis_behind_latest: int | None = None
+    start: str = "-"  # against the application's start (_start)
+    before_start: int = 0
     waiting_error: str | None = None
     stalled: str = "-"
     stall_reason: str | None = None
@@ -126,6 +137,20 @@ def _checkpoint(state: ShardState) -> dict[str, Any]:
         "position_arrival_ms": arrival,
         "position_age_ms": age,
     }
+
+
+def _start(state: ShardState | None, start_ms: int | None) -> str:
+    """Where a shard is against the application's start (module docstring)."""
+    if start_ms is None:
+        return "-"
+    if state is None or (state.prestart_ms is None and state.position is None):
+        return "pre-start load"
+    left_out = f"{state.counters.get('before_start', 0)} before start left out"
+    if state.prestart_ms is None:
+        return f"no pre-start load; {left_out}"
+    if state.prestart_ms != start_ms:
+        return f"loaded for a start at {_instant(state.prestart_ms)}; {left_out}"
+    return left_out
 
 
 def owner_gone(state: ShardState, now_ms: int) -> bool:
@@ -191,13 +216,34 @@ def _stall(state: ShardState, now_ms: int) -> dict[str, Any]:
 
 
 def _row(
-    shard_id: str, open_: bool, state: ShardState | None, now_ms: int, unverified: bool, health: Health | None
+    shard_id: str,
+    open_: bool,
+    state: ShardState | None,
+    now_ms: int,
+    unverified: bool,
+    health: Health | None,
+    start_ms: int | None = None,
 ) -> ShardRow:
     kinesis = "open" if open_ else "closed"
     judged = {**_liveness(health, now_ms), **_behind(health), "problems": health.problems if health else ()}
     if state is None:
         return ShardRow(
-            shard_id, kinesis, "-", 0, "-", "-", judged.pop("behind", "-"), 0, 0, 0, 0, 0, "-", "-", **judged
+            shard_id,
+            kinesis,
+            "-",
+            0,
+            "-",
+            "-",
+            judged.pop("behind", "-"),
+            0,
+            0,
+            0,
+            0,
+            0,
+            "-",
+            "-",
+            start=_start(None, start_ms),
+            **judged,
         )
     c = state.counters
     if state.lease_until_ms > now_ms:
@@ -234,6 +280,8 @@ def _row(
         **_checkpoint(state),
         **_stall(state, now_ms),
         **judged,
+        start=_start(state, start_ms),
+        before_start=c.get("before_start", 0),
     )
 
 
@@ -243,18 +291,20 @@ def rows(
     now_ms: int,
     unverified: Collection[str] = (),
     health: dict[str, Health] | None = None,
+    start_ms: int | None = None,
 ) -> list[ShardRow]:
     """Every shard ListShards knows (open, and closed within the stream's retention).
 
     ``unverified``: shards whose gone owner left a batch in flight; ``health``: each shard's judged health
-    (``copier.core.health``; absent: the worker, behind and problem columns say nothing).
+    (``copier.core.health``; absent: the worker, behind and problem columns say nothing); ``start_ms``: the
+    application's start (``copier.core.config.Config.start_ms``), None when it has none.
     """
     out = []
     for shard in shards:
         shard_id = shard["ShardId"]
         open_ = "EndingSequenceNumber" not in shard.get("SequenceNumberRange", {})
         judged = (health or {}).get(shard_id)
-        out.append(_row(shard_id, open_, states.get(shard_id), now_ms, shard_id in unverified, judged))
+        out.append(_row(shard_id, open_, states.get(shard_id), now_ms, shard_id in unverified, judged, start_ms))
     return out
 
 
@@ -276,6 +326,7 @@ HEADERS = (
     ("dead-lettered", "dead_lettered"),
     ("unkeyed", "unkeyed"),
     ("in flight", "in_flight"),
+    ("start", "start"),
     ("window", "window"),
     ("clock", "clock"),
 )
