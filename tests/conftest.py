@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
-from copier.local.independent import Endpoints, servers
+from copier.local.independent import ENV_MARK, Endpoints, servers
 from copier.local.multilang import Processor
 from tests.support.backend import DUMMY_ENV, ROOT, client, create_stream, local_backend
 from tests.support.props import write_properties
@@ -44,14 +44,24 @@ def independent() -> Iterator[Endpoints]:
         yield endpoints
 
 
-@pytest.fixture(params=["moto", "independent"])
-def backend_endpoints(request: pytest.FixtureRequest) -> Endpoints:
-    """Each local backend in turn: moto (one URL for both services) and the independent one."""
-    if request.param == "moto":
+BACKENDS = ("moto", "independent")
+
+
+def backend_for(request: pytest.FixtureRequest, impl: str) -> Endpoints:
+    """The session's backend ``impl`` (moto: one URL for both services). For the independent one, this test's
+    copier (in process and in children) is told so: COPIER_LOCAL_BACKEND=independent (dynalite has no TTL)."""
+    if impl == "moto":
         url = request.getfixturevalue("endpoint")
-        return Endpoints(url, url)
+        return Endpoints(url, url, impl="moto")
+    request.getfixturevalue("monkeypatch").setenv(ENV_MARK, "independent")
     endpoints: Endpoints = request.getfixturevalue("independent")
     return endpoints
+
+
+@pytest.fixture(params=BACKENDS)
+def backend_endpoints(request: pytest.FixtureRequest) -> Endpoints:
+    """Each local backend in turn: moto and the independent one (kinesis-mock and dynalite)."""
+    return backend_for(request, request.param)
 
 
 @dataclass

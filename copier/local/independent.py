@@ -96,6 +96,7 @@ class Endpoints:
     kinesis: str
     dynamodb: str
     pids: tuple[int, ...] = ()  # the server processes (each the leader of its own process group)
+    impl: str = "independent"  # copier local-backend --impl: moto or independent
 
 
 def _kinesis_mock() -> Path:
