@@ -64,6 +64,14 @@ def _children(pid: int) -> set[int]:
     return out
 
 
+def _alive(pid: int) -> bool:
+    """Running (a zombie has exited: it only waits for its new parent, init, to reap it)."""
+    try:
+        return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) != "Z"
+    except OSError:
+        return False
+
+
 def _loopback(address: str) -> bool:
     ip = ipaddress.ip_address(address)
     mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
@@ -82,7 +90,10 @@ def test_nothing_the_tests_start_listens_beyond_loopback(independent: Endpoints)
     assert [s for s in sockets + moto if not _loopback(s[0])] == []
 
 
-def test_the_command_starts_both_and_leaves_no_node_process_when_stopped(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_the_command_starts_both_and_leaves_no_node_process_when_stopped(stop_signal: signal.Signals) -> None:
+    """``copier local-backend --impl independent`` serves both; stopped (SIGTERM: it stops their process
+    groups) or killed (SIGKILL: their stdin pipes close and the preload makes them exit), no node is left."""
     proc = subprocess.Popen(
         [str(ROOT / ".venv/bin/copier"), "local-backend", "--impl", "independent", "--streams", "s1:2"],
         stdout=subprocess.PIPE,
@@ -99,16 +110,17 @@ def test_the_command_starts_both_and_leaves_no_node_process_when_stopped(tmp_pat
         assert all(_loopback(a) for a, _ in _listening(servers))
         kinesis = client("kinesis", ready[1].removeprefix("kinesis="))
         assert kinesis.describe_stream_summary(StreamName="s1")["StreamDescriptionSummary"]["OpenShardCount"] == 2
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
+        proc.send_signal(stop_signal)
+        assert proc.wait(timeout=30) == (0 if stop_signal == signal.SIGTERM else -signal.SIGKILL)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     deadline = time.monotonic() + 10
-    while any(Path(f"/proc/{pid}").exists() for pid in servers) and time.monotonic() < deadline:
+    while any(_alive(pid) for pid in servers) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not [pid for pid in servers if Path(f"/proc/{pid}").exists()]
+    left = {pid: Path(f"/proc/{pid}/cmdline").read_bytes()[:200] for pid in servers if _alive(pid)}
+    assert not left
 
 
 def _init(properties: Path, **env: str) -> subprocess.CompletedProcess[str]:
