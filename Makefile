@@ -1,7 +1,7 @@
 # copier: everything is installed into .venv/ at the repository root.
 #
 # Two installs: `make install` (what `make demo` and a local run need: copier, the KCL jars, the local backend,
-# PySpark, the daemon's launcher), and `make install-test` (what `make test`, `make lint` and `make chaos` need
+# PySpark, the daemon's launcher, and with npm the second local backend's two servers into node/), and `make install-test` (what `make test`, `make lint` and `make chaos` need
 # besides: pytest and the linters, checkov, and two programs from Debian's packages). Neither ever calls sudo
 # without first saying what it installs and why.
 PYTHON ?= python3
@@ -18,6 +18,12 @@ CHECKOV := $(VENV)/checkov/bin/checkov
 # (tests/test_deploy.py); faketime puts chaos seeds' processors off AWS time (copier/chaos/clocks.py).
 TEST_PROGRAMS := systemd-analyze:systemd faketime:faketime
 
+# The second local backend (copier local-backend --impl independent: kinesis-mock and dynalite, Node programs),
+# at the versions node/package-lock.json pins, into node/node_modules: npm ci, never a global install, no sudo.
+# --ignore-scripts: nothing in them needs an install script (dynalite's LevelDB binding ships prebuilt and is
+# used only with --path; the backend keeps everything in memory).
+NODE_STAMP := node/node_modules/.package-lock.json
+
 .PHONY: install install-test test-programs test test-fast test-dist model-long demo lint chaos bench dist clean
 
 # copier's launcher of the KCL daemon (copier/kcl/launcher.py), compiled against the KCL jars with javac;
@@ -25,12 +31,18 @@ TEST_PROGRAMS := systemd-analyze:systemd faketime:faketime
 LAUNCHER := copier/kcl/copier-kcl-launcher.jar
 LAUNCHER_SOURCES := $(shell find copier/kcl/java -name '*.java')
 
-install: $(STAMP) $(LAUNCHER)
+install: $(STAMP) $(LAUNCHER) $(NODE_STAMP)
 
 install-test: install $(TEST_STAMP) $(CHECKOV) test-programs
 
 $(LAUNCHER): $(STAMP) $(LAUNCHER_SOURCES) copier/kcl/launcher.py
 	$(BIN)/python -m copier.kcl.launcher --build
+
+$(NODE_STAMP): node/package.json node/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { echo "make install: npm not found: install Node.js (20 or later) with npm; the second local backend (kinesis-mock, dynalite) is two npm packages"; exit 1; }
+	@echo "make install: kinesis-mock (npm kinesis-local) and dynalite into node/node_modules (npm ci: the versions of node/package-lock.json; the second local backend)"
+	npm ci --prefix node --no-audit --no-fund --ignore-scripts
+	touch $@
 
 # amazon-kclpy is an sdist whose build downloads the KCL MultiLangDaemon jars
 # from Maven Central (KCL_MVN_REPO_SEARCH_URL overrides the base URL); copier.kcl.jars
@@ -115,4 +127,4 @@ lint: install $(TEST_STAMP)
 	$(BIN)/mypy copier
 
 clean:
-	rm -rf dist build *.egg-info $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache $(LAUNCHER)
+	rm -rf dist build *.egg-info $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache $(LAUNCHER) node/node_modules

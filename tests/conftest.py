@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
+from copier.local.independent import ENV_MARK, Endpoints, servers
 from copier.local.multilang import Processor
 from tests.support.backend import DUMMY_ENV, ROOT, client, create_stream, local_backend
 from tests.support.props import write_properties
@@ -33,6 +34,34 @@ def endpoint() -> Iterator[str]:
     """The project's local backend (copier local-backend), started for this test run on 127.0.0.1."""
     with local_backend() as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def independent() -> Iterator[Endpoints]:
+    """The second local backend (kinesis-mock and dynalite, copier.local.independent) for this test run,
+    on 127.0.0.1; the tests that use it set COPIER_LOCAL_BACKEND=independent for the copier they start."""
+    with servers() as endpoints:
+        yield endpoints
+
+
+BACKENDS = ("moto", "independent")
+
+
+def backend_for(request: pytest.FixtureRequest, impl: str) -> Endpoints:
+    """The session's backend ``impl`` (moto: one URL for both services). For the independent one, this test's
+    copier (in process and in children) is told so: COPIER_LOCAL_BACKEND=independent (dynalite has no TTL)."""
+    if impl == "moto":
+        url = request.getfixturevalue("endpoint")
+        return Endpoints(url, url, impl="moto")
+    request.getfixturevalue("monkeypatch").setenv(ENV_MARK, "independent")
+    endpoints: Endpoints = request.getfixturevalue("independent")
+    return endpoints
+
+
+@pytest.fixture(params=BACKENDS)
+def backend_endpoints(request: pytest.FixtureRequest) -> Endpoints:
+    """Each local backend in turn: moto and the independent one (kinesis-mock and dynalite)."""
+    return backend_for(request, request.param)
 
 
 @dataclass

@@ -1,6 +1,8 @@
-"""Conformance of the local AWS backend (copier.local) with the AWS behaviour copier and the KCL rely on.
+"""Conformance of the local AWS backends (copier.local) with the AWS behaviour copier and the KCL rely on.
 
-Every check runs against a real ``LocalBackend`` on 127.0.0.1, over the
+Every check runs against each backend in turn: moto (a real ``LocalBackend`` on 127.0.0.1) and the
+independent one (kinesis-mock and dynalite, ``copier.local.independent``); a check whose API the second
+lacks says so and stays on moto (``only_on_moto``; README lists them). Over the
 wire: HTTP/2 prior knowledge (what the KCL's Kinesis client speaks) and
 HTTP/1.1 (boto3), no lost records under concurrent writers, shard lineage
 after resharding, DynamoDB conditions, transactions and indexes, and the
@@ -40,6 +42,7 @@ from botocore.exceptions import ClientError
 
 from copier.local import moto_patches
 from copier.local.backend import DUMMY_ENV, LocalBackend
+from copier.local.independent import Endpoints, servers
 from tests.support.backend import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,11 +50,26 @@ REGION = "us-east-1"
 HALF = 2**127  # the middle of the 128-bit hash key space
 
 
-@pytest.fixture(scope="module")
-def backend() -> Iterator[LocalBackend]:
-    """One backend for this module, stopped at its end."""
-    with LocalBackend() as b:
-        yield b
+@pytest.fixture(scope="module", params=["moto", "independent"])
+def backend(request: pytest.FixtureRequest) -> Iterator[Endpoints]:
+    """Each local backend in turn, one per module, stopped at its end: moto (one port for both services) and
+    the independent one (kinesis-mock and dynalite, copier.local.independent)."""
+    if request.param == "moto":
+        with LocalBackend() as b:
+            yield Endpoints(b.endpoint, b.endpoint, impl="moto")
+    else:
+        with servers() as endpoints:
+            yield endpoints
+
+
+def only_on_moto(backend: Endpoints, reason: str) -> None:
+    """Skip on the independent backend, which lacks what this check needs (README lists these checks)."""
+    if backend.impl != "moto":
+        pytest.skip(f"moto only: {reason}")
+
+
+def port_of(url: str) -> int:
+    return int(url.rsplit(":", 1)[1])
 
 
 def aws(service: str, endpoint: str, retries: int = 3) -> Any:
@@ -172,39 +190,39 @@ def h2c_prior_knowledge(port: int, calls: list[tuple[str, str, bytes]]) -> list[
     return [(status[sid], bytes(bodies[sid])) for sid in ordered]
 
 
-def test_h2c_prior_knowledge_answers_kinesis_and_dynamodb(backend: LocalBackend) -> None:
+def test_h2c_prior_knowledge_answers_kinesis_and_dynamodb(backend: Endpoints) -> None:
     """HTTP/2 prior-knowledge requests (the KCL Kinesis client's protocol) get 200s from Kinesis and DynamoDB."""
-    stream = create_stream(aws("kinesis", backend.endpoint), 1)
+    stream = create_stream(aws("kinesis", backend.kinesis), 1)
     table = unique("table")
-    aws("dynamodb", backend.endpoint).create_table(
+    aws("dynamodb", backend.dynamodb).create_table(
         TableName=table,
         KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}],
         AttributeDefinitions=[{"AttributeName": "k", "AttributeType": "S"}],
         BillingMode="PAY_PER_REQUEST",
     )
-    (kinesis_status, kinesis_body), (ddb_status, ddb_body) = h2c_prior_knowledge(
-        backend.port,
-        [
-            ("kinesis", "Kinesis_20131202.ListStreams", b"{}"),
-            ("dynamodb", "DynamoDB_20120810.ListTables", b"{}"),
-        ],
-    )
+    calls = [("kinesis", "Kinesis_20131202.ListStreams", b"{}"), ("dynamodb", "DynamoDB_20120810.ListTables", b"{}")]
+    if backend.dynamodb != backend.kinesis:  # dynalite: HTTP/1.1 only, all the KCL's DynamoDB client speaks
+        calls = calls[:1]
+        assert aws("dynamodb", backend.dynamodb).list_tables()["TableNames"] == [table]
+    answers = h2c_prior_knowledge(port_of(backend.kinesis), calls)
+    (kinesis_status, kinesis_body) = answers[0]
     assert kinesis_status == 200, kinesis_body
     assert stream in json.loads(kinesis_body)["StreamNames"]
-    assert ddb_status == 200, ddb_body
-    assert table in json.loads(ddb_body)["TableNames"]
+    for ddb_status, ddb_body in answers[1:]:
+        assert ddb_status == 200, ddb_body
+        assert table in json.loads(ddb_body)["TableNames"]
 
 
-def test_http11_serves_boto3(backend: LocalBackend) -> None:
+def test_http11_serves_boto3(backend: Endpoints) -> None:
     """boto3 (HTTP/1.1) reaches Kinesis and DynamoDB on the same port, and the server answers in HTTP/1.1."""
-    kinesis = aws("kinesis", backend.endpoint)
+    kinesis = aws("kinesis", backend.kinesis)
     stream = create_stream(kinesis, 1)
     assert stream in kinesis.list_streams()["StreamNames"]
-    assert isinstance(aws("dynamodb", backend.endpoint).list_tables()["TableNames"], list)
+    assert isinstance(aws("dynamodb", backend.dynamodb).list_tables()["TableNames"], list)
     body = b"{}"
-    connection = http.client.HTTPConnection("127.0.0.1", backend.port, timeout=10)
+    connection = http.client.HTTPConnection("127.0.0.1", port_of(backend.kinesis), timeout=10)
     try:
-        headers = signed_headers(backend.endpoint, "kinesis", "Kinesis_20131202.ListStreams", body)
+        headers = signed_headers(backend.kinesis, "kinesis", "Kinesis_20131202.ListStreams", body)
         connection.request("POST", "/", body=body, headers=headers)
         response = connection.getresponse()
         assert (response.version, response.status) == (11, 200)
@@ -213,14 +231,15 @@ def test_http11_serves_boto3(backend: LocalBackend) -> None:
         connection.close()
 
 
-def test_a_region_moto_does_not_list_is_served_not_answered_with_a_500(backend: LocalBackend) -> None:
+def test_a_region_moto_does_not_list_is_served_not_answered_with_a_500(backend: Endpoints) -> None:
     """Issue 45: regionName = us-eest-1 against the local backend made every call a 500 (moto's KeyError, a
     traceback on the backend's stderr for each of the SDK's retries). Any region is served, with streams and
     tables of its own: what is not there is a ResourceNotFoundException, as AWS says it."""
+    only_on_moto(backend, "kinesis-mock answers every region from one (AWS and moto keep regions apart)")
     session = boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing")
     config = BotoConfig(retries={"mode": "standard", "total_max_attempts": 1})
-    kinesis = session.client("kinesis", region_name="us-eest-1", endpoint_url=backend.endpoint, config=config)
-    dynamodb = session.client("dynamodb", region_name="us-eest-1", endpoint_url=backend.endpoint, config=config)
+    kinesis = session.client("kinesis", region_name="us-eest-1", endpoint_url=backend.kinesis, config=config)
+    dynamodb = session.client("dynamodb", region_name="us-eest-1", endpoint_url=backend.dynamodb, config=config)
     assert kinesis.list_streams()["StreamNames"] == []
     assert dynamodb.list_tables()["TableNames"] == []
     with pytest.raises(ClientError) as missing:
@@ -253,14 +272,14 @@ def test_patches_apply_once() -> None:
 # --- concurrent writers ---------------------------------------------------------------------------
 
 WRITERS = 4
-RECORDS = 20_000
+RECORDS = {"moto": 20_000, "independent": 4_000}  # kinesis-mock takes about 1,000 records a second
 BATCH = 100
 
 
 @pytest.mark.timeout(120)
-def test_no_acknowledged_record_lost_under_concurrent_writers(backend: LocalBackend) -> None:
+def test_no_acknowledged_record_lost_under_concurrent_writers(backend: Endpoints) -> None:
     """4 threads with their own clients PutRecords 20,000 records into 4 shards; each acked record reads back once."""
-    kinesis = aws("kinesis", backend.endpoint)
+    kinesis = aws("kinesis", backend.kinesis)
     stream = create_stream(kinesis, 4)
     shard_ids = list(shards_of(kinesis, stream))
     acked: list[list[tuple[str, str, bytes]]] = [[] for _ in range(WRITERS)]
@@ -271,7 +290,7 @@ def test_no_acknowledged_record_lost_under_concurrent_writers(backend: LocalBack
 
     def reader() -> None:
         """A consumer polling every shard while the producers write, as the KCL does."""
-        client = aws("kinesis", backend.endpoint, retries=1)
+        client = aws("kinesis", backend.kinesis, retries=1)
         start.wait()
         while writing.is_set():
             for shard_id in shard_ids:
@@ -284,8 +303,8 @@ def test_no_acknowledged_record_lost_under_concurrent_writers(backend: LocalBack
                     errors.append(f"reader: {error!r}")
 
     def writer(w: int) -> None:
-        client = aws("kinesis", backend.endpoint, retries=1)  # a failed attempt is an error, never a silent retry
-        n = RECORDS // WRITERS
+        client = aws("kinesis", backend.kinesis, retries=1)  # a failed attempt is an error, never a silent retry
+        n = RECORDS[backend.impl] // WRITERS
         start.wait()
         for first in range(0, n, BATCH):
             data = [f"{w}:{i}".encode() for i in range(first, min(n, first + BATCH))]
@@ -326,10 +345,10 @@ def test_no_acknowledged_record_lost_under_concurrent_writers(backend: LocalBack
     )
     print(summary)
     assert not errors, f"{summary}; first error: {errors[0]}"
-    assert len(all_acked) == RECORDS, summary
+    assert len(all_acked) == RECORDS[backend.impl], summary
     assert not lost and not unexpected, summary
-    assert len({data for _, _, data in read}) == RECORDS, summary
-    assert len({(shard, seq) for shard, seq, _ in read}) == RECORDS, summary
+    assert len({data for _, _, data in read}) == RECORDS[backend.impl], summary
+    assert len({(shard, seq) for shard, seq, _ in read}) == RECORDS[backend.impl], summary
 
 
 RACERS = 8
@@ -337,9 +356,9 @@ ROUNDS = 40
 
 
 @pytest.mark.timeout(60)
-def test_concurrent_conditional_updates_have_one_winner(backend: LocalBackend) -> None:
+def test_concurrent_conditional_updates_have_one_winner(backend: Endpoints) -> None:
     """8 threads race the same compare-and-set each round and exactly one wins (needs the backend's request lock)."""
-    dynamodb = aws("dynamodb", backend.endpoint)
+    dynamodb = aws("dynamodb", backend.dynamodb)
     table = create_table(dynamodb)
     key = {"pk": {"S": "shard-0"}}
     dynamodb.put_item(TableName=table, Item={**key, "epoch": {"N": "0"}})
@@ -348,7 +367,7 @@ def test_concurrent_conditional_updates_have_one_winner(backend: LocalBackend) -
     in_step = threading.Barrier(RACERS, timeout=30)
 
     def racer() -> None:
-        client = aws("dynamodb", backend.endpoint, retries=1)
+        client = aws("dynamodb", backend.dynamodb, retries=1)
         for epoch in range(ROUNDS):
             in_step.wait()
             try:
@@ -408,9 +427,9 @@ class Resharded:
 
 
 @pytest.fixture(scope="module")
-def resharded(backend: LocalBackend) -> Resharded:
+def resharded(backend: Endpoints) -> Resharded:
     """1 shard -> split into 2 -> merge back into 1 -> UpdateShardCount to 2, writing 300 records per phase."""
-    kinesis = aws("kinesis", backend.endpoint)
+    kinesis = aws("kinesis", backend.kinesis)
     stream = create_stream(kinesis, 1)
     phases: list[Phase] = []
 
@@ -524,9 +543,9 @@ def test_children_sequence_numbers_exceed_their_parents(resharded: Resharded) ->
                 assert start > int(shards[parent]["SequenceNumberRange"]["EndingSequenceNumber"])
 
 
-def test_closed_empty_shard_ends_at_once(backend: LocalBackend) -> None:
+def test_closed_empty_shard_ends_at_once(backend: Endpoints) -> None:
     """A shard split before it held any record reads as ended (no NextShardIterator, its ChildShards) at once."""
-    kinesis = aws("kinesis", backend.endpoint)
+    kinesis = aws("kinesis", backend.kinesis)
     stream = create_stream(kinesis, 1)
     (parent,) = shards_of(kinesis, stream)
     kinesis.split_shard(StreamName=stream, ShardToSplit=parent, NewStartingHashKey=str(HALF))
@@ -536,9 +555,9 @@ def test_closed_empty_shard_ends_at_once(backend: LocalBackend) -> None:
     assert len(page["ChildShards"]) == 2
 
 
-def test_last_hash_key_of_a_shard_is_routable(backend: LocalBackend) -> None:
+def test_last_hash_key_of_a_shard_is_routable(backend: Endpoints) -> None:
     """A record whose ExplicitHashKey is a shard's EndingHashKey lands in that shard."""
-    kinesis = aws("kinesis", backend.endpoint)
+    kinesis = aws("kinesis", backend.kinesis)
     stream = create_stream(kinesis, 2)
     for shard_id, shard in shards_of(kinesis, stream).items():
         end = shard["HashKeyRange"]["EndingHashKey"]
@@ -566,11 +585,16 @@ def error_code(error: pytest.ExceptionInfo[ClientError]) -> str:
     return str(error.value.response["Error"]["Code"])
 
 
-def test_record_limits_are_per_stream_as_update_max_record_size_sets_them(backend: LocalBackend) -> None:
+def test_record_limits_are_per_stream_as_update_max_record_size_sets_them(backend: Endpoints) -> None:
     """A new stream takes records up to 1 MiB (key included) and refuses a byte more; UpdateMaxRecordSize
     raises one stream's limit (DescribeStreamSummary says so) and not another's; a PutRecords request
     carries up to 10 MiB; a limit over 10,240 KiB is refused."""
-    kinesis = aws("kinesis", backend.endpoint, retries=1)
+    only_on_moto(
+        backend,
+        "kinesis-mock reports MaxRecordSizeInKiB null until UpdateMaxRecordSize (AWS: 1024) and answers GetRecords "
+        "with a 500 once a record of 10 MiB is stored",
+    )
+    kinesis = aws("kinesis", backend.kinesis, retries=1)
     big, small = create_stream(kinesis, 1), create_stream(kinesis, 1)
     limit = 1024 * 1024
     kinesis.put_record(StreamName=small, PartitionKey="k", Data=b"x" * (limit - 1))
@@ -610,11 +634,12 @@ def test_record_limits_are_per_stream_as_update_max_record_size_sets_them(backen
 
 
 def test_a_stream_switched_to_auto_ignores_partition_keys_and_switched_back_routes_by_them(
-    backend: LocalBackend,
+    backend: Endpoints,
 ) -> None:
     """UpdateStreamRecordDistributionStrategy: under AUTO one key's records spread over every open shard, and
     DescribeStreamSummary says AUTO; back under USER_PARTITION_KEY they go to the key's shard again."""
-    kinesis = aws("kinesis", backend.endpoint, retries=1)
+    only_on_moto(backend, "kinesis-mock has no RecordDistributionStrategy nor UpdateStreamRecordDistributionStrategy")
+    kinesis = aws("kinesis", backend.kinesis, retries=1)
     stream = create_stream(kinesis, 3)
     summary = kinesis.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]
     assert summary["RecordDistributionStrategy"] == "USER_PARTITION_KEY"
@@ -635,9 +660,9 @@ def test_a_stream_switched_to_auto_ignores_partition_keys_and_switched_back_rout
     assert len(shards_of_one_key(6)) == 1
 
 
-def test_dynamodb_conditional_writes(backend: LocalBackend) -> None:
+def test_dynamodb_conditional_writes(backend: Endpoints) -> None:
     """A write whose condition fails raises ConditionalCheckFailedException and changes nothing."""
-    dynamodb = aws("dynamodb", backend.endpoint)
+    dynamodb = aws("dynamodb", backend.dynamodb)
     table = create_table(dynamodb)
     item = {"pk": {"S": "shard-1"}, "epoch": {"N": "1"}}
     dynamodb.put_item(TableName=table, Item=item, ConditionExpression="attribute_not_exists(pk)")
@@ -665,9 +690,10 @@ def test_dynamodb_conditional_writes(backend: LocalBackend) -> None:
     }
 
 
-def test_dynamodb_transaction_is_all_or_nothing(backend: LocalBackend) -> None:
+def test_dynamodb_transaction_is_all_or_nothing(backend: Endpoints) -> None:
     """A TransactWriteItems with one failing condition raises TransactionCanceledException and writes nothing."""
-    dynamodb = aws("dynamodb", backend.endpoint)
+    only_on_moto(backend, "dynalite has no TransactWriteItems (UnknownOperationException); copier writes none")
+    dynamodb = aws("dynamodb", backend.dynamodb)
     table = create_table(dynamodb)
     dynamodb.put_item(TableName=table, Item={"pk": {"S": "state"}, "epoch": {"N": "5"}})
     with pytest.raises(ClientError) as cancelled:
@@ -707,9 +733,10 @@ def test_dynamodb_transaction_is_all_or_nothing(backend: LocalBackend) -> None:
     assert keys == {"state", "digest-1"}
 
 
-def test_dynamodb_global_secondary_index(backend: LocalBackend) -> None:
-    """A table created with a GSI answers queries on it, and UpdateTable creating an existing GSI does not fail."""
-    dynamodb = aws("dynamodb", backend.endpoint, retries=1)  # a 500 must show, not be retried away
+def test_dynamodb_global_secondary_index(backend: Endpoints) -> None:
+    """A table created with a GSI answers queries on it, and UpdateTable creating an existing GSI does not fail
+    (on dynalite, which cannot add a GSI to an on-demand table: that it refuses, so the setup step is needed)."""
+    dynamodb = aws("dynamodb", backend.dynamodb, retries=1)  # a 500 must show, not be retried away
     owner = [{"AttributeName": "owner", "AttributeType": "S"}]
     table = create_table(
         dynamodb,
@@ -748,6 +775,13 @@ def test_dynamodb_global_secondary_index(backend: LocalBackend) -> None:
             }
         ],
     }
+    if backend.impl == "independent":
+        # dynalite refuses a GSI Create without ProvisionedThroughput on an on-demand table (AWS and moto accept
+        # it, as the KCL sends it), so the local backend's setup creates the KCL's lease table with its index:
+        # copier.local.independent.create_lease_table.
+        with pytest.raises(ClientError, match="provisionedThroughput"):
+            dynamodb.update_table(**add_index)
+        return
     dynamodb.update_table(**add_index)
     dynamodb.update_table(**add_index)
     indexes = dynamodb.describe_table(TableName=lease_table)["Table"]["GlobalSecondaryIndexes"]

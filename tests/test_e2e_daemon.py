@@ -4,7 +4,7 @@ Two ``copier run`` workers copy a staging stream with producer duplicates
 in it; one is SIGKILLed mid-run (the JVM only, so its processors live on as
 zombies that must be fenced) and a third is started; the staging stream is
 split while running. ``copier verify`` must then find nothing lost and
-nothing duplicated.
+nothing duplicated. The same, smaller, on the independent backend (kinesis-mock and dynalite).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from copier.local.backend import LocalBackend
+from copier.local.independent import ENV_MARK, Endpoints, create_lease_table
 from copier.local.pipeline import LocalPipeline
 from copier.local.producer import produce
 
@@ -89,3 +90,45 @@ def test_two_workers_a_sigkill_and_a_split_lose_and_duplicate_nothing(tmp_path: 
                 assert '"event": "released"' in worker.log_path.read_text(), f"{worker.name} released its shards"
         finally:
             pipeline.stop_all()
+
+
+def test_on_kinesis_mock_and_dynalite_a_killed_worker_and_a_split_lose_and_duplicate_nothing(
+    tmp_path: Path, independent: Endpoints, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same proof, smaller (kinesis-mock is slow on puts), on the independent backend: the real daemon
+    with the lean client against kinesis-mock and dynalite, one worker's JVM SIGKILLed, a staging shard split,
+    and copier verify finds the target exactly once. The local-only steps: the KCL's lease table made with its
+    index first (dynalite cannot add it), and COPIER_LOCAL_BACKEND=independent (dynalite has no TTL)."""
+    monkeypatch.setenv(ENV_MARK, "independent")
+    application = "copier-e2e-independent"
+    create_lease_table(independent.dynamodb, application)
+    pipeline = LocalPipeline(
+        independent.kinesis,
+        tmp_path,
+        staging="staging-e2e-independent",
+        target="target-e2e-independent",
+        application=application,
+        dynamodb_endpoint=independent.dynamodb,
+    )
+    try:
+        pipeline.create(staging_shards=2, target_shards=2)
+        produced = produce(pipeline.kinesis, pipeline.staging, 600, run="e2e", seed=5)
+        pipeline.start_worker("a")
+        pipeline.start_worker("b")
+        assert pipeline.wait(lambda: pipeline.counters().get("forwarded", 0) >= 200, 180), f"see {tmp_path}"
+        pipeline.busiest_worker().kill_daemon()
+        first = sorted(pipeline.shard_states())[0]
+        children = pipeline.split(first)
+        assert len(children) == 2
+        produce(pipeline.kinesis, pipeline.staging, 600, run="e2e", seed=6, start=600, out=produced)
+        caught_up = pipeline.wait(lambda: pipeline.caught_up(produced.last), 240)
+        states = pipeline.shard_states()
+        assert caught_up, {k: (str(s.position), s.owner) for k, s in states.items()}
+        verify = pipeline.verify(produced.manifest)
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+        assert CLEAN in verify.stdout
+        assert any(s.epoch >= 2 for s in states.values()), "a shard changed hands after the SIGKILL"
+        for child in children:
+            assert states[child].counters.get("forwarded", 0) > 0, f"{child} was copied"
+    finally:
+        pipeline.stop_all()

@@ -45,6 +45,20 @@ def test_the_demos_install_installs_what_the_demo_needs_and_nothing_of_the_tests
     assert "install-test" not in _recipes("demo", tmp_path)
 
 
+def test_make_install_installs_the_second_backend_at_the_locked_versions(tmp_path: Path) -> None:
+    """Issue 46: kinesis-mock and dynalite come from ``make install`` with ``npm ci`` (the lock's versions,
+    into the project's node/ directory: never global, never with sudo), pinned exactly in node/package.json."""
+    import json
+
+    install = _recipes("install", tmp_path)
+    assert "npm ci --prefix node" in install
+    assert "npm install" not in install and "-g" not in install.split("npm ci", 1)[1].split("\n", 1)[0]
+    wanted = {"kinesis-local": "0.6.2", "dynalite": "4.0.0"}
+    assert json.loads((ROOT / "node/package.json").read_text())["dependencies"] == wanted
+    locked = json.loads((ROOT / "node/package-lock.json").read_text())["packages"]
+    assert {name: locked[f"node_modules/{name}"]["version"] for name in wanted} == wanted
+
+
 def test_make_test_and_lint_install_what_the_tests_need(tmp_path: Path) -> None:
     """CI runs make lint, then make test, in a fresh clone: each installs what it uses."""
     test = _recipes("test", tmp_path)

@@ -13,36 +13,44 @@ from copier.adapters.awsauth import lean_credentials
 from copier.adapters.awsjson import JsonClient
 from copier.adapters.dynamo import DynamoStateStore
 from copier.adapters.leanstate import LeanStateStore
+from copier.adapters.statettl import NO_TTL_HERE
 from copier.core.errors import FencedError
 from copier.core.limits import MAX_CHUNK_EVENTS
 from copier.core.packing import pack_digests, unpack_digests
 from copier.core.positions import Position
 from copier.core.state import DigestBatch, ShardState, StateConflict, StateStore
 from copier.local.backend import DUMMY_ENV
+from copier.local.independent import Endpoints
 from copier.testing import InMemoryStateStore
+from tests.conftest import BACKENDS, backend_for
 from tests.support.fakes import config
 
 _tables = itertools.count(1)
 
 
-def _table(endpoint: str) -> tuple[DynamoStateStore, LeanStateStore]:
+def _table(backend: Endpoints) -> tuple[DynamoStateStore, LeanStateStore]:
     """A new table, and the two stores on it: PynamoDB's (the commands) and the lean one (the processor)."""
     cfg = config(stateTableName=f"contract-{next(_tables)}")
+    endpoint = backend.dynamodb
+    cfg = replace(cfg, kinesis_endpoint=backend.kinesis, target_endpoint=backend.kinesis)
     cfg = replace(cfg, dynamodb_endpoint=endpoint, state_endpoint=endpoint)
     dynamo = DynamoStateStore(cfg)
-    assert dynamo.create_table() == (True, "TTL on expires_at: enabled")
-    assert dynamo.create_table() == (False, "TTL on expires_at: enabled"), "create_table is idempotent"
+    ttl = NO_TTL_HERE if backend.impl == "independent" else "TTL on expires_at: enabled"  # dynalite has no TTL
+    assert dynamo.create_table() == (True, ttl)
+    assert dynamo.create_table() == (False, ttl), "create_table is idempotent"
     credentials = lean_credentials(DUMMY_ENV)
     return dynamo, LeanStateStore(cfg, JsonClient("dynamodb", cfg.region, endpoint, credentials, 5.0, 10.0))
 
 
-@pytest.fixture(params=["memory", "dynamodb", "lean"])
+# The in-memory fake, and PynamoDB's and the lean store on each local backend (moto; dynalite).
+@pytest.fixture(params=["memory", *(f"{kind}-{impl}" for impl in BACKENDS for kind in ("dynamodb", "lean"))])
 def store(request: pytest.FixtureRequest) -> Iterator[StateStore]:
     if request.param == "memory":
         yield InMemoryStateStore()
         return
-    dynamo, lean = _table(request.getfixturevalue("endpoint"))
-    yield dynamo if request.param == "dynamodb" else lean
+    kind, impl = request.param.split("-")
+    dynamo, lean = _table(backend_for(request, impl))
+    yield dynamo if kind == "dynamodb" else lean
 
 
 def _rich_state(rng: random.Random) -> ShardState:
@@ -102,10 +110,10 @@ def _rich_batch(rng: random.Random, index: int) -> DigestBatch:
     )
 
 
-def test_the_lean_store_and_pynamodb_write_and_read_the_same_items(endpoint: str) -> None:
+def test_the_lean_store_and_pynamodb_write_and_read_the_same_items(backend_endpoints: Endpoints) -> None:
     """The processor writes through the lean store, the commands read through PynamoDB (and the other way
     round): every field of both kinds of item survives either way."""
-    dynamo, lean = _table(endpoint)
+    dynamo, lean = _table(backend_endpoints)
     rng = random.Random(25)
     for n in range(40):
         key = f"staging/shardId-{n:012d}"
@@ -193,20 +201,22 @@ def test_state_round_trips_every_field(store: StateStore) -> None:
     assert store.get_many([KEY, "staging/other"]) == {KEY: full}
 
 
-def test_a_state_item_written_before_the_replication_checkpoint_is_read_and_written_on(endpoint: str) -> None:
+def test_a_state_item_written_before_the_replication_checkpoint_is_read_and_written_on(
+    backend_endpoints: Endpoints,
+) -> None:
     """An item an earlier copier wrote has no position_arrival_ms nor position_age_ms: both stores read it with
     neither (None), and the next owner's commit adds them."""
     import boto3
 
     from copier.adapters.stateitems import STATE_SK, state_fields, to_wire
 
-    dynamo, lean = _table(endpoint)
+    dynamo, lean = _table(backend_endpoints)
     earlier = replace(owned(), position=Position(5), counters={"forwarded": 5})
     fields = {k: v for k, v in state_fields(earlier).items() if not k.startswith("position_")}
     assert "position" in fields and len(fields) == len(state_fields(earlier)) - 2
     client = boto3.client(
         "dynamodb",
-        endpoint_url=endpoint,
+        endpoint_url=backend_endpoints.dynamodb,
         region_name="us-east-1",
         aws_access_key_id="testing",
         aws_secret_access_key="testing",

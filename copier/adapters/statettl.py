@@ -19,26 +19,57 @@ Every failure names the call that failed (DescribeTimeToLive or
 UpdateTimeToLive) with AWS's error code, the table and where it is, what is
 left undone, and what to do (:func:`ttl_step`: one place, so that a backend
 with a documented step of its own can be given it there).
+
+One backend has no TTL at all: dynalite, the DynamoDB of the independent local backend
+(:mod:`copier.local.independent`), answers UpdateTimeToLive with UnknownOperationException and
+DescribeTimeToLive with DISABLED. A process told so (``COPIER_LOCAL_BACKEND=independent``) whose endpoints
+are all on this machine (loopback) says it and goes on: :func:`local_without_ttl`. Anywhere else, and for
+any other answer, nothing changes: an endpoint on AWS is never a loopback address.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
 import botocore.exceptions
 
 from copier.adapters.aws import convert_aws_error, place
+from copier.adapters.localkeys import on_this_machine
 from copier.adapters.stateitems import TTL_FIELD
 from copier.core.config import Config
 from copier.core.errors import AwsError, FatalAwsError, StateTableError
 
-__all__ = ["TTL_ATTRIBUTE", "Ttl", "check_ttl", "describe_ttl", "ensure_ttl", "ttl_problem", "ttl_step"]
+__all__ = [
+    "LOCAL_BACKEND_ENV",
+    "NO_TTL_HERE",
+    "TTL_ATTRIBUTE",
+    "local_without_ttl",
+    "Ttl",
+    "check_ttl",
+    "describe_ttl",
+    "ensure_ttl",
+    "ttl_problem",
+    "ttl_step",
+]
 
 TTL_ATTRIBUTE = TTL_FIELD  # the attribute every digest batch carries its expiry in
 _ON = ("ENABLED", "ENABLING")
 # Answers that say the endpoint has no such call: retrying cannot help (a local emulator without TTL).
 _UNKNOWN_CALL = ("UnknownOperationException",)
+#: The environment variable naming the local backend a process runs against (set by whoever starts both).
+LOCAL_BACKEND_ENV = "COPIER_LOCAL_BACKEND"
+NO_TTL_HERE = (
+    f"TTL on {TTL_ATTRIBUTE}: none, the independent local backend (dynalite) has no UpdateTimeToLive, so digest "
+    "batches never expire there (it lives in memory for one run); on AWS copier init enables it"
+)
+
+
+def local_without_ttl(config: Config) -> bool:
+    """Whether the state table is on the independent local backend, which has no TTL: said by
+    ``COPIER_LOCAL_BACKEND=independent`` and believed only when every endpoint is a loopback address."""
+    return os.environ.get(LOCAL_BACKEND_ENV) == "independent" and on_this_machine(config)
 
 
 @dataclass(frozen=True)
@@ -114,7 +145,7 @@ def check_ttl(client: Any, config: Config) -> Ttl:
     AwsError that names it (``copier check-config``, ``copier run``)."""
     ttl = describe_ttl(client, config, f"its TTL on {TTL_ATTRIBUTE} cannot be checked")
     problem = ttl_problem(ttl)
-    if problem is not None:
+    if problem is not None and not (ttl.status == "DISABLED" and local_without_ttl(config)):
         raise StateTableError(
             f"{_where(config)}: {problem} (DescribeTimeToLive), so its digest batches never expire and the table "
             f"grows without end: {ttl_step(config, ttl)}"
@@ -139,6 +170,8 @@ def ensure_ttl(client: Any, config: Config, created: bool) -> str:
             TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE},
         )
     except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
+        if convert_aws_error("UpdateTimeToLive", exc).code in _UNKNOWN_CALL and local_without_ttl(config):
+            return NO_TTL_HERE
         left = f"it {table}, but TTL on {TTL_ATTRIBUTE} is not enabled, so its digest batches would never expire"
         raise _failed(config, "UpdateTimeToLive", exc, left) from exc
     return f"TTL on {TTL_ATTRIBUTE}: enabled now" + ("" if created else " (it was off)")

@@ -334,7 +334,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``copier local-backend``."""
     from copier.local.streams import parse_streams
 
-    parser.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"port to bind (default {DEFAULT_PORT})")
+    parser.add_argument(
+        "--impl",
+        choices=("moto", "independent"),
+        default="moto",
+        help="moto (default: fast, one port for both services, patched by copier) or independent: kinesis-mock "
+        "and dynalite (make install), each on an ephemeral 127.0.0.1 port; READY then names both",
+    )
+    parser.add_argument(
+        "--port", type=_port, default=DEFAULT_PORT, help=f"port to bind (default {DEFAULT_PORT}; moto only)"
+    )
+    parser.add_argument(
+        "--lease-table",
+        action="append",
+        default=[],
+        metavar="APPLICATION_NAME",
+        help="independent only: create the KCL lease table of this applicationName with its index first "
+        "(dynalite cannot add the index the KCL adds later); may be given more than once",
+    )
     parser.add_argument(
         "--streams",
         type=parse_streams,
@@ -349,10 +366,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """``copier local-backend [--port N] [--streams NAME:SHARDS,...]``: serve on 127.0.0.1 until SIGTERM or
-    SIGINT, with the streams created first.
+    """``copier local-backend [--impl moto|independent] [--port N] [--streams NAME:SHARDS,...]``: serve on
+    127.0.0.1 until SIGTERM or SIGINT, with the streams created first.
 
-    Prints exactly one line to stdout, ``READY http://127.0.0.1:N``, once the
+    Prints exactly one line to stdout, ``READY http://127.0.0.1:N`` (independent: ``READY
+    kinesis=http://127.0.0.1:N dynamodb=http://127.0.0.1:M``, :mod:`copier.local.independent`), once the
     server answers and the streams exist, so a parent process can wait for
     it; everything else goes to stderr. Returns 0 after a clean stop, 1 if the
     server cannot start or a stream cannot be created.
@@ -365,6 +383,13 @@ def main(args: argparse.Namespace) -> int:
     protocol_out = sys.stdout
     sys.stdout = sys.stderr  # anything that prints while serving goes to stderr
     try:
+        if args.impl == "independent":
+            from copier.local.independent import serve
+
+            return serve(args, protocol_out, stop_signals, _create_streams)
+        if args.lease_table:
+            sys.stderr.write("copier local-backend: --lease-table is for --impl independent (moto needs none)\n")
+            return EXIT_START_FAILED
         backend = LocalBackend("127.0.0.1", args.port)
         try:
             backend.start()

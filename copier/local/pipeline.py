@@ -77,9 +77,11 @@ def local_properties(
     target: str,
     copier_bin: str,
     kcl: dict[str, str] | None = None,
+    dynamodb_endpoint: str | None = None,
     **copier: str,
 ) -> Path:
     """Write a properties file for a local run: local endpoints, polling, no CloudWatch, fast KCL timings.
+    ``dynamodb_endpoint``: DynamoDB's when it is not ``endpoint`` (the independent backend: two servers).
 
     ``kcl``: further daemon keys (``executableName`` among them, to run another processor);
     ``copier``: further ``copier.*`` keys (without the prefix), replacing those of :data:`LOCAL_COPIER`.
@@ -95,7 +97,7 @@ def local_properties(
         f"streamName = {staging}",
         "regionName = us-east-1",
         f"kinesisEndpoint = {endpoint}",
-        f"dynamoDBEndpoint = {endpoint}",
+        f"dynamoDBEndpoint = {dynamodb_endpoint or endpoint}",
         *(f"{k} = {v}" for k, v in position.items()),
         "AwsCredentialsProvider = DefaultCredentialsProvider",
         "retrievalMode = POLLING",
@@ -209,6 +211,7 @@ class LocalPipeline:
     copier: dict[str, str] = field(default_factory=dict)
     workers: list[Worker] = field(default_factory=list)
     producers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    dynamodb_endpoint: str | None = None  # when not ``endpoint`` (the independent backend)
     # staging_records(): where each shard's count stopped ("" or absent: not read yet; None: closed, read to its
     # end) and the records counted so far
     _read_to: dict[str, str | None] = field(default_factory=dict, init=False, repr=False)
@@ -225,6 +228,7 @@ class LocalPipeline:
             self.target,
             self.copier_bin,
             self.kcl,
+            self.dynamodb_endpoint,
             **self.copier,
         )
         self.config: Config = load_config(self.properties)
@@ -232,7 +236,7 @@ class LocalPipeline:
             "kinesis", region_name="us-east-1", endpoint_url=self.endpoint
         )
         # The pipeline reads the state table straight from the backend, whatever endpoint the copier uses.
-        self.store = DynamoStateStore(replace(self.config, state_endpoint=self.endpoint))
+        self.store = DynamoStateStore(replace(self.config, state_endpoint=self.dynamodb_endpoint or self.endpoint))
 
     def create(self, staging_shards: int, target_shards: int) -> None:
         """Create both streams and the state table (as ``copier init`` does)."""

@@ -8,9 +8,17 @@ COPIER = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "copier"  # wha
 
 
 def write_properties(
-    path: Path, endpoint: str, staging: str, target: str, table: str, failover_ms: int = 3000, **copier: object
+    path: Path,
+    endpoint: str,
+    staging: str,
+    target: str,
+    table: str,
+    failover_ms: int = 3000,
+    dynamodb_endpoint: str | None = None,
+    **copier: object,
 ) -> Path:
-    """A complete properties file; ``copier`` overrides copier.* keys (camelCase names, None drops a key)."""
+    """A complete properties file; ``copier`` overrides copier.* keys (camelCase names, None drops a key);
+    ``dynamodb_endpoint``: DynamoDB's when it is not ``endpoint`` (the independent backend: two servers)."""
     keys: dict[str, object] = {
         "targetStreamName": target,
         "dedupKey": "json:eventId",
@@ -28,7 +36,7 @@ def write_properties(
         f"streamName = {staging}",
         "regionName = us-east-1",
         f"kinesisEndpoint = {endpoint}",
-        f"dynamoDBEndpoint = {endpoint}",
+        f"dynamoDBEndpoint = {dynamodb_endpoint or endpoint}",
         f"failoverTimeMillis = {failover_ms}",
         "isGracefulLeaseHandoffEnabled = false",
     ]
