@@ -151,9 +151,7 @@ class Harness:
         """A live, running worker that has processors (a daemon just restarted has none yet), or with
         ``processors=False`` any live one."""
         candidates = [
-            w
-            for w in self.live
-            if w.alive and w.jvm_pid not in self.stopped and (not processors or w.processor_pids())
+            w for w in self.live if w.alive and w.jvm_pid not in self.stopped and (not processors or w.processor_pids())
         ]
         return candidates[rng_index % len(candidates)] if candidates else None
 
