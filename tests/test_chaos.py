@@ -23,6 +23,7 @@ from copier.chaos.schedule import (
     BASE_SETTINGS,
     DEDUP_KEYS,
     FULL,
+    LIMITS,
     PROCESS_FAULTS,
     SMOKE,
     TARGET_RESHARDS,
@@ -103,6 +104,17 @@ def test_each_smoke_seed_has_each_later_kind_of_fault() -> None:
         assert plan.settings[0] != plan.settings[1] and plan.settings[0] == BASE_SETTINGS
         assert any(k.endswith("_ambiguous") for k in kinds), (seed, kinds)
         assert set(AUTO_SWITCHES) <= kinds, (seed, kinds)
+
+
+def test_a_limits_seed_writes_staging_at_its_shards_limit_through_the_shard_limits_alone() -> None:
+    """The limits profile: the proxy enforces the shard limits, opens no fault window of its own, and the
+    producer offers its staging shard about its 1 MiB a second or more."""
+    for seed in range(1, 11):
+        plan = draw(seed, LIMITS)
+        assert plan.shard_limits and plan.windows == () and plan.profile == "limits"
+        offered = plan.events * plan.event_bytes / plan.produce_s / plan.staging_shards
+        assert offered >= 0.75 * 1024 * 1024, (seed, offered)
+    assert not draw(1, FULL).shard_limits and not draw(1, SMOKE).shard_limits
 
 
 def test_the_later_faults_leave_a_seeds_earlier_faults_as_they_were() -> None:

@@ -137,9 +137,9 @@ class Output:
         return {r.event_id for r in self.records if r.event_id is not None}
 
 
-def _event(n: int, run: str) -> tuple[EventValue, str, bytes]:
+def _event(n: int, run: str, filler: int = 80) -> tuple[EventValue, str, bytes]:
     value = event_id(n, run)
-    body = {"eventId": value, "meta": {"alt": alt_id(value)}, "n": n, "body": "x" * 80}
+    body = {"eventId": value, "meta": {"alt": alt_id(value)}, "n": n, "body": "x" * filler}
     return value, f"user-{n % 64}", json.dumps(body, ensure_ascii=False).encode()
 
 
@@ -300,7 +300,7 @@ class ChaosProducer:
             size = self.rng.randint(*plan.aggregate_events) if aggregate else per_tick
             size = min(size, plan.events - n)
             if size > 0:
-                batch = [_event(i, self.run_id) for i in range(n, n + size)]
+                batch = [_event(i, self.run_id, plan.event_bytes) for i in range(n, n + size)]
                 n += size
                 written.extend(batch)
                 self._write(batch, aggregate)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import threading
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -60,7 +61,7 @@ class ShardThrottle:
         self._lock = threading.Lock()
         self._maps: dict[str, tuple[float, ShardMap]] = {}
         self._iterators: dict[str, tuple[str, str]] = {}  # shard iterator -> (stream, shard)
-        self.refused: dict[str, int] = {"put_entries": 0, "reads": 0}
+        self.refused: Counter[tuple[str, str]] = Counter()  # ("put_entries" or "reads", stream) -> how many
 
     def _map(self, stream: str, fresh: bool) -> ShardMap:
         now = self.limits.clock()
@@ -86,7 +87,7 @@ class ShardThrottle:
                 for i, (ok, shard) in enumerate(zip(admitted, shards, strict=True))
                 if not ok
             }
-            self.refused["put_entries"] += len(refused)
+            self.refused["put_entries", stream] += len(refused)
             return refused
 
     def read_refusal(self, request: dict[str, Any]) -> str | None:
@@ -96,7 +97,7 @@ class ShardThrottle:
             where = self._iterators.get(str(request.get("ShardIterator")))
             if where is None or self.limits.admit_read(*where):
                 return None
-            self.refused["reads"] += 1
+            self.refused["reads", where[0]] += 1
             return rate_exceeded(*where)
 
     def answered(self, operation: str, request: dict[str, Any], answer: dict[str, Any]) -> None:
