@@ -12,6 +12,8 @@ provisioned shard (the Kinesis Data Streams quotas page):
   the shard; and a GetRecords that returned 10 MiB throttles the shard's
   next reads for 5 seconds.
 
+(The numbers are :mod:`copier.core.limits`', which readers pace by.)
+
 Each (stream, shard) has a bucket per limit, holding at most one second's
 allowance and refilled continuously. Pure: the clock is passed in, so the
 tests step it. Two choices where the quotas page says nothing exact:
@@ -30,6 +32,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from copier.core.limits import (
+    BIG_READ_BYTES,
+    BIG_READ_PAUSE_S,
+    READ_BYTES_PER_SHARD_S,
+    READ_CALLS_PER_SHARD_S,
+    WRITE_BYTES_PER_SHARD_S,
+    WRITE_RECORDS_PER_SHARD_S,
+)
+
 __all__ = [
     "BIG_READ_BYTES",
     "BIG_READ_PAUSE_S",
@@ -43,12 +54,10 @@ __all__ = [
 ]
 
 MIB = 1024 * 1024
-WRITE_RECORDS_PER_S = 1000
-WRITE_BYTES_PER_S = 1 * MIB
-READ_CALLS_PER_S = 5
-READ_BYTES_PER_S = 2 * MIB
-BIG_READ_BYTES = 10 * MIB
-BIG_READ_PAUSE_S = 5.0
+WRITE_RECORDS_PER_S = WRITE_RECORDS_PER_SHARD_S
+WRITE_BYTES_PER_S = WRITE_BYTES_PER_SHARD_S
+READ_CALLS_PER_S = READ_CALLS_PER_SHARD_S
+READ_BYTES_PER_S = READ_BYTES_PER_SHARD_S
 
 
 @dataclass
