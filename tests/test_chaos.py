@@ -242,3 +242,32 @@ def test_the_producer_draws_ids_at_the_edges_of_identity_and_reads_them_back_by_
         None,
         None,
     ]
+
+
+class _ThrottlesFirstEntryOnce:
+    """A staging client whose first PutRecords fails its first entry, as a shard over its write limit does."""
+
+    def __init__(self) -> None:
+        self.sequence = 0
+
+    def put_records(self, StreamName: str, Records: list[dict[str, object]]) -> dict[str, object]:  # noqa: N803
+        results: list[dict[str, object]] = []
+        for n, _ in enumerate(Records):
+            if self.sequence == 0 and n == 0:
+                results.append({"ErrorCode": "ProvisionedThroughputExceededException", "ErrorMessage": "Rate exceeded"})
+                continue
+            self.sequence += 1
+            results.append({"ShardId": "shardId-000000000000", "SequenceNumber": str(self.sequence)})
+        return {"FailedRecordCount": sum(1 for r in results if "ErrorCode" in r), "Records": results}
+
+
+def test_the_producer_records_a_retried_entry_after_the_entries_that_landed_before_it() -> None:
+    """Order is judged as records are in staging: an entry throttled and written again lands after the others."""
+    from copier.chaos.producer import ChaosProducer
+    from copier.core import kpl
+
+    producer = ChaosProducer(_ThrottlesFirstEntryOnce(), "s", draw(1, LIMITS), "r")
+    records = [kpl.KinesisRecord("k", None, json.dumps({"eventId": e}).encode()) for e in ("first", "second")]
+    placed = producer._put(records, [1, 1])
+    assert [p.event_id for p in producer.out.records] == ["second", "first"]
+    assert placed == [("shardId-000000000000", "2"), ("shardId-000000000000", "1")]  # in the request's order
