@@ -4,11 +4,12 @@ proxy enforcing Kinesis' per-shard limits (copier.chaos.limits) on the real loca
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from copier.adapters.kinesis import paged_shards
+from copier.adapters.kinesis import KinesisStreams, paged_shards
 from copier.adapters.progress import Progress
 from copier.adapters.streamreader import StreamReader
 from copier.chaos.limits import ShardLimits
@@ -17,6 +18,7 @@ from copier.chaos.throttle import ShardThrottle
 from copier.core.limits import read_pause_s
 from tests.conftest import Pipeline
 from tests.support.backend import client, create_stream
+from tests.support.fakes import config
 
 MIB = 1024 * 1024
 
@@ -57,4 +59,22 @@ def test_a_reader_of_pages_larger_than_a_shards_read_rate_is_never_throttled(pip
         )
         read: list[Any] = reader.read(stream, "target", lambda _shard, r: r["PartitionKey"])
     assert sorted(read) == ["k0", "k1", "k2"]
+    assert sum(throttle.refused.values()) == 0
+
+
+def test_the_copiers_verification_read_of_large_pages_is_never_throttled(pipeline: Pipeline) -> None:
+    """A put's verification read (``read_identities``) shares the target shard's read budget with every other
+    reader: it waits for a page's bytes before the next, and is not refused."""
+    time_ = FakeTime()
+    stream = f"{pipeline.target}-big"
+    create_stream(pipeline.kinesis, stream, 1)
+    pipeline.kinesis.put_records(  # one page of 3 MiB: a reader calling again 0.2 s later is refused
+        StreamName=stream, Records=[{"PartitionKey": f"k{i}", "Data": b"x" * (MIB - 2)} for i in range(3)]
+    )
+    with FaultProxy(pipeline.endpoint, seed=1, hang_s=1.0) as proxy:
+        throttle = ShardThrottle(ShardLimits(time_.clock), lambda s: paged_shards(pipeline.kinesis.list_shards, s))
+        proxy.throttle = throttle
+        cfg = replace(config(), target_endpoint=proxy.endpoint, kinesis_endpoint=pipeline.endpoint)
+        found = KinesisStreams(cfg, sleep=time_.sleep).read_identities(stream, None, 0, None, lambda pk, _data: len(pk))
+    assert found.records_read == 3
     assert sum(throttle.refused.values()) == 0
