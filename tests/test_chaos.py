@@ -114,6 +114,7 @@ def test_a_limits_seed_writes_staging_at_its_shards_limit_through_the_shard_limi
         assert plan.shard_limits and plan.windows == () and plan.profile == "limits"
         offered = plan.events * plan.event_bytes / plan.produce_s / plan.staging_shards
         assert offered >= 0.75 * 1024 * 1024, (seed, offered)
+        assert plan.staging_shards == plan.target_shards == 1
     assert not draw(1, FULL).shard_limits and not draw(1, SMOKE).shard_limits
 
 

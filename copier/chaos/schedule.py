@@ -142,6 +142,7 @@ class Profile:
     auto_share: float = 0.5  # share of seeds with each AUTO switch (a forced profile has both)
     shard_limits: bool = False  # the proxy enforces Kinesis' per-shard limits (copier.chaos.limits)
     event_bytes: int = 80  # the filler each event carries: how many bytes the producer writes
+    target_shards: tuple[int, int] = (2, 3)
 
 
 FULL = Profile(
@@ -185,7 +186,8 @@ SMOKE = Profile(
 # Kinesis' per-shard limits on the copier's target calls and the producer's staging writes: no proxy fault
 # windows, few other faults. 8 KiB events, 1,500 to 2,500 of them in 15 s, are 0.8 to 1.3 MiB/s written to
 # the one staging shard, with KPL aggregates of up to 2.4 MiB in one tick: the producer writes staging at and
-# over its shard's 1 MiB/s, and the copier's catch-up puts (up to 5 MiB each) meet the target's.
+# over its shard's 1 MiB/s. The target has one shard too: the copier forwards every event of an aggregate as
+# a record of its own, and its catch-up after a process fault (puts of up to 5 MiB) meets the target's limits.
 LIMITS = Profile(
     "limits",
     (2, 2),
@@ -207,6 +209,7 @@ LIMITS = Profile(
     auto_share=0.0,
     shard_limits=True,
     event_bytes=8192,
+    target_shards=(1, 1),
 )
 PROFILES = {p.name: p for p in (FULL, SMOKE, LIMITS)}
 
@@ -307,7 +310,7 @@ def draw(seed: int, profile: Profile = FULL, lease_s: float = 3.0) -> Plan:
         kcl_mode=rng.choice(["3.x", "2.x"]),
         workers=rng.randint(*profile.workers),
         staging_shards=rng.randint(*profile.staging_shards),
-        target_shards=rng.randint(2, 3),
+        target_shards=rng.randint(*profile.target_shards),
         events=rng.randint(*profile.events),
         produce_s=produce,
         aggregate_share=round(rng.uniform(0.2, 0.6), 2),
