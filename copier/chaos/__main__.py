@@ -136,7 +136,7 @@ def _write(
         }
         Path(args.json_path).write_text(json.dumps(raw, indent=1) + "\n")
     if args.report:
-        Path(args.report).write_text(render(results, command, elapsed, planned, code))
+        Path(args.report).write_text(render(results, command, elapsed, planned, code, args.json_path or "not kept"))
 
 
 if __name__ == "__main__":
