@@ -94,9 +94,13 @@ model-long: install-test
 # The fault-injection suite: SEEDS seeds of the real pipeline under faults (a few minutes each).
 # An interrupted run goes on where it stopped when the code is the same (--resume);
 # remove docs/reliability.json to start over.
+# PROFILE=limits runs the seeds under Kinesis' per-shard limits (docs/reliability.md, "The shard-limits profile"),
+# into docs/reliability-limits.md and .json: another profile never starts the full profile's results over.
 SEEDS ?= 50
+PROFILE ?= full
+CHAOS_OUT = $(if $(filter full,$(PROFILE)),docs/reliability,docs/reliability-$(PROFILE))
 chaos: install-test
-	$(BIN)/python -m copier.chaos --seeds $(SEEDS) --report docs/reliability.md --json docs/reliability.json --resume
+	$(BIN)/python -m copier.chaos --profile $(PROFILE) --seeds $(SEEDS) --report $(CHAOS_OUT).md --json $(CHAOS_OUT).json --resume
 
 # Benchmarks against baselines in one run: docs/benchmarks.md, .json and PNG plots (30 to 50 minutes).
 # BENCH_ARGS="--keep DIR" keeps the work directory with every worker's log; "--only rolling" reruns a part.

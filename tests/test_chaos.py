@@ -23,6 +23,7 @@ from copier.chaos.schedule import (
     BASE_SETTINGS,
     DEDUP_KEYS,
     FULL,
+    LIMITS,
     PROCESS_FAULTS,
     SMOKE,
     TARGET_RESHARDS,
@@ -103,6 +104,18 @@ def test_each_smoke_seed_has_each_later_kind_of_fault() -> None:
         assert plan.settings[0] != plan.settings[1] and plan.settings[0] == BASE_SETTINGS
         assert any(k.endswith("_ambiguous") for k in kinds), (seed, kinds)
         assert set(AUTO_SWITCHES) <= kinds, (seed, kinds)
+
+
+def test_a_limits_seed_writes_staging_at_its_shards_limit_through_the_shard_limits_alone() -> None:
+    """The limits profile: the proxy enforces the shard limits, opens no fault window of its own, and the
+    producer offers its staging shard about its 1 MiB a second or more."""
+    for seed in range(1, 11):
+        plan = draw(seed, LIMITS)
+        assert plan.shard_limits and plan.windows == () and plan.profile == "limits"
+        offered = plan.events * plan.event_bytes / plan.produce_s / plan.staging_shards
+        assert offered >= 0.75 * 1024 * 1024, (seed, offered)
+        assert plan.staging_shards == plan.target_shards == 1
+    assert not draw(1, FULL).shard_limits and not draw(1, SMOKE).shard_limits
 
 
 def test_the_later_faults_leave_a_seeds_earlier_faults_as_they_were() -> None:
@@ -230,3 +243,32 @@ def test_the_producer_draws_ids_at_the_edges_of_identity_and_reads_them_back_by_
         None,
         None,
     ]
+
+
+class _ThrottlesFirstEntryOnce:
+    """A staging client whose first PutRecords fails its first entry, as a shard over its write limit does."""
+
+    def __init__(self) -> None:
+        self.sequence = 0
+
+    def put_records(self, StreamName: str, Records: list[dict[str, object]]) -> dict[str, object]:  # noqa: N803
+        results: list[dict[str, object]] = []
+        for n, _ in enumerate(Records):
+            if self.sequence == 0 and n == 0:
+                results.append({"ErrorCode": "ProvisionedThroughputExceededException", "ErrorMessage": "Rate exceeded"})
+                continue
+            self.sequence += 1
+            results.append({"ShardId": "shardId-000000000000", "SequenceNumber": str(self.sequence)})
+        return {"FailedRecordCount": sum(1 for r in results if "ErrorCode" in r), "Records": results}
+
+
+def test_the_producer_records_a_retried_entry_after_the_entries_that_landed_before_it() -> None:
+    """Order is judged as records are in staging: an entry throttled and written again lands after the others."""
+    from copier.chaos.producer import ChaosProducer
+    from copier.core import kpl
+
+    producer = ChaosProducer(_ThrottlesFirstEntryOnce(), "s", draw(1, LIMITS), "r")
+    records = [kpl.KinesisRecord("k", None, json.dumps({"eventId": e}).encode()) for e in ("first", "second")]
+    placed = producer._put(records, [1, 1])
+    assert [p.event_id for p in producer.out.records] == ["second", "first"]
+    assert placed == [("shardId-000000000000", "2"), ("shardId-000000000000", "1")]  # in the request's order

@@ -7,14 +7,17 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from copier.adapters.dynamo import DynamoStateStore
-from copier.adapters.kinesis import KinesisStreams
+from copier.adapters.kinesis import KinesisStreams, paged_shards
+from copier.chaos.limits import ShardLimits
 from copier.chaos.proxy import FaultProxy, FaultWindow
+from copier.chaos.throttle import ShardThrottle
 from copier.core.errors import AmbiguousPutError, TransientAwsError
 from copier.core.state import ShardState
 from tests.conftest import Pipeline
-from tests.support.backend import read_stream
+from tests.support.backend import client, read_stream
 from tests.support.fakes import config
 
 ENTRIES = [(f"k{i}", f'{{"eventId": "e{i}"}}'.encode(), None) for i in range(40)]
@@ -105,3 +108,57 @@ def test_a_window_for_one_stream_hits_only_its_puts_and_wait_for_sees_the_inject
     assert type(throttled.value) is TransientAwsError
     proxy.cancel_waits()
     assert proxy.wait_for(("put_timeout",), pipeline.target, now, 60.0) is None, "a cancelled wait returns at once"
+
+
+class FrozenClock:
+    """The limits' clock, stopped: no bucket refills while the test runs, whatever the machine's speed."""
+
+    def __call__(self) -> float:
+        return 1000.0
+
+
+@pytest.fixture
+def limited(pipeline: Pipeline, proxy: FaultProxy) -> FaultProxy:
+    proxy.throttle = ShardThrottle(
+        ShardLimits(FrozenClock()), lambda stream: paged_shards(pipeline.kinesis.list_shards, stream)
+    )
+    return proxy
+
+
+def test_a_put_over_a_shards_1000_records_fails_those_entries_alone_as_kinesis_answers(
+    pipeline: Pipeline, limited: FaultProxy
+) -> None:
+    """One partition key, one shard: its first 1,000 records land, the rest are answered 200 with
+    FailedRecordCount and a per-entry ProvisionedThroughputExceededException, and are not stored."""
+    kinesis = client("kinesis", limited.endpoint)
+    answers = [
+        kinesis.put_records(
+            StreamName=pipeline.target,
+            Records=[{"PartitionKey": "one", "Data": b"%d" % (n * 400 + i)} for i in range(400)],
+        )
+        for n in range(3)
+    ]
+    assert [a["FailedRecordCount"] for a in answers] == [0, 0, 200]
+    failed = answers[2]["Records"]
+    assert all("SequenceNumber" in r for r in failed[:200])
+    assert {r.get("ErrorCode") for r in failed[200:]} == {"ProvisionedThroughputExceededException"}
+    assert all(r["ErrorMessage"].startswith("Rate exceeded for shard shardId-") for r in failed[200:])
+    assert len(read_stream(pipeline.kinesis, pipeline.target)) == 1000
+
+
+def test_a_shards_sixth_read_in_a_second_is_refused_with_400_as_kinesis_does(
+    pipeline: Pipeline, limited: FaultProxy
+) -> None:
+    kinesis = client("kinesis", limited.endpoint)
+    shard = pipeline.kinesis.list_shards(StreamName=pipeline.target)["Shards"][0]["ShardId"]
+    iterator = kinesis.get_shard_iterator(StreamName=pipeline.target, ShardId=shard, ShardIteratorType="TRIM_HORIZON")[
+        "ShardIterator"
+    ]
+    for _ in range(5):
+        iterator = kinesis.get_records(ShardIterator=iterator)["NextShardIterator"]
+    with pytest.raises(ClientError) as info:
+        kinesis.get_records(ShardIterator=iterator)
+    assert info.value.response["Error"]["Code"] == "ProvisionedThroughputExceededException"
+    assert info.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    assert limited.throttle is not None
+    assert limited.throttle.refused["reads", pipeline.target] >= 1  # botocore retried it before raising

@@ -16,6 +16,7 @@ from typing import Any
 from copier.core.errors import AwsError, TransientAwsError
 from copier.core.health import Waiting
 from copier.core.kpl import as_daemon_delivers
+from copier.core.limits import read_pause_s, record_size
 from copier.core.plan import SourceRecord
 from copier.core.ports import Found, Identity
 from copier.core.positions import Position
@@ -171,8 +172,10 @@ class KinesisReads:
         will. Each shard is read from ``since_ms`` (GetShardIterator
         AT_TIMESTAMP) until a record arrived after ``until_ms``, or to the end;
         pages start small and double, so a read past the bound reads at most
-        one page too many; and at most 5 GetRecords a second per shard, the
-        Kinesis read limit, which the target's consumers share. ``keep_alive``
+        one page too many; and within the shard's read limits (5 GetRecords and
+        2 MiB a second, 5 s after a 10 MiB page: ``copier.core.limits.read_pause_s``),
+        which the target's consumers share; a throttled read is tried again
+        every half second. ``keep_alive``
         runs before every page (the caller keeps its lease through a long read).
         """
         if shards is None:
@@ -248,6 +251,7 @@ class KinesisReads:
                 raise
             records = page.get("Records", [])
             found.records_read += len(records)
+            pause = read_pause_s(sum(record_size(r["PartitionKey"], bytes(r["Data"])) for r in records))
             for record in records:
                 if until_ms is not None and _arrival_ms(record) > until_ms:
                     return
@@ -257,7 +261,7 @@ class KinesisReads:
             if not records and page.get("MillisBehindLatest", 0) == 0:
                 return
             limit = min(GET_RECORDS_LIMIT, limit * 2)
-            self._sleep(0.2)  # 5 GetRecords per second per shard
+            self._sleep(pause)  # the shard's read limits, shared with its other readers
 
 
 def _arrival_ms(record: dict[str, Any]) -> int:

@@ -1,8 +1,10 @@
 """Whole Kinesis streams read from TRIM_HORIZON, page by page, within the Kinesis read limits.
 
 Read-only and safe against production: it lists shards and reads them with
-GetShardIterator and GetRecords (at most 5 calls per second per shard),
-shards in parallel and parents before children, each shard in sequence
+GetShardIterator and GetRecords (at most 5 calls and 2 MiB per second per
+shard, and nothing for 5 s after a page of 10 MiB: ``copier.core.limits.read_pause_s``;
+a reader that called sooner would be throttled, and each throttle uses a
+retry of its budget), shards in parallel and parents before children, each shard in sequence
 order, and writes nothing to AWS. A full read of a large stream takes a
 while, so progress goes to stderr (``copier.adapters.progress``: a bar on a
 terminal, a line every few seconds in a log), and with a directory of shard
@@ -34,6 +36,7 @@ from copier.adapters.shardfiles import ShardFiles, record_line, record_of
 from copier.adapters.target import target_session
 from copier.core.config import Config
 from copier.core.errors import AwsError
+from copier.core.limits import read_pause_s, record_size
 from copier.core.retry import backoff_ms
 
 __all__ = [
@@ -53,7 +56,7 @@ __all__ = [
 T = TypeVar("T")
 KinesisRecord = dict[str, Any]
 
-GET_RECORDS_INTERVAL_S = 0.2  # Kinesis allows 5 GetRecords per second per shard
+GET_RECORDS_INTERVAL_S = 0.2  # Kinesis allows 5 GetRecords per second per shard (longer after a large page)
 GET_RECORDS_LIMIT = 10_000
 MAX_ATTEMPTS = 10
 MAX_BACKOFF_MS = 10_000
@@ -194,9 +197,9 @@ class StreamReader:
         """
         iterator = self._iterator(stream, shard_id, after, since_ms)
         last_sequence = after
-        previous_call = float("-inf")
+        previous_call, pause = float("-inf"), GET_RECORDS_INTERVAL_S
         while iterator and not self._stop.is_set():
-            self._sleep(max(0.0, previous_call + GET_RECORDS_INTERVAL_S - self._clock()))
+            self._sleep(max(0.0, previous_call + pause - self._clock()))
             previous_call = self._clock()
             try:
                 page = self._call(
@@ -208,6 +211,7 @@ class StreamReader:
                 iterator = self._iterator(stream, shard_id, last_sequence, since_ms)
                 continue
             records: list[KinesisRecord] = page.get("Records", [])
+            pause = read_pause_s(sum(record_size(r.get("PartitionKey", ""), r["Data"]) for r in records))
             if label is not None:
                 self._progress.behind(label, shard_id, page.get("MillisBehindLatest"))
             if records:

@@ -3,6 +3,7 @@
     python -m copier.chaos --seeds 50                 # seeds 1..50, the full profile (make chaos)
     python -m copier.chaos --seed 7 --seed 12         # chosen seeds
     python -m copier.chaos --profile smoke --seeds 2  # the short run of make test
+    python -m copier.chaos --profile limits --seeds 5 # under Kinesis' per-shard limits (make chaos PROFILE=limits)
     python -m copier.chaos --seeds 50 --json R --resume  # go on with an interrupted run
 
 Each seed's plan, results and worker logs go to ``--workdir/seed-N``; the
@@ -30,14 +31,14 @@ from pathlib import Path
 from copier.chaos.harness import worker_lease_ms
 from copier.chaos.report import render
 from copier.chaos.run import SeedResult, run_seed
-from copier.chaos.schedule import FULL, SMOKE, draw
+from copier.chaos.schedule import PROFILES, draw
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m copier.chaos", description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=0, help="run seeds 1..N")
     parser.add_argument("--seed", type=int, action="append", default=[], help="run this seed (repeatable)")
-    parser.add_argument("--profile", choices=["full", "smoke"], default="full")
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="full")
     parser.add_argument("--workdir", help="where each seed's logs go (default: a temporary directory)")
     parser.add_argument("--report", help="write the Markdown report here")
     parser.add_argument("--json", dest="json_path", help="write the raw results here")
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     from copier.adapters.logs import configure_logging
 
     configure_logging("WARNING")
-    profile = FULL if args.profile == "full" else SMOKE
+    profile = PROFILES[args.profile]
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="copier-chaos-"))
     command = "python -m copier.chaos " + " ".join(argv if argv is not None else sys.argv[1:])
     code = code_digest()
@@ -135,7 +136,7 @@ def _write(
         }
         Path(args.json_path).write_text(json.dumps(raw, indent=1) + "\n")
     if args.report:
-        Path(args.report).write_text(render(results, command, elapsed, planned, code))
+        Path(args.report).write_text(render(results, command, elapsed, planned, code, args.json_path or "not kept"))
 
 
 if __name__ == "__main__":

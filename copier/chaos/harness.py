@@ -34,11 +34,15 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import boto3
+
 from copier.adapters.kinesis import paged_shards
 from copier.chaos.hosts import Host, Hosts
+from copier.chaos.limits import ShardLimits
 from copier.chaos.producer import STAGING_MAX_RECORD_KIB, ChaosProducer
 from copier.chaos.proxy import FaultProxy, FaultWindow, Injection
 from copier.chaos.schedule import AUTO_SWITCHES, TARGET_RESHARDS, Action, Plan
+from copier.chaos.throttle import ShardThrottle
 from copier.core.config import load_config
 from copier.local.pipeline import LocalPipeline, Worker, local_properties
 
@@ -115,8 +119,19 @@ class Harness:
         )
         self.pipeline.kinesis.create_stream(StreamName=dead_letter, ShardCount=1)
         self.pipeline.kinesis.get_waiter("stream_exists").wait(StreamName=dead_letter)
-        self.producer = ChaosProducer(self.pipeline.kinesis, self.pipeline.staging, plan, run)
+        self.producer = ChaosProducer(self._producer_client(), self.pipeline.staging, plan, run)
         self.hosts = Hosts(plan, self.pipeline)
+
+    def _producer_client(self) -> Any:
+        """The producer's Kinesis client: the backend's, or under the shard limits the proxy's, which then
+        enforces them on the copier's target calls and on the producer's staging writes alike."""
+        if not self.plan.shard_limits:
+            return self.pipeline.kinesis
+        kinesis = self.pipeline.kinesis
+        self.proxy.throttle = ShardThrottle(
+            ShardLimits(time.monotonic), lambda stream: paged_shards(kinesis.list_shards, stream)
+        )
+        return boto3.session.Session().client("kinesis", region_name="us-east-1", endpoint_url=self.proxy.endpoint)
 
     # -- workers ------------------------------------------------------------------------
 
@@ -151,9 +166,7 @@ class Harness:
         """A live, running worker that has processors (a daemon just restarted has none yet), or with
         ``processors=False`` any live one."""
         candidates = [
-            w
-            for w in self.live
-            if w.alive and w.jvm_pid not in self.stopped and (not processors or w.processor_pids())
+            w for w in self.live if w.alive and w.jvm_pid not in self.stopped and (not processors or w.processor_pids())
         ]
         return candidates[rng_index % len(candidates)] if candidates else None
 

@@ -24,8 +24,11 @@ the target's record limit (the staging stream's limit is raised to
 allows), of a size drawn around that limit. Each is distinct (no two have
 the same bytes), so that the check can count the copies of each one.
 
-It records every user record it wrote (:attr:`Output.records`, in
-production order, duplicates included): its event ID as read from its own
+It records every user record it wrote (:attr:`Output.records`, in the
+order they landed, duplicates included: production order, but for an entry
+that failed and was written again, after the entries of its put that did
+not fail, as it is in its shard; the ``limits`` profile's throttled puts
+do that): its event ID as read from its own
 bytes, its partition key, the SHA-256 of its bytes, its staging position
 (shard, sequence number, index inside a KPL aggregate) and, for poison, the
 dead-letter reason it must get. Also the last position written per shard,
@@ -137,9 +140,9 @@ class Output:
         return {r.event_id for r in self.records if r.event_id is not None}
 
 
-def _event(n: int, run: str) -> tuple[EventValue, str, bytes]:
+def _event(n: int, run: str, filler: int = 80) -> tuple[EventValue, str, bytes]:
     value = event_id(n, run)
-    body = {"eventId": value, "meta": {"alt": alt_id(value)}, "n": n, "body": "x" * 80}
+    body = {"eventId": value, "meta": {"alt": alt_id(value)}, "n": n, "body": "x" * filler}
     return value, f"user-{n % 64}", json.dumps(body, ensure_ascii=False).encode()
 
 
@@ -187,6 +190,7 @@ class ChaosProducer:
     ) -> list[tuple[str, str]]:
         """PutRecords until every record landed (failed ones alone retried); (shard, sequence) of each."""
         where: list[tuple[str, str] | None] = [None] * len(records)
+        landed: list[int] = []  # in the order they landed: a retried entry lands after the entries that did not fail
         left = list(range(len(records)))
         attempt = 0
         while left:
@@ -202,6 +206,7 @@ class ChaosProducer:
                     failed.append(i)
                     continue
                 where[i] = (result["ShardId"], result["SequenceNumber"])
+                landed.append(i)
                 position = Position(int(result["SequenceNumber"]), counts[i] - 1)
                 shard = result["ShardId"]
                 if shard not in self.out.last or self.out.last[shard] < position:
@@ -212,8 +217,8 @@ class ChaosProducer:
                 attempt += 1
         self.out.staging_records += len(records)
         placed = [w for w in where if w is not None]
-        for record, (shard, sequence) in zip(records, placed, strict=True):
-            self._note(record, shard, sequence, dead_letter)
+        for i in landed:
+            self._note(records[i], *placed[i], dead_letter)
         return placed
 
     def _note(self, record: kpl.KinesisRecord, shard: str, sequence: str, dead_letter: str | None = None) -> None:
@@ -300,7 +305,7 @@ class ChaosProducer:
             size = self.rng.randint(*plan.aggregate_events) if aggregate else per_tick
             size = min(size, plan.events - n)
             if size > 0:
-                batch = [_event(i, self.run_id) for i in range(n, n + size)]
+                batch = [_event(i, self.run_id, plan.event_bytes) for i in range(n, n + size)]
                 n += size
                 written.extend(batch)
                 self._write(batch, aggregate)

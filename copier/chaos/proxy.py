@@ -22,6 +22,12 @@ with the seed's random generator, what happens to it:
   applied or after (a write that landed but looks failed);
 * ``state_outage``: the state table is unreachable (connections dropped).
 
+With a :class:`copier.chaos.throttle.ShardThrottle` (:attr:`FaultProxy.throttle`,
+the ``limits`` profile), every Kinesis call through the proxy also meets
+Kinesis' per-shard limits: a PutRecords entry over its shard's write limit
+fails alone with ``ProvisionedThroughputExceededException``, a GetRecords
+over its shard's read limit is refused (400) with that error.
+
 moto cannot produce any of these; that is why they are injected here. The
 proxy binds 127.0.0.1 only and counts what it injected, by kind; it also
 keeps when each fault was injected and, for a put, into which stream
@@ -44,6 +50,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
+
+from copier.chaos.throttle import READ_REFUSED, ShardThrottle
 
 __all__ = ["AMBIGUOUS_PUTS", "FAULT_KINDS", "FaultProxy", "FaultWindow", "Injection"]
 
@@ -136,6 +144,7 @@ class FaultProxy:
         self.log: list[Injection] = []  # every injection, in order
         self.cancelled = False  # set by cancel_waits: wait_for returns at once
         self.requests: Counter[str] = Counter()
+        self.throttle: ShardThrottle | None = None  # the shard limits, when the profile enforces them
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -244,12 +253,32 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        kind = _classify(self.headers.get("X-Amz-Target", ""))
+        target = self.headers.get("X-Amz-Target", "")
+        kind = _classify(target)
         fault = self.owner.decide(kind, _stream_name(body) if kind == "put" else "")
         try:
-            self._serve(fault, body)
+            if fault is None and self.owner.throttle is not None and kind in ("put", "read"):
+                self._limited(self.owner.throttle, target.partition(".")[2], body)
+            else:
+                self._serve(fault, body)
         except (OSError, http.client.HTTPException):
             self.close_connection = True
+
+    def _limited(self, throttle: ShardThrottle, operation: str, body: bytes) -> None:
+        """Serve a Kinesis call within the shard limits (see the module docstring)."""
+        request = json.loads(body)
+        if operation == "PutRecords":
+            refused = throttle.put_refusals(request)
+            if refused:
+                return self._partial(body, refused)
+        elif operation == "GetRecords":
+            message = throttle.read_refusal(request)
+            if message is not None:
+                return self._error(400, READ_REFUSED, message)
+        status, headers, answer = self._forward(body)
+        if status == 200 and operation in ("GetShardIterator", "GetRecords"):
+            throttle.answered(operation, request, json.loads(answer))
+        self._reply(status, headers, answer)
 
     def _serve(self, fault: str | None, body: bytes) -> None:
         if fault in ("put_throttle", "read_throttle", "state_throttle"):
@@ -267,7 +296,8 @@ class _Handler(BaseHTTPRequestHandler):
         if fault == "state_5xx" and self.owner.coin():
             return self._error(500, "InternalServerError")  # before it is applied
         if fault == "put_partial":
-            return self._partial(body)
+            failed = self.owner.choose(len(json.loads(body)["Records"]), 0.3)
+            return self._partial(body, {i: (code, "injected by the chaos proxy") for i, code in failed.items()})
         status, headers, answer = self._forward(body)
         if fault == "put_lost_response":
             return self._drop()  # applied, and the answer never arrives
@@ -275,10 +305,11 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(500, "InternalServerError")  # applied, but it looks failed
         self._reply(status, headers, answer)
 
-    def _partial(self, body: bytes) -> None:
+    def _partial(self, body: bytes, failed: dict[int, tuple[str, str]]) -> None:
+        """Forward a PutRecords without the entries ``failed`` names (index -> error code, message), and answer
+        as Kinesis does for a partly failed one: 200, FailedRecordCount, each failed entry's code and message."""
         request = json.loads(body)
         records = request["Records"]
-        failed = self.owner.choose(len(records), 0.3)
         request["Records"] = [r for i, r in enumerate(records) if i not in failed]
         landed: list[dict[str, Any]] = []
         headers: list[tuple[str, str]] = [("Content-Type", "application/x-amz-json-1.1")]
@@ -289,7 +320,7 @@ class _Handler(BaseHTTPRequestHandler):
             landed = json.loads(answer)["Records"]
         out = iter(landed)
         results = [
-            {"ErrorCode": failed[i], "ErrorMessage": "injected by the chaos proxy"} if i in failed else next(out)
+            {"ErrorCode": failed[i][0], "ErrorMessage": failed[i][1]} if i in failed else next(out)
             for i in range(len(records))
         ]
         answer = json.dumps({"FailedRecordCount": len(failed), "Records": results}).encode()
@@ -327,8 +358,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def _error(self, status: int, code: str) -> None:
-        body = json.dumps({"__type": code, "message": "injected by the chaos proxy"}).encode()
+    def _error(self, status: int, code: str, message: str = "injected by the chaos proxy") -> None:
+        body = json.dumps({"__type": code, "message": message}).encode()
         self._reply(status, [("Content-Type", "application/x-amz-json-1.0"), ("x-amzn-ErrorType", code)], body)
 
     def _drop(self) -> None:

@@ -11,6 +11,44 @@ from copier.chaos.result import SeedResult
 
 __all__ = ["METHOD", "PASS", "render"]
 
+# The limits profile: what it enforces, on which calls, and how to run it.
+LIMITS = [
+    "**The shard-limits profile** (`make chaos PROFILE=limits`, or `python -m copier.chaos --profile limits`;",
+    "its report and results go to `docs/reliability-limits.md` and `.json`). No local backend throttles a",
+    "shard; in this profile the proxy enforces Kinesis' per-shard limits exactly, with token buckets per",
+    "stream and shard that hold one second's allowance (`copier/chaos/limits.py`, pure, its numbers",
+    "`copier/core/limits.py`'s): 1,000 records and 1 MiB a second written (a record counts its data and",
+    "partition key; one larger than a second's bytes passes on a full bucket and leaves it in debt),",
+    "5 GetRecords and 2 MiB a second read, and no read of a shard for 5 s after a GetRecords that returned",
+    "10 MiB. A PutRecords entry's shard is found as Kinesis finds it (its `ExplicitHashKey` or the MD5 of its",
+    "partition key, in the stream's ListShards hash ranges, `copier/core/shardmap.py`), a GetRecords' from",
+    "the iterators the backend handed out (`copier/chaos/throttle.py`). What the limits refuse is answered",
+    "as Kinesis answers it: an entry over its shard's write limit fails alone in a 200 answer",
+    '(`FailedRecordCount`, per-entry `ProvisionedThroughputExceededException`, "Rate exceeded for shard',
+    "...\"), the others land; a GetRecords over its shard's read limit is refused with HTTP 400 and that",
+    "error. The limits apply to every Kinesis call through the proxy: the producer's writes to staging (the",
+    "producer writes 8 KiB events, 0.8 to 1.3 MiB a second into one staging shard, at and over its limit,",
+    "and writes again only the entries refused, as the Spark writer does), and the copier's target and",
+    "dead-letter puts and reads (the verification of ambiguous puts). The target has one shard: the copier",
+    "forwards each event of a KPL aggregate as a record of its own, and its catch-up after a process fault",
+    "meets the target's limits. The KCL's calls go to the backend directly, as in every profile (the proxy",
+    "stands between the copier and the backend), and so do the check's reads. The profile opens no fault window",
+    "of the proxy's own; it draws one or two process faults and poison records. Counted per stream:",
+    "`shard_limit_staging_put_entries_refused`, `shard_limit_target_put_entries_refused`,",
+    "`shard_limit_target_reads_refused`. A seed passes by the same rules as any other: everything",
+    "caught up, nothing lost, no duplicate unreported, order kept per key (judged in the order records",
+    "landed in staging: an entry refused and written again lands after the entries of its put that did not",
+    "fail).",
+    "",
+    "Verification reads share the target's read budget: the copier's read of an ambiguous put's shards, and",
+    "`copier verify`, read a shard no faster than its limits allow whoever else reads it, waiting after",
+    "each page for its bytes (`copier/core/limits.py`'s `read_pause_s`: 0.2 s, longer for a page of more",
+    "than 400 KiB, 5 s after 10 MiB). A read refused all the same (the target's other consumers used the",
+    "budget) is retried: the copier's every half second, as long as it takes, renewing its lease meanwhile;",
+    "`copier verify`'s with backoff, up to 10 times a call (each after botocore's own retries), while its",
+    "progress line goes on counting what was read.",
+]
+
 # The faults beyond processes, staging reshards and the proxy's (what they are, why, and how each is counted).
 METHOD = [
     "Besides process faults (kills, pauses shorter and longer than the lease, workers joining and leaving),",
@@ -41,6 +79,8 @@ METHOD = [
     "  none while it lasts), which then land on other shards than their originals; the target while the",
     "  copier puts the bulk of the events. Counted: `staging_auto`, `target_auto`, and the records the check",
     "  found on a shard whose hash range does not hold their key (`scattered_staging`, `scattered_target`).",
+    "",
+    *LIMITS,
 ]
 
 
@@ -114,9 +154,15 @@ def _faults(faults: dict[str, int]) -> str:
 
 
 def render(
-    results: Sequence[SeedResult], command: str, elapsed_s: float, planned: int | None = None, code: str = ""
+    results: Sequence[SeedResult],
+    command: str,
+    elapsed_s: float,
+    planned: int | None = None,
+    code: str = "",
+    raw: str = "docs/reliability.json",
 ) -> str:
-    """The Markdown report (of the seeds run so far, when fewer than ``planned``); ``code``: the code digest."""
+    """The Markdown report (of the seeds run so far, when fewer than ``planned``); ``code``: the code digest;
+    ``raw``: where the raw results are."""
     total: Counter[str] = Counter()
     for r in results:
         total.update(r.faults)
@@ -135,7 +181,7 @@ def render(
         *PASS,
         "",
         f"Command: `{command}` ({elapsed_s / 60:.0f} minutes on {platform.machine()}, "
-        f"{platform.python_implementation()} {platform.python_version()}). Raw results: `docs/reliability.json`.",
+        f"{platform.python_implementation()} {platform.python_version()}). Raw results: `{raw}`.",
         *(
             [f"Code digest `{code}` (the copier package and setup.cfg's pins; `copier/chaos/__main__.py`).", ""]
             if code

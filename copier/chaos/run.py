@@ -80,6 +80,10 @@ def run_seed(plan: Plan, endpoint: str, workdir: Path) -> SeedResult:
     )
     for kind, count in Counter(p.kind for p in out.poison).items():  # written, not planned
         result.faults[f"poison_{kind}"] = count
+    names = {harness.pipeline.target: "target", harness.pipeline.staging: "staging"}
+    for (what, stream), count in (harness.proxy.throttle.refused if harness.proxy.throttle else {}).items():
+        if count:  # what the limits refused
+            result.faults[f"shard_limit_{names.get(stream, 'dead_letter')}_{what}_refused"] = count
     for kind, count in Counter(w.kind for w in harness.proxy.idle_windows()).items():
         result.faults[f"proxy_window_idle_{kind}"] = count  # drawn, but met no request before the run ended
     result.unexpected_exits, result.restarts = harness.unexpected, harness.restarts

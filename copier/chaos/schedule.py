@@ -46,6 +46,8 @@ __all__ = [
     "Profile",
     "Settings",
     "FULL",
+    "LIMITS",
+    "PROFILES",
     "SMOKE",
     "draw",
 ]
@@ -138,6 +140,9 @@ class Profile:
     target_reshards: tuple[int, int]
     forced: bool  # every seed has each later kind of fault, the interesting cases first (make test runs two)
     auto_share: float = 0.5  # share of seeds with each AUTO switch (a forced profile has both)
+    shard_limits: bool = False  # the proxy enforces Kinesis' per-shard limits (copier.chaos.limits)
+    event_bytes: int = 80  # the filler each event carries: how many bytes the producer writes
+    target_shards: tuple[int, int] = (2, 3)
 
 
 FULL = Profile(
@@ -178,6 +183,35 @@ SMOKE = Profile(
     target_reshards=(1, 1),
     forced=True,
 )
+# Kinesis' per-shard limits on the copier's target calls and the producer's staging writes: no proxy fault
+# windows, few other faults. 8 KiB events, 1,500 to 2,500 of them in 15 s, are 0.8 to 1.3 MiB/s written to
+# the one staging shard, with KPL aggregates of up to 2.4 MiB in one tick: the producer writes staging at and
+# over its shard's 1 MiB/s. The target has one shard too: the copier forwards every event of an aggregate as
+# a record of its own, and its catch-up after a process fault (puts of up to 5 MiB) meets the target's limits.
+LIMITS = Profile(
+    "limits",
+    (2, 2),
+    (1, 1),
+    (1500, 2500),
+    15.0,
+    (1, 2),
+    (0, 0),
+    (0, 0),
+    (1, 2),
+    300.0,
+    25.0,
+    clock_share=0.0,
+    clock_skews_ms=(DEFAULT_SKEW_MS,),
+    clock_steps=(0, 0),
+    settings_share=0.0,
+    target_reshards=(0, 0),
+    forced=False,
+    auto_share=0.0,
+    shard_limits=True,
+    event_bytes=8192,
+    target_shards=(1, 1),
+)
+PROFILES = {p.name: p for p in (FULL, SMOKE, LIMITS)}
 
 
 @dataclass(frozen=True)
@@ -204,6 +238,8 @@ class Plan:
     clock_skew_ms: int = DEFAULT_SKEW_MS  # copier.clockSkewMillis of every worker
     clocks: tuple[HostClock, ...] = ()  # the n-th host's clock (in the order hosts first start); (): none faked
     settings: tuple[Settings, ...] = (BASE_SETTINGS,)  # the n-th worker start's settings, taken in turn
+    shard_limits: bool = False  # the proxy enforces Kinesis' per-shard limits
+    event_bytes: int = 80  # each event's filler
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -223,6 +259,8 @@ class Plan:
             "clock_skew_ms": self.clock_skew_ms,
             "clocks": [c.__dict__ for c in self.clocks],
             "settings": [s.__dict__ for s in self.settings],
+            "shard_limits": self.shard_limits,
+            "event_bytes": self.event_bytes,
         }
 
 
@@ -272,7 +310,7 @@ def draw(seed: int, profile: Profile = FULL, lease_s: float = 3.0) -> Plan:
         kcl_mode=rng.choice(["3.x", "2.x"]),
         workers=rng.randint(*profile.workers),
         staging_shards=rng.randint(*profile.staging_shards),
-        target_shards=rng.randint(2, 3),
+        target_shards=rng.randint(*profile.target_shards),
         events=rng.randint(*profile.events),
         produce_s=produce,
         aggregate_share=round(rng.uniform(0.2, 0.6), 2),
@@ -284,6 +322,8 @@ def draw(seed: int, profile: Profile = FULL, lease_s: float = 3.0) -> Plan:
         actions=tuple(sorted(faults + reshards, key=lambda a: a.at_s)),
         windows=windows,
         catch_up_s=profile.catch_up_s,
+        shard_limits=profile.shard_limits,
+        event_bytes=profile.event_bytes,
     )
     return _later_faults(plan, profile)
 

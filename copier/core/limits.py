@@ -45,10 +45,17 @@ __all__ = [
     "MAX_REQUEST_RECORDS",
     "MAX_RETENTION_MS",
     "MAX_STREAM_RECORD_BYTES",
+    "BIG_READ_BYTES",
+    "BIG_READ_PAUSE_S",
+    "READ_BYTES_PER_SHARD_S",
+    "READ_CALLS_PER_SHARD_S",
     "UTF16_UNITS",
+    "WRITE_BYTES_PER_SHARD_S",
+    "WRITE_RECORDS_PER_SHARD_S",
     "key_bytes",
     "key_length",
     "key_problem",
+    "read_pause_s",
     "record_size",
 ]
 
@@ -97,6 +104,25 @@ def key_problem(partition_key: str, count: KeyCount = CODE_POINTS) -> str | None
     if length > MAX_PARTITION_KEY_CHARS:
         return f"partition key has {length} characters, over Kinesis' {MAX_PARTITION_KEY_CHARS}"
     return None
+
+# A provisioned shard's throughput (the Kinesis Data Streams quotas page): what one shard takes and serves a
+# second, whoever writes or reads it; a GetRecords that returned 10 MiB throttles the shard's next reads for 5 s.
+WRITE_RECORDS_PER_SHARD_S = 1000
+WRITE_BYTES_PER_SHARD_S = 1024 * 1024
+READ_CALLS_PER_SHARD_S = 5
+READ_BYTES_PER_SHARD_S = 2 * 1024 * 1024
+BIG_READ_BYTES = 10 * 1024 * 1024
+BIG_READ_PAUSE_S = 5.0
+
+
+def read_pause_s(page_bytes: int) -> float:
+    """How long a reader waits after a GetRecords that returned ``page_bytes`` before it reads the shard
+    again, to stay within the shard's read limits: a fifth of a second (5 calls a second), longer for a page
+    of more than 400 KiB (2 MiB a second), 5 s after a page of 10 MiB (Kinesis refuses the shard's reads
+    until then). A reader that waits less is throttled, and each throttle costs it a retry of its budget."""
+    if page_bytes >= BIG_READ_BYTES:
+        return BIG_READ_PAUSE_S
+    return max(1 / READ_CALLS_PER_SHARD_S, page_bytes / READ_BYTES_PER_SHARD_S)
 
 
 def record_size(partition_key: str, data: bytes) -> int:
