@@ -66,6 +66,7 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     "workerId": _WORKER_ID,  # the host's own (its EC2 instance ID), written by the user data
     "initialPositionInStream": re.compile(r"^(TRIM_HORIZON|LATEST)$"),
     "initialPositionInStreamExtended": re.compile(r"^[1-9][0-9]{8,9}$"),  # epoch seconds (copier.core.startpoint)
+    "retrievalMode": re.compile(r"^(POLLING|FANOUT)$"),  # the template's RetrievalMode (copier.core.retrieval)
 }
 
 
