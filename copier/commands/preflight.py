@@ -251,7 +251,6 @@ def check_before_run(config: Config) -> None:
         raise LintFailed(findings)
     for text, level in findings:
         say(text, level)
-    say(describe_retrieval(config))
     check_reachable(config)
     if config.target_role_arn is not None:
         from copier.adapters.target import check_target
@@ -267,6 +266,7 @@ def check_before_run(config: Config) -> None:
     # (a state table whose TTL is off raises StateTableError, not an AwsError: exit 3 as well)
     except AwsError as exc:  # a passing fault of a backend that answers: the daemon retries it
         say(f"warning: the state table and streams could not be checked: {exc}", "warning")
+    say(describe_retrieval(config))  # once the start goes on: a failing start stays one line
 
 
 class LintFailed(ConfigError):
