@@ -193,7 +193,7 @@ def test_check_config_says_what_the_retrieval_mode_means(tmp_path: Path) -> None
     assert fanout.returncode == 0, fanout.stderr
     said = fanout.stdout
     assert "retrieval FANOUT: the daemon registers the consumer copier-local on staging" in said
-    assert "the stream's limit of 20" in said and "billed per consumer-shard hour and per GB" in said
+    assert "the stream's limit of 20 consumers" in said and "billed per consumer-shard hour and per GB" in said
     assert "maxRecords and idleTimeBetweenReadsInMillis are not used" in said
     path.write_text(path.read_text().replace("retrievalMode = FANOUT\n", ""))
     implicit = copier("check-config", "--offline", str(path))

@@ -22,7 +22,8 @@ that nobody has to find it again):
   ``applicationName`` (``fanoutConfig.consumerName`` overrides it) on the first start
   (RegisterStreamConsumer, then DescribeStreamConsumer until it is ACTIVE)
   and subscribes to each shard it holds through it; it never deregisters it.
-  A stream has at most 20 consumers, a limit the stream's Kinesis queues share.
+  A stream has at most 20 consumers (50 in On-demand Advantage mode, per the
+  RegisterStreamConsumer reference), a limit the stream's Kinesis queues share.
   Billed per consumer-shard hour and per GB read, on top of the stream.
 * MillisBehindLatest: each SubscribeToShard event carries it as a GetRecords
   answer does, so the daemon hands the processors the same figure.
@@ -96,8 +97,9 @@ def retrieval_summary(mode: RetrievalMode, stream: str, consumer: str, explicit:
     return (
         f"retrieval FANOUT{how}: the daemon registers the consumer {consumer} on {stream} and reads each shard "
         "over SubscribeToShard, its own 2 MiB/s per shard about 70 ms after the write, leaving the shared 5 reads "
-        f"a second to other readers; the consumer counts against the stream's limit of {CONSUMER_LIMIT} (shared "
-        "with its Kinesis queues), is billed per consumer-shard hour and per GB read, and is not deregistered when "
+        f"a second to other readers; the consumer counts against the stream's limit of {CONSUMER_LIMIT} consumers "
+        "(50 on an On-demand Advantage stream; shared with its Kinesis queues), is billed per consumer-shard hour "
+        "and per GB read, and is not deregistered when "
         "the application stops (DeregisterStreamConsumer it when the application is retired); maxRecords and "
         "idleTimeBetweenReadsInMillis are not used, and a delivery held for coalescing waits for the next event "
         "of the subscription (copier.coalesceEvents = 1: none waits)"
