@@ -179,3 +179,22 @@ def test_copier_run_refuses_a_missing_target_stream_or_state_table_before_the_jv
     assert f"the state table {table} does not exist" in missing_table.stderr
     for result in (missing_stream, missing_table):
         assert "MultiLangDaemon" not in result.stderr + result.stdout, "the JVM never started"
+
+
+def test_check_config_says_what_the_retrieval_mode_means(tmp_path: Path) -> None:
+    """POLLING shares the shard's reads; FANOUT registers a consumer, counted against the stream's limit of 20
+    and billed apart, and leaves maxRecords unused; a file that leaves the mode to the daemon is told so."""
+    polling = copier("check-config", "--offline", str(variant(tmp_path)))
+    assert polling.returncode == 0, polling.stderr
+    assert "retrieval POLLING: the daemon reads staging with GetRecords, sharing each shard's 5 reads" in polling.stdout
+    path = variant(tmp_path)
+    path.write_text(path.read_text().replace("retrievalMode = POLLING", "retrievalMode = FANOUT"))
+    fanout = copier("check-config", "--offline", str(path))
+    assert fanout.returncode == 0, fanout.stderr
+    said = fanout.stdout
+    assert "retrieval FANOUT: the daemon registers the consumer copier-local on staging" in said
+    assert "the stream's limit of 20 consumers" in said and "billed per consumer-shard hour and per GB" in said
+    assert "maxRecords and idleTimeBetweenReadsInMillis are not used" in said
+    path.write_text(path.read_text().replace("retrievalMode = FANOUT\n", ""))
+    implicit = copier("check-config", "--offline", str(path))
+    assert "retrieval POLLING (no retrievalMode = POLLING|FANOUT: the daemon's DEFAULT picks it" in implicit.stdout

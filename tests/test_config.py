@@ -103,3 +103,25 @@ def test_shipped_properties_files_are_valid() -> None:
     root = Path(__file__).resolve().parents[1] / "properties"
     for name in ("copier.properties", "local.properties"):
         load_config(root / name)
+
+
+@pytest.mark.parametrize(
+    "extra,mode,explicit",
+    [
+        ("retrievalMode = POLLING\n", "POLLING", True),
+        ("retrievalMode = fanout\n", "FANOUT", True),  # the daemon upper-cases the value first
+        ("retrievalMode = FANOUT\nmaxRecords = 500\n", "FANOUT", True),  # the polling key is then unused
+        # DEFAULT, or no key: polling when a polling key is set (PollingConfigBean.anyPropertiesSet), else fan-out
+        ("", "FANOUT", False),
+        ("retrievalMode = DEFAULT\n", "FANOUT", False),
+        ("retrievalMode = DEFAULT\nidleTimeBetweenReadsInMillis = 1000\n", "POLLING", False),
+        ("maxRecords = 500\n", "POLLING", False),
+        ("maxRecords = 0\n", "FANOUT", False),  # a primitive the bean keeps at 0 counts as not set
+        ("maxGetRecordsThreadPool = 0\n", "POLLING", False),  # an Integer: set whatever its value
+    ],
+)
+def test_the_retrieval_mode_is_the_one_the_daemon_resolves(extra: str, mode: str, explicit: bool) -> None:
+    """copier describes the mode the daemon will run in: the KCL 3.1.3 multilang's resolution of DEFAULT."""
+    c = parse_config(BASE + extra, "f")
+    assert (c.retrieval_mode, c.retrieval_explicit, c.consumer_name) == (mode, explicit, "app")
+    assert parse_config(BASE + extra + "fanoutConfig.consumerName = other\n", "f").consumer_name == "other"

@@ -37,6 +37,7 @@ GOOD = {
     "copier.targetRoleArn": "arn:aws:iam::111122223333:role/copier-target",
     "copier.targetExternalId": "shared-secret-1",
     "copier.targetRegionName": "",
+    "retrievalMode": "FANOUT",
 }
 # The template's parameter for each key the user data hands over.
 PARAMETER_OF = {
@@ -50,6 +51,7 @@ PARAMETER_OF = {
     "copier.targetExternalId": "TargetExternalId",
     "copier.targetRegionName": "TargetRegion",
     "initialPositionInStreamExtended": "StartTimestamp",
+    "retrievalMode": "RetrievalMode",
 }
 
 
@@ -114,6 +116,7 @@ HOSTILE = [
     ("workerId", "i-0abc host", "does not match"),
     ("initialPositionInStreamExtended", "1767225600\ninitialPositionInStream=LATEST", "control character"),
     ("initialPositionInStream", "AT_TIMESTAMP", "does not match"),
+    ("retrievalMode", "DEFAULT", "does not match"),  # the template says which, never leaves it to the daemon
 ]
 
 
@@ -177,6 +180,9 @@ def test_the_template_s_patterns_are_copier_s_rules() -> None:
         "arn:aws:iam::123456789012:role/r",
     ]
     for key, name in PARAMETER_OF.items():
+        if "AllowedValues" in parameters[name]:  # a list: each value is one copier accepts
+            assert all(PATTERNS[key].match(v) for v in parameters[name]["AllowedValues"]), name
+            continue
         pattern = parameters[name]["AllowedPattern"]
         rule = PATTERNS[key].pattern.removeprefix("^").removesuffix("$")
         optional = parameters[name].get("Default") == ""

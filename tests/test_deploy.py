@@ -24,7 +24,16 @@ import pytest
 from copier.local.pipeline import LocalPipeline
 from copier.local.producer import produce
 from tests.support.backend import local_backend
-from tests.support.iam import ACCOUNT, REGION, Call, allowed, kcl_tables, recorded_calls, role_policy
+from tests.support.iam import (
+    ACCOUNT,
+    REGION,
+    Call,
+    allowed,
+    kcl_kinesis_operations,
+    kcl_tables,
+    recorded_calls,
+    role_policy,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
@@ -98,6 +107,42 @@ def test_the_policy_check_refuses_what_the_role_does_not_grant() -> None:
     assert not allowed(policy, Call("kinesis:PutRecords", stream + "s")), "staging is read-only"
     assert not allowed(policy, Call("kinesis:PutRecords", stream + "deadletter")), "no dead-letter stream given"
     assert not any(s["Action"] == "*" or s["Action"] == ["*"] for s in policy)
+
+
+# The Kinesis operations the KCL makes on a consumer (their resource is the consumer's ARN); every other one it
+# makes acts on the stream.
+CONSUMER_OPERATIONS = {"DescribeStreamConsumer", "SubscribeToShard", "DeregisterStreamConsumer", "ListStreamConsumers"}
+FANOUT_OPERATIONS = {"RegisterStreamConsumer", "DescribeStreamConsumer", "SubscribeToShard"}
+
+
+@pytest.mark.parametrize("mode", ["POLLING", "FANOUT"])
+def test_the_role_allows_every_kinesis_call_the_kcl_can_make_in_its_retrieval_mode(mode: str) -> None:
+    """Under FANOUT the role allows every Kinesis call the KCL jars can make, on staging and on the consumer
+    the daemon registers (named applicationName); under POLLING none of the consumer calls.
+
+    No local backend serves SubscribeToShard to the recording test below (moto has none), so the calls are
+    read from the jars themselves (tests.support.iam.kcl_kinesis_operations): a KCL that calls another
+    operation (ListStreamConsumers, DeregisterStreamConsumer) fails this test until the role has it."""
+    operations = kcl_kinesis_operations()
+    assert FANOUT_OPERATIONS <= set(operations), f"the KCL's fan-out calls are where they were read: {operations}"
+    policy = role_policy(
+        {"ApplicationName": "app", "StagingStreamName": "s", "TargetStreamName": "t", "RetrievalMode": mode}
+    )
+    stream = f"arn:aws:kinesis:{REGION}:{ACCOUNT}:stream/s"
+    consumer = f"{stream}/consumer/app:1767225600"
+
+    def call(operation: str, consumer_name: str = "app") -> Call:
+        on = consumer.replace("/app:", f"/{consumer_name}:") if operation in CONSUMER_OPERATIONS else stream
+        return Call("kinesis:" + operation, on)
+
+    needed = set(operations) if mode == "FANOUT" else set(operations) - FANOUT_OPERATIONS
+    refused = sorted(op for op in needed if not allowed(policy, call(op)))
+    assert refused == [], f"KCL calls the role refuses under {mode}: {refused} (made in {operations})"
+    if mode == "POLLING":
+        assert not any(allowed(policy, call(op)) for op in FANOUT_OPERATIONS), "no consumer without FANOUT"
+    else:
+        assert not allowed(policy, call("SubscribeToShard", "other-app")), "only the application's own consumer"
+        assert not allowed(policy, Call("kinesis:RegisterStreamConsumer", stream.replace("/s", "/t")))
 
 
 def test_with_a_target_role_the_instance_role_only_assumes_it() -> None:

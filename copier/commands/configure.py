@@ -11,7 +11,8 @@ command decodes them and refuses, before anything is written:
   ``streamName``, ``regionName``, ``workerId`` (the host's EC2 instance ID:
   properties/copier.properties says why), the initial position
   (``initialPositionInStream``, or ``initialPositionInStreamExtended`` for an
-  application started at a point in time) and ``copier.*`` keys (never
+  application started at a point in time), ``retrievalMode`` (POLLING or
+  FANOUT: ``copier.core.retrieval``) and ``copier.*`` keys (never
   ``executableName`` or another daemon key);
 - a value with a control character (a newline among them), a backslash (a
   properties escape or line continuation) or white space at either end;
@@ -49,6 +50,7 @@ DEPLOYMENT_KEYS = (
     "workerId",
     "initialPositionInStream",
     "initialPositionInStreamExtended",
+    "retrievalMode",
     *DEFAULTS,
 )
 _BAD_CHARACTER = re.compile(r"[\x00-\x1f\x7f\\]")

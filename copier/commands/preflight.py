@@ -30,6 +30,7 @@ __all__ = [
     "check_config",
     "check_reachable",
     "check_state_table",
+    "describe_retrieval",
     "lint",
     "stream_verdicts",
 ]
@@ -53,8 +54,15 @@ def lint(config: Config, host: bool = True) -> list[tuple[str, str]]:
     lines = {key: line for key, (line, _) in parse_properties(text).items()}
     for key, region in (("regionName", config.region), ("copier.targetRegionName", config.target_region)):
         if key in lines and endpoint_for("kinesis", region) is None:  # botocore would refuse it as well
-            found.append(("error", lines[key], key, f"{region} is in none of AWS's partitions (regions look like "
-                          "us-east-1, eu-west-2, cn-north-1, us-gov-west-1: botocore's partitions.json)"))
+            found.append(
+                (
+                    "error",
+                    lines[key],
+                    key,
+                    f"{region} is in none of AWS's partitions (regions look like "
+                    "us-east-1, eu-west-2, cn-north-1, us-gov-west-1: botocore's partitions.json)",
+                )
+            )
     return [(f"{level}: {config.path}:{line}: {key}: {text}", level) for level, line, key, text in found]
 
 
@@ -217,6 +225,7 @@ def check_config(config: Config, offline: bool) -> int:
             out.write(f"{config.path}: {prefix}{verdict.text}\n")
         if any(v.level == "error" for v in verdicts):
             return 4
+    print(f"{config.path}: {describe_retrieval(config)}")
     print(
         f"{config.path}: ok: {config.stream_name} -> {config.target_stream_name}, "
         f"state table {config.state_table_name}, dedupKey {config.dedup_key}, "
@@ -224,6 +233,13 @@ def check_config(config: Config, offline: bool) -> int:
         f"lease {config.lease_millis} ms, ordering {config.ordering}"
     )
     return 0
+
+
+def describe_retrieval(config: Config) -> str:
+    """What the file's retrieval mode means for this application (``copier.core.retrieval``)."""
+    from copier.core.retrieval import retrieval_summary
+
+    return retrieval_summary(config.retrieval_mode, config.stream_name, config.consumer_name, config.retrieval_explicit)
 
 
 def check_before_run(config: Config) -> None:
@@ -250,6 +266,7 @@ def check_before_run(config: Config) -> None:
     # (a state table whose TTL is off raises StateTableError, not an AwsError: exit 3 as well)
     except AwsError as exc:  # a passing fault of a backend that answers: the daemon retries it
         say(f"warning: the state table and streams could not be checked: {exc}", "warning")
+    say(describe_retrieval(config))  # once the start goes on: a failing start stays one line
 
 
 class LintFailed(ConfigError):

@@ -24,9 +24,10 @@ ended, a GetShardIterator and one GetRecords of at most one record (up to
 ``WAITING_READS`` when Kinesis answers empty pages), eight shards at a
 time. Those two come out of each shard's budget, 5 GetShardIterator and 5
 GetRecords a second, which the daemon's polling (one GetRecords a second
-per shard with the sample properties) and every other reader of staging
-share: one status a minute costs a shard 1/60 of a call a second; run
-``--check`` from one place, not from every host's health probe.
+per shard with the sample properties; none under ``retrievalMode = FANOUT``,
+whose reads come through the application's own consumer) and every other
+reader of staging share: one status a minute costs a shard 1/60 of a call a
+second; run ``--check`` from one place, not from every host's health probe.
 """
 
 from __future__ import annotations

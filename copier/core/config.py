@@ -19,6 +19,7 @@ from typing import Literal, TypeVar
 from copier.core.errors import ConfigError
 from copier.core.properties import parse_properties
 from copier.core.propertylint import close_key
+from copier.core.retrieval import RetrievalMode, consumer_name, resolve_mode
 from copier.core.startpoint import parse_start
 
 __all__ = [
@@ -65,6 +66,7 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     "workerId": _WORKER_ID,  # the host's own (its EC2 instance ID), written by the user data
     "initialPositionInStream": re.compile(r"^(TRIM_HORIZON|LATEST)$"),
     "initialPositionInStreamExtended": re.compile(r"^[1-9][0-9]{8,9}$"),  # epoch seconds (copier.core.startpoint)
+    "retrievalMode": re.compile(r"^(POLLING|FANOUT)$"),  # the template's RetrievalMode (copier.core.retrieval)
 }
 
 
@@ -133,6 +135,11 @@ class Config:
     # the application's start (copier.core.startpoint): the KCL's initialPositionInStreamExtended, in ms
     start_ms: int | None = None
     lease_table_name: str = ""  # the KCL's lease table: tableName, default applicationName
+    # how the daemon reads staging (copier.core.retrieval): retrievalMode as the daemon resolves it, whether the
+    # file says it (not left to the daemon's DEFAULT), and the consumer it registers under FANOUT
+    retrieval_mode: RetrievalMode = "POLLING"
+    retrieval_explicit: bool = True
+    consumer_name: str = ""
 
     @property
     def dedup_window_ms(self) -> int:
@@ -412,6 +419,9 @@ def parse_config(text: str, path: str = "<string>") -> Config:
         target_role_session_seconds=r.copier_need("copier.targetRoleSessionSeconds", _int_between(900, 43200)),
         start_ms=parse_start(raw, path, r.lines),
         lease_table_name=raw.get("tableName", "").strip() or application_name,
+        retrieval_mode=resolve_mode(raw),
+        retrieval_explicit=raw.get("retrievalMode", "").strip().upper() in ("POLLING", "FANOUT"),
+        consumer_name=consumer_name(raw, application_name),
     )
 
 

@@ -11,11 +11,13 @@ thing and the daemon runs (or dies) on another, so ``copier check-config``
 and ``copier run`` check each KCL key's value against its type here first.
 
 The types are those of ``MultiLangDaemonConfiguration`` and the beans it
-delegates to (``PollingConfigBean``, ``GracefulLeaseHandoffConfigBean``,
+delegates to (``PollingConfigBean``, ``FanoutConfigBean``, ``GracefulLeaseHandoffConfigBean``,
 ``WorkerUtilizationAwareAssignmentConfigBean``, ``WorkerMetricStatsTableConfigBean``,
 ``CoordinatorStateTableConfigBean``) in amazon-kinesis-client-multilang 3.1.3;
 the words each converter accepts are BeanUtils' (booleans) and the enums'
-own (the KCL upper-cases the value first).
+own (the KCL upper-cases the value first). ``FanoutConfigBean``'s keys are
+read only with their bean's prefix (``fanoutConfig.consumerName``; measured:
+a plain ``consumerName`` is ignored like any unknown key).
 """
 
 from __future__ import annotations
@@ -40,11 +42,14 @@ _TYPED = {
     "metricsBufferTimeMillis logWarningForTaskAfterMillis shutdownGraceMillis idleTimeBetweenReadsInMillis "
     "millisBehindLatestThresholdForReducedTps gracefulLeaseHandoffTimeoutMillis "
     "inMemoryWorkerMetricsCaptureFrequencyMillis workerMetricsReporterFreqInMillis workerMetricsReadCapacity "
-    "workerMetricsWriteCapacity coordinatorStateReadCapacity coordinatorStateWriteCapacity",
+    "workerMetricsWriteCapacity coordinatorStateReadCapacity coordinatorStateWriteCapacity "
+    "fanoutConfig.retryBackoffMillis",
     "int": "maxLeasesForWorker maxLeasesToStealAtOneTime initialLeaseTableReadCapacity initialLeaseTableWriteCapacity "
     "maxLeaseRenewalThreads maxListShardsRetryAttempts metricsMaxQueueSize timeoutInSeconds retryGetRecordsInSeconds "
     "maxGetRecordsThreadPool maxRecords noOfPersistedMetricsPerWorkerMetrics dampeningPercentage "
-    "reBalanceThresholdPercentage varianceBalancingFrequency",
+    "reBalanceThresholdPercentage varianceBalancingFrequency "
+    "fanoutConfig.maxDescribeStreamSummaryRetries fanoutConfig.maxDescribeStreamConsumerRetries "
+    "fanoutConfig.registerStreamConsumerRetries",
     "double": "maxThroughputPerHostKBps workerMetricsEMAAlpha",
     "boolean": "enablePriorityLeaseAssignment leaseTableDeletionProtectionEnabled leaseTablePitrEnabled "
     "cleanupLeasesUponShardCompletion ignoreUnexpectedChildShards callProcessRecordsEvenForEmptyRecordList "
@@ -58,7 +63,8 @@ _TYPED = {
     "text": "executableName workerId metricsEnabledDimensions AwsCredentialsProvider AwsCredentialsProviderDynamoDB "
     "AwsCredentialsProviderCloudWatch regionName kinesisEndpoint dynamoDBEndpoint applicationName streamName "
     "streamArn tableName workerIdentifier shardPrioritization workerMetricsTableName workerMetricsTags "
-    "coordinatorStateTableName coordinatorStateTags",
+    "coordinatorStateTableName coordinatorStateTags fanoutConfig.consumerArn "
+    "fanoutConfig.consumerName",
 }
 #: Every key the daemon reads, with its type: long, int, double, boolean, duration, epochSeconds, text, or
 #: ``enum:A|B|...``. The daemon compares keys case-insensitively and ignores any other key.

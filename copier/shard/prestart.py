@@ -28,8 +28,8 @@ within ``copier.dedupWindowSeconds`` before the start are read from staging,
   forwarded, as any retry later than the window is.
 
 Reads go at most once a second per shard (a fifth of the shard's 5
-GetRecords a second, which the running copier's daemon shares), and the
-lease is kept while they last; a line says where the load is every
+GetRecords a second, which a running copier's daemon shares when it polls),
+and the lease is kept while they last; a line says where the load is every
 ``PROGRESS_MS``.
 """
 

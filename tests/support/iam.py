@@ -12,6 +12,7 @@ import base64
 import fnmatch
 import json
 import re
+import zipfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,3 +183,27 @@ def kcl_tables(parameters: Mapping[str, str]) -> list[dict[str, Any]]:
             request["GlobalSecondaryIndexes"] = p["GlobalSecondaryIndexes"]
         out.append(request)
     return out
+
+
+def kcl_kinesis_operations() -> dict[str, set[str]]:
+    """Every Kinesis operation the KCL jars copier runs can call, with the classes that name its request.
+
+    The KCL builds each call from the SDK's ``services/kinesis/model/<Operation>Request``; a class that
+    calls an operation names that request class in its constant pool. Read in amazon-kinesis-client and
+    amazon-kinesis-client-multilang 3.1.3: DescribeStreamConsumer, DescribeStreamSummary and
+    RegisterStreamConsumer (retrieval/fanout/FanOutConsumerRegistration), SubscribeToShard
+    (retrieval/fanout/FanOutRecordsPublisher), GetRecords and GetShardIterator (retrieval/polling), ListShards
+    (leases/KinesisShardDetector); no ListStreamConsumers, no DeregisterStreamConsumer.
+    """
+    from copier.kcl.jars import jars
+
+    found: dict[str, set[str]] = {}
+    for jar in jars():
+        if not jar.name.startswith("amazon-kinesis-client"):
+            continue
+        with zipfile.ZipFile(jar) as archive:
+            for name in archive.namelist():
+                if name.endswith(".class"):
+                    for operation in re.findall(rb"services/kinesis/model/(\w+)Request\b", archive.read(name)):
+                        found.setdefault(operation.decode(), set()).add(name.rsplit("/", 1)[-1])
+    return found
