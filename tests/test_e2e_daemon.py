@@ -4,12 +4,14 @@ Two ``copier run`` workers copy a staging stream with producer duplicates
 in it; one is SIGKILLed mid-run (the JVM only, so its processors live on as
 zombies that must be fenced) and a third is started; the staging stream is
 split while running. ``copier verify`` must then find nothing lost and
-nothing duplicated. The same, smaller, on the independent backend (kinesis-mock and dynalite).
+nothing duplicated. The same, smaller, on the independent backend (kinesis-mock and dynalite), and
+there under enhanced fan-out (``retrievalMode = FANOUT``) with a worker killed but no split.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import subprocess
 from pathlib import Path
@@ -130,5 +132,56 @@ def test_on_kinesis_mock_and_dynalite_a_killed_worker_and_a_split_lose_and_dupli
         assert any(s.epoch >= 2 for s in states.values()), "a shard changed hands after the SIGKILL"
         for child in children:
             assert states[child].counters.get("forwarded", 0) > 0, f"{child} was copied"
+    finally:
+        pipeline.stop_all()
+
+
+def test_under_fanout_on_kinesis_mock_a_killed_worker_and_its_replacement_lose_and_duplicate_nothing(
+    tmp_path: Path, independent: Endpoints, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``retrievalMode = FANOUT`` end to end: the real daemon reads staging over SubscribeToShard from
+    kinesis-mock (moto has none), one worker's JVM is SIGKILLed mid-way and a replacement started, and copier
+    verify finds every event once in the target. The consumer the daemon registered (named after the
+    application, copier.core.retrieval) shows it read by fan-out: a polling daemon registers none. No split:
+    kinesis-mock 0.6.2 never ends a closed shard's subscription (docs/operations.md, "Polling or enhanced
+    fan-out")."""
+    monkeypatch.setenv(ENV_MARK, "independent")
+    application = "copier-e2e-fanout"
+    create_lease_table(independent.dynamodb, application)
+    pipeline = LocalPipeline(
+        independent.kinesis,
+        tmp_path,
+        staging="staging-e2e-fanout",
+        target="target-e2e-fanout",
+        application=application,
+        kcl={"retrievalMode": "FANOUT"},
+        dynamodb_endpoint=independent.dynamodb,
+    )
+    try:
+        assert pipeline.config.retrieval_mode == "FANOUT"
+        pipeline.create(staging_shards=2, target_shards=2)
+        # batches of 100, half of them with a slice written twice: producer duplicates for the copier to drop
+        write = functools.partial(produce, pipeline.kinesis, pipeline.staging, run="fanout", batch=100, retry_rate=0.5)
+        produced = write(500, seed=8)
+        pipeline.start_worker("a")
+        pipeline.start_worker("b")
+        assert pipeline.wait(lambda: pipeline.counters().get("forwarded", 0) >= 150, 180), f"see {tmp_path}"
+        victim = pipeline.busiest_worker()
+        victim.kill_daemon()
+        pipeline.start_worker("c")
+        write(400, seed=9, start=500, out=produced)
+        assert produced.duplicates > 0, "the producer wrote duplicates"
+        caught_up = pipeline.wait(lambda: pipeline.caught_up(produced.last), 240)
+        states = pipeline.shard_states()
+        assert caught_up, {k: (str(s.position), s.owner) for k, s in states.items()}
+        verify = pipeline.verify(produced.manifest)
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+        assert CLEAN in verify.stdout
+        assert any(s.epoch >= 2 for s in states.values()), "a shard changed hands after the SIGKILL"
+        assert sum(s.counters.get("duplicates", 0) for s in states.values()) > 0, "producer duplicates dropped"
+
+        arn = pipeline.kinesis.describe_stream_summary(StreamName=pipeline.staging)["StreamDescriptionSummary"]
+        consumers = pipeline.kinesis.list_stream_consumers(StreamARN=arn["StreamARN"])["Consumers"]
+        assert [(c["ConsumerName"], c["ConsumerStatus"]) for c in consumers] == [(application, "ACTIVE")]
     finally:
         pipeline.stop_all()

@@ -80,7 +80,8 @@ def local_properties(
     dynamodb_endpoint: str | None = None,
     **copier: str,
 ) -> Path:
-    """Write a properties file for a local run: local endpoints, polling, no CloudWatch, fast KCL timings.
+    """Write a properties file for a local run: local endpoints, polling (unless ``kcl`` gives another
+    ``retrievalMode``), no CloudWatch, fast KCL timings.
     ``dynamodb_endpoint``: DynamoDB's when it is not ``endpoint`` (the independent backend: two servers).
 
     ``kcl``: further daemon keys (``executableName`` among them, to run another processor);
@@ -88,6 +89,7 @@ def local_properties(
     """
     daemon = {**FAST_KCL, **(kcl or {})}
     executable = daemon.pop("executableName", f"{copier_bin} process --properties {path}")
+    retrieval = daemon.pop("retrievalMode", "POLLING")  # FANOUT only where the backend serves SubscribeToShard
     # an application started at a point in time gives initialPositionInStreamExtended alone (copier.core.startpoint)
     position = {} if "initialPositionInStreamExtended" in daemon else {"initialPositionInStream": "TRIM_HORIZON"}
     keys = {**LOCAL_COPIER, **copier}  # an override replaces the default: one line a key
@@ -100,7 +102,7 @@ def local_properties(
         f"dynamoDBEndpoint = {dynamodb_endpoint or endpoint}",
         *(f"{k} = {v}" for k, v in position.items()),
         "AwsCredentialsProvider = DefaultCredentialsProvider",
-        "retrievalMode = POLLING",
+        f"retrievalMode = {retrieval}",
         "metricsLevel = NONE",
         "disableWorkerMetrics = true",
         *(f"{k} = {v}" for k, v in daemon.items()),
