@@ -337,6 +337,27 @@ def write(data: dict[str, Any], out: Path) -> None:
             f"Measured over {cost['events_per_case']:,} events per case. copier's rows are each delivery forwarded",
             "alone (coalescing off), then the small deliveries again as configured by default (coalesced).",
             "",
+            "The billing model is held to an implementation of DynamoDB the project did not write:",
+            "`tests/test_billing_crosscheck.py` sends the same kinds of requests (the state store's own: a takeover,",
+            "digest batches up to about 390 KB, commits, writes refused by their condition, the release, GetItem,",
+            "BatchGetItem and Query; this baseline's put and update, by its own code; an item of every DynamoDB type",
+            "padded to a unit boundary; items up to the 400 KB limit, read strongly and eventually consistent) to",
+            "dynalite with `ReturnConsumedCapacity=TOTAL`; each request's units agree with the model's, but for one",
+            "difference, where AWS's documentation decides and the test asserts the difference exactly: dynalite",
+            "sizes a string by its UTF-16 code units, DynamoDB by its UTF-8 bytes",
+            "([Item sizes and formats](https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/"
+            "CapacityUnitCalculations.html)), so a non-ASCII string weighs less there (copier's items are ASCII).",
+            "A write refused by its condition is billed by DynamoDB",
+            "([conditional writes](https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/"
+            "WorkingWithItems.html#WorkingWithItems.ConditionalWrites.ReturnConsumedCapacity)) and reported by",
+            "neither (an error carries no `ConsumedCapacity`): the model bills it at the larger of the item and the",
+            "refused one, as [Read and write operations](https://docs.aws.amazon.com/amazondynamodb/latest/"
+            "developerguide/read-write-operations.html) says (the conditional-writes page says the stored item, or",
+            "1 unit: the model takes the upper of the two), and leaves the item as it was. A number is sized as",
+            "dynalite sizes it, its significant digits paired from the decimal point: the exact form of AWS's",
+            '"approximately 1 byte per two significant digits, plus 1 byte". The figures above count write units:',
+            "the model's read units are checked there too, but are not part of this table.",
+            "",
             "| batch delivered | copier | per-record idempotency | times fewer |",
             "|---|---|---|---|",
             *(
