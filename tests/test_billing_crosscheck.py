@@ -14,10 +14,20 @@ neither (an error carries no ``ConsumedCapacity``).
 from __future__ import annotations
 
 import base64
+import contextlib
+import http.client
 import json
+import os
 import random
+import subprocess
+import threading
+import uuid
+from collections.abc import Iterator
 from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import boto3
 import pytest
@@ -33,10 +43,14 @@ from copier.core.packing import pack_digests
 from copier.core.positions import Position
 from copier.core.state import DigestBatch, ShardState, StateConflict
 from copier.local.backend import DUMMY_ENV
-from copier.local.billing import KB, Ledger, item_size
+from copier.local.billing import KB, Ledger, billed_writes, item_size
 from copier.local.independent import Endpoints
+from copier.local.multilang import COPIER, Processor, event
 from tests.conftest import backend_for
+from tests.support.backend import client as boto_client
+from tests.support.backend import create_stream
 from tests.support.fakes import config
+from tests.support.props import write_properties
 
 READS = ("GetItem", "BatchGetItem", "Query")
 Seen = tuple[str, dict[str, Any], dict[str, Any] | None]  # operation, request, answer (None: condition failed)
@@ -295,3 +309,93 @@ def test_non_ascii_strings_are_where_dynalite_departs_from_aws(dynalite: Endpoin
     rows = _compare(client.seen)
     assert rows[0] == ("PutItem", 2, 1), "100 'é' are 200 bytes in UTF-8, 100 units in UTF-16; the emoji 4 and 2"
     assert [row for row in rows[1:] if row[1] != row[2]] == [], "the reads stay inside 4 KB either way"
+
+
+METERED = {"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem", "GetItem", "BatchGetItem", "Query"}
+
+
+class _Meter(BaseHTTPRequestHandler):
+    """Forwards a DynamoDB request to dynalite asking for its consumed capacity; keeps the request and answer."""
+
+    protocol_version = "HTTP/1.1"  # keep-alive, as copier's client expects
+    upstream: str
+    seen: list[tuple[str, bytes, dict[str, Any] | None]]  # target, the body copier sent, the answer (None: an error)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the stdlib's name)
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
+        sent = self.rfile.read(int(self.headers["Content-Length"]))
+        target = self.headers.get("X-Amz-Target", "")
+        body = sent
+        if target.rpartition(".")[2] in METERED:  # dynalite reads the Authorization header's form, not its signature
+            body = json.dumps({**json.loads(sent), "ReturnConsumedCapacity": "TOTAL"}).encode()
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("content-length", "host", "connection")}
+        parts = urlsplit(self.upstream)
+        connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=30)
+        try:
+            connection.request("POST", "/", body, headers)
+            answer = connection.getresponse()
+            data = answer.read()
+        finally:
+            connection.close()
+        if target.rpartition(".")[2] in METERED:
+            self.seen.append((target, sent, json.loads(data) if answer.status == 200 else None))
+        self.send_response(answer.status)
+        for name, value in answer.getheaders():
+            if name.lower() not in ("content-length", "connection", "transfer-encoding", "date", "server"):
+                self.send_header(name, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@contextlib.contextmanager
+def _metering(upstream: str) -> Iterator[tuple[str, list[tuple[str, bytes, dict[str, Any] | None]]]]:
+    seen: list[tuple[str, bytes, dict[str, Any] | None]] = []
+    handler = type("Meter", (_Meter,), {"upstream": upstream, "seen": seen})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_a_copier_process_run_is_billed_as_dynalite_reports(dynalite: Endpoints, tmp_path: Path) -> None:
+    """The same run, not the same kinds of request: a real ``copier process`` takes a shard over and forwards
+    deliveries of 1, 50 and 500 events on kinesis-mock, its state table on dynalite behind a proxy that asks for
+    the consumed capacity of each request. The units of each request agree with the model's, and the
+    benchmark's own count over those requests (:func:`billed_writes`, which copier.bench.cost sums) is the sum
+    of dynalite's write units."""
+    kinesis = boto_client("kinesis", dynalite.kinesis)
+    create_stream(kinesis, "bill-staging", 1)
+    create_stream(kinesis, "bill-target", 2)
+    props = tmp_path / "copier.properties"
+    names = (dynalite.kinesis, "bill-staging", "bill-target", "bill-state")
+    write_properties(props, *names, dynamodb_endpoint=dynalite.dynamodb)
+    subprocess.run(
+        [COPIER, "init", "--properties", str(props)], check=True, capture_output=True, env=os.environ | DUMMY_ENV
+    )
+    with _metering(dynalite.dynamodb) as (url, seen):
+        write_properties(props, *names, dynamodb_endpoint=dynalite.dynamodb, logLevel="INFO", stateTableEndpoint=url)
+        proc = Processor(props, "billed")
+        try:
+            proc.initialize("shardId-000000000000")
+            seq = 1
+            for size in (1, 50, 500):
+                proc.process([event(seq + i, str(uuid.UUID(int=seq + i)), body="x" * 150) for i in range(size)])
+                seq += size
+        finally:
+            proc.kill()
+    assert seen, "the processor's state requests went through the proxy"
+    requests = [(target.rpartition(".")[2], json.loads(sent), answer) for target, sent, answer in seen]
+    rows = _compare([(op, {**body, "ReturnConsumedCapacity": "TOTAL"}, answer) for op, body, answer in requests])
+    assert [row for row in rows if row[2] is not None and row[1] != row[2]] == []
+    lines = [json.dumps({"headers": {"X-Amz-Target": target}, "body": sent.decode()}) for target, sent, _ in seen]
+    writes = [row for row in rows if row[0] not in READS]
+    assert sum(w.units for w in billed_writes(lines)) == sum(reported or 0 for _, _, reported in writes)
+    assert {row[0] for row in writes} == {"PutItem"} and len(writes) >= 6, rows
