@@ -42,6 +42,18 @@ def test_the_daemon_command_has_the_kcl_classpath_jvm_options_and_the_file(tmp_p
     assert Path(command[-1]).name == "logback.xml" and Path(command[-1]).is_file()
 
 
+def test_the_sdks_ping_timing_is_not_a_warning_of_a_healthy_start() -> None:
+    """The SDK's HTTP/2 keep-alive ping logs "Flushing PING frame took 113ms" at WARN on a loaded host: a healthy
+    start must be quiet at warning level (issue 45, item 6), so the daemon's logback keeps only its errors."""
+    import xml.etree.ElementTree as ET
+
+    from copier.kcl import daemon
+
+    logback = ET.parse(Path(daemon.__file__).with_name("logback.xml")).getroot()
+    levels = {e.get("name"): e.get("level") for e in logback.iter("logger")}
+    assert levels["software.amazon.awssdk.http.nio.netty.internal.http2.Http2PingHandler"] == "ERROR"
+
+
 def test_the_daemon_writes_to_its_processors_in_utf8_whatever_the_hosts_locale() -> None:
     """The daemon writes each record's partition key to its processor in the JVM's default charset: on Java 17
     under a C or unset locale that is ASCII, and every other character became "?" (measured: "é" and an emoji
