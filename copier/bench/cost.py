@@ -84,6 +84,8 @@ def _per_record(client: Any, table: str, events: int) -> None:
         AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
         BillingMode="PAY_PER_REQUEST",
     )
+    while client.describe_table(TableName=table)["Table"]["TableStatus"] != "ACTIVE":  # CREATING: writes refused
+        time.sleep(0.05)
     now = int(time.time())
     for n in range(events):
         event_id, data = _event(n, "per-record")
