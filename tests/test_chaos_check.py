@@ -358,15 +358,27 @@ def test_closed_target_shards_and_many_pages_are_read_to_their_end(pipeline: Pip
     ]
 
 
-def test_a_closed_shard_read_short_of_its_last_record_fails() -> None:
-    """A read that stopped before a closed shard's EndingSequenceNumber is named; open and empty shards pass."""
+def test_a_closed_shard_read_short_of_its_end_fails_whatever_its_ending_sequence_number() -> None:
+    """A closed shard's read must end at a null NextShardIterator (AWS's sign of its end) with no record past its
+    EndingSequenceNumber, a bound: moto's last record (s0) and kinesis-mock's 2^63-1 (s3) pass when read to the
+    end; a read that stopped before it fails on either; open shards pass."""
+    emulator_end = str(2**63 - 1)
     shards = [
         {"ShardId": "s0", "SequenceNumberRange": {"StartingSequenceNumber": "1", "EndingSequenceNumber": "9"}},
         {"ShardId": "s1", "SequenceNumberRange": {"StartingSequenceNumber": "2", "EndingSequenceNumber": "2"}},
         {"ShardId": "s2", "SequenceNumberRange": {"StartingSequenceNumber": "3"}},
+        {"ShardId": "s3", "SequenceNumberRange": {"StartingSequenceNumber": "4", "EndingSequenceNumber": emulator_end}},
     ]
-    assert short_reads("t", shards, {"s0": 5, "s2": 8}) == ["t shard s0 read to 5, its last record is 9"]
-    assert short_reads("t", shards, {"s0": 9}) == []
+    everything = {"s0", "s1", "s3"}
+    assert short_reads("t", shards, {"s0": 9, "s2": 8, "s3": 40}, everything) == []
+    assert short_reads("t", shards, {"s0": 5, "s3": 40}, {"s1", "s3"}) == [
+        "t shard s0 is closed and its read stopped at 5, before its end"
+    ]
+    assert short_reads("t", shards, {"s3": 40}, {"s0", "s1"}) == [
+        "t shard s3 is closed and its read stopped at 40, before its end"
+    ]
+    past = short_reads("t", shards, {"s0": 10}, everything)
+    assert past == ["t shard s0 read to 10, past its EndingSequenceNumber 9"]
 
 
 def _target_auto(p: Pipeline) -> None:

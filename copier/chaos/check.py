@@ -12,9 +12,10 @@ the copier's extraction, so one bug cannot hide in both. A seed passes only
 if all of this holds:
 
 * **Read to the end:** every shard of both streams, closed ones included (a
-  target reshard closes its parents), was read to its last record: the
-  local backend gives a closed shard's last record as its
-  ``EndingSequenceNumber`` (``copier.local.moto_patches``).
+  target reshard closes its parents), was read to its end: for a closed
+  shard, a GetRecords answered without a NextShardIterator, and no record
+  past its ``EndingSequenceNumber`` (:func:`short_reads`: a bound, which
+  only moto, patched, gives as the last record's number).
 * **Nothing lost:** every produced event ID has a copy in the target or a
   valid dead-letter envelope.
 * **Per copy:** every copy of an ID, in the target and the dead-letter
@@ -143,17 +144,25 @@ def copier_events(log_paths: Iterable[Path], names: set[str]) -> list[dict[str, 
     return found
 
 
-def short_reads(stream: str, shards: list[dict[str, Any]], last: dict[str, int]) -> list[str]:
-    """Closed shards whose read stopped before their last record (``EndingSequenceNumber`` on the local backend)."""
+def short_reads(stream: str, shards: list[dict[str, Any]], last: dict[str, int], ended: Collection[str]) -> list[str]:
+    """Closed shards whose read did not reach their end: no GetRecords answered it without a NextShardIterator
+    (``ended``: the shards whose read did), or it returned a record past the shard's ``EndingSequenceNumber``.
+
+    AWS documents the end of a closed shard by the null NextShardIterator ("the shard has been closed and the
+    requested iterator does not return any more data", with ChildShards "only when the end of the current shard
+    is reached"); of ``EndingSequenceNumber`` it says only that an open shard has none. It is a bound, not the
+    last record's number: kinesis-mock gives 2^63-1, moto (patched) the last record's. So the null iterator is
+    what proves a read complete, on every backend, and every record read must lie within the bound."""
     out = []
     for shard in shards:
-        numbers = shard["SequenceNumberRange"]
-        end = numbers.get("EndingSequenceNumber")
-        if end is None or end == numbers["StartingSequenceNumber"]:
-            continue  # open, or closed without a record
-        read_to = last.get(shard["ShardId"])
-        if read_to != int(end):
-            out.append(f"{stream} shard {shard['ShardId']} read to {read_to}, its last record is {end}")
+        end = shard["SequenceNumberRange"].get("EndingSequenceNumber")
+        if end is None:
+            continue  # open: read to its tip (an empty page at MillisBehindLatest 0)
+        shard_id, read_to = shard["ShardId"], last.get(shard["ShardId"])
+        if shard_id not in ended:
+            out.append(f"{stream} shard {shard_id} is closed and its read stopped at {read_to}, before its end")
+        elif read_to is not None and read_to > int(end):
+            out.append(f"{stream} shard {shard_id} read to {read_to}, past its EndingSequenceNumber {end}")
     return out
 
 
@@ -178,7 +187,8 @@ class _Reader:
 
         records = self.reader.read(stream, label, noting, on_page=lambda shard_id: pages.update([shard_id]))
         self.pages += sum(pages.values())
-        self.failures.extend(short_reads(stream, shards, last))
+        ended = {shard_id for name, shard_id in self.reader.closed_ends if name == stream}
+        self.failures.extend(short_reads(stream, shards, last, ended))
         return records, shards
 
 
