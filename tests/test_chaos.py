@@ -30,6 +30,7 @@ from copier.chaos.schedule import (
     UNKEYED_POLICIES,
     Plan,
     draw,
+    on_backend,
 )
 
 # KCL 3.x and 2.x; kills, pauses past the lease, a split and a merge, proxy faults; hosts off time beyond the
@@ -130,11 +131,25 @@ def test_the_later_faults_leave_a_seeds_earlier_faults_as_they_were() -> None:
         assert (bare.clocks, bare.settings) == ((), (BASE_SETTINGS,))
 
 
+def test_a_seed_on_the_independent_backend_leaves_out_only_what_kinesis_mock_cannot_serve() -> None:
+    """No oversize poison (no UpdateMaxRecordSize) and no AUTO switch (no RecordDistributionStrategy) on
+    kinesis-mock; everything else is the seed's plan as drawn, and on moto the whole plan."""
+    plan = draw(8, SMOKE)
+    there = on_backend(plan, "independent")
+    assert "oversize" in plan.poison and {"staging_auto", "target_auto"} <= {a.kind for a in plan.actions}
+    assert [p for p in plan.poison if p != "oversize"] == list(there.poison)
+    assert [a for a in plan.actions if a.kind not in AUTO_SWITCHES] == list(there.actions)
+    assert replace(there, poison=plan.poison, actions=plan.actions) == plan
+    assert on_backend(plan, "moto") == plan
+
+
 def test_the_report_has_a_summary_and_a_row_a_seed() -> None:
     """Totals add the seeds up; a failed seed shows its failures."""
     good = SeedResult(1, "full", "3.x", 2, ok=True, events=10, faults={"kill_host": 1, "proxy_put_timeout": 2})
     bad = SeedResult(2, "full", "2.x", 3, ok=False, events=5, lost=1, failures=["lost 1: e-1"], faults={"kill_host": 1})
+    bad.backend = "independent"
     text = render([good, bad], "python -m copier.chaos --seeds 2", 120.0)
+    assert "Backend: independent 1 seeds, moto 1 seeds." in text and "BACKEND=independent" in text
     assert "| 2 | 1 | 15 |" in text and "| kill_host | 2 |" in text
     assert "FAILED: lost 1: e-1" in text and "`python -m copier.chaos --seeds 2`" in text
     assert "In progress" not in text, "a complete run says nothing of progress"
@@ -167,10 +182,13 @@ def test_the_report_describes_and_sums_the_clock_settings_and_target_reshard_fau
 
 
 def test_resume_keeps_the_seeds_that_ran_on_the_same_code_and_only_those(tmp_path: Path) -> None:
-    """An interrupted run goes on with the seeds it has not run; results of other code or profile start over."""
+    """An interrupted run goes on with the seeds it has not run; results of other code, profile or backend start
+    over. Results written before seeds named their backend (no ``backend`` field) are moto's."""
     raw = tmp_path / "reliability.json"
     report = tmp_path / "reliability.md"
     done = [SeedResult(s, "full", "3.x", 2, ok=True, events=100 * s).to_json() for s in (1, 2)]
+    for result in done:
+        del result["backend"]
     code = chaos_main.code_digest()
     raw.write_text(json.dumps({"code": code, "elapsed_s": 600.0, "planned_seeds": 2, "results": done}))
     argv = ["--seeds", "2", "--json", str(raw), "--report", str(report), "--workdir", str(tmp_path), "--resume"]
@@ -186,12 +204,17 @@ def test_resume_keeps_the_seeds_that_ran_on_the_same_code_and_only_those(tmp_pat
     class Args:
         json_path = str(raw)
         profile = "smoke"
+        backend = "moto"
 
     assert chaos_main._resumed(Args(), code) == ([], 0.0), "another profile starts over"  # type: ignore[arg-type]
     Args.profile = "full"
     assert chaos_main._resumed(Args(), "0" * 16) == ([], 0.0), "other code starts over"  # type: ignore[arg-type]
+    Args.backend = "independent"
+    assert chaos_main._resumed(Args(), code) == ([], 0.0), "another backend starts over"  # type: ignore[arg-type]
+    Args.backend = "moto"
     kept, elapsed = chaos_main._resumed(Args(), code)  # type: ignore[arg-type]
     assert [r.seed for r in kept] == [1, 2] and elapsed >= 600.0
+    assert {r.backend for r in kept} == {"moto"}
 
 
 @pytest.mark.protocol
