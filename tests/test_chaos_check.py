@@ -108,10 +108,14 @@ def judge(
     return check(config, out, [log], unkeyed_forwarded=unkeyed_forwarded, redriven=redriven)
 
 
+def _report_event(*ids: EventValue, from_ms: int = 0, until_ms: int | None = None) -> dict[str, object]:
+    event = {"event": "possible_duplicates", "event_ids": list(ids), "shard": STAGING_SHARD, "batch": 3}
+    return event | {"window_from_ms": from_ms, "window_until_ms": until_ms}
+
+
 def report(*ids: EventValue, from_ms: int = 0, until_ms: int | None = None) -> str:
     """A possible_duplicates line as the daemon writes it (wrapped), naming ``ids``."""
-    event = {"event": "possible_duplicates", "event_ids": list(ids), "shard": STAGING_SHARD, "batch": 3}
-    event |= {"window_from_ms": from_ms, "window_until_ms": until_ms}
+    event = _report_event(*ids, from_ms=from_ms, until_ms=until_ms)
     return (
         "2026-11-23 15:18:08,646 ERROR [multi-lang-daemon-0001] s.a.k.multilang.DrainChildSTDERRTask - "
         f"Received error line from subprocess [{json.dumps(event)}] for shard {STAGING_SHARD}"
@@ -153,6 +157,19 @@ def test_one_report_excuses_one_extra_copy_per_id_and_no_more(pipeline: Pipeline
     assert (verdict.extra_copies, verdict.explained_duplicates) == (3, 2)
     assert (verdict.possible_duplicate_reports, verdict.reported_ids) == (1, 2)
     assert verdict.failures == ["1 extra copies no possible_duplicates report explains (of 2 duplicated IDs): e2"]
+
+
+def test_reports_alike_but_for_their_time_each_excuse_a_copy(pipeline: Pipeline) -> None:
+    """A processor that sends a chunk again after each of several ambiguous puts reports each time with the same
+    shard, batch, IDs and window (smoke seed 8 on kinesis-mock: four such reports, four copies): each report
+    excuses one copy; the daemon's raw echo of a wrapped line is still one report."""
+    lines = []
+    for stamp in ("2026-11-27T02:21:29.756743Z", "2026-11-27T02:21:30.816497Z"):
+        event = {"event": "possible_duplicates", "event_ids": ["e2"], "shard": STAGING_SHARD, "batch": 3}
+        event |= {"window_from_ms": 0, "timestamp": stamp}
+        lines += [report("e2").replace(json.dumps(_report_event("e2")), json.dumps(event)), json.dumps(event)]
+    verdict = judge(pipeline, [*ALL, "e2", "e2"], logs=lines)
+    assert verdict.failures == [] and (verdict.possible_duplicate_reports, verdict.explained_duplicates) == (2, 2)
 
 
 def test_a_copy_arriving_outside_the_reports_window_is_not_excused(pipeline: Pipeline) -> None:

@@ -217,15 +217,19 @@ def _target_record(shard_id: str, r: KinesisRecord) -> TargetRecord:
 
 
 def _reports(log_paths: Iterable[Path], produced: Output) -> list[DuplicateReport]:
-    """The copier's possible_duplicates reports, each once, with IDs reported under ``meta.alt`` mapped back."""
+    """The copier's possible_duplicates reports, each once, with IDs reported under ``meta.alt`` mapped back.
+
+    Once is per log line (:func:`copier_events`, its timestamp included), not per content: a processor that
+    sends a chunk again after each of several ambiguous puts reports each time with the same shard, batch, IDs
+    and window, and each report may excuse a copy."""
     back = {alt_id(i): i for i in produced.keyed_ids}
-    out: dict[DuplicateReport, None] = {}
+    out: list[DuplicateReport] = []
     for event in copier_events(log_paths, {"possible_duplicates"}):
         report = report_of(event)
         if report is not None:
             ids: tuple[EventValue, ...] = tuple(back.get(i, i) if isinstance(i, str) else i for i in report.event_ids)
-            out[replace(report, event_ids=ids)] = None
-    return list(out)
+            out.append(replace(report, event_ids=ids))
+    return out
 
 
 def check(
