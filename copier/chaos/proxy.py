@@ -2,7 +2,10 @@
 
 The copier's own AWS calls (``copier.targetEndpoint`` for the target and
 dead-letter streams, ``copier.stateTableEndpoint`` for the state table) are
-pointed at this proxy; the KCL's calls go straight to the backend. Every
+pointed at this proxy; the KCL's calls go straight to the backend. A
+DynamoDB call goes on to the backend's DynamoDB endpoint, any other to its
+Kinesis one (moto serves both on one port; the independent backend,
+kinesis-mock and dynalite, on two). Every
 request is classified (a put to the target, a read of the target, a state
 table write or read) and the fault windows active at that moment decide,
 with the seed's random generator, what happens to it:
