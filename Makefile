@@ -96,11 +96,15 @@ model-long: install-test
 # remove docs/reliability.json to start over.
 # PROFILE=limits runs the seeds under Kinesis' per-shard limits (docs/reliability.md, "The shard-limits profile"),
 # into docs/reliability-limits.md and .json: another profile never starts the full profile's results over.
+# BACKEND=independent runs them on kinesis-mock and dynalite (copier local-backend --impl independent) into
+# docs/reliability-independent.md and .json (-independent after the profile's name): another backend never
+# starts moto's results over.
 SEEDS ?= 50
 PROFILE ?= full
-CHAOS_OUT = $(if $(filter full,$(PROFILE)),docs/reliability,docs/reliability-$(PROFILE))
+BACKEND ?= moto
+CHAOS_OUT = $(if $(filter full,$(PROFILE)),docs/reliability,docs/reliability-$(PROFILE))$(if $(filter moto,$(BACKEND)),,-$(BACKEND))
 chaos: install-test
-	$(BIN)/python -m copier.chaos --profile $(PROFILE) --seeds $(SEEDS) --report $(CHAOS_OUT).md --json $(CHAOS_OUT).json --resume
+	$(BIN)/python -m copier.chaos --backend $(BACKEND) --profile $(PROFILE) --seeds $(SEEDS) --report $(CHAOS_OUT).md --json $(CHAOS_OUT).json --resume
 
 # Benchmarks against baselines in one run: docs/benchmarks.md, .json and PNG plots (30 to 50 minutes).
 # BENCH_ARGS="--keep DIR" keeps the work directory with every worker's log; "--only rolling" reruns a part.

@@ -30,7 +30,9 @@ from copier.chaos.schedule import (
     UNKEYED_POLICIES,
     Plan,
     draw,
+    on_backend,
 )
+from tests.conftest import backend_for
 
 # KCL 3.x and 2.x; kills, pauses past the lease, a split and a merge, proxy faults; hosts off time beyond the
 # margin and clock steps both ways, settings changing between owners, a target split at an ambiguous put.
@@ -130,11 +132,25 @@ def test_the_later_faults_leave_a_seeds_earlier_faults_as_they_were() -> None:
         assert (bare.clocks, bare.settings) == ((), (BASE_SETTINGS,))
 
 
+def test_a_seed_on_the_independent_backend_leaves_out_only_what_kinesis_mock_cannot_serve() -> None:
+    """No oversize poison (no UpdateMaxRecordSize) and no AUTO switch (no RecordDistributionStrategy) on
+    kinesis-mock; everything else is the seed's plan as drawn, and on moto the whole plan."""
+    plan = draw(8, SMOKE)
+    there = on_backend(plan, "independent")
+    assert "oversize" in plan.poison and {"staging_auto", "target_auto"} <= {a.kind for a in plan.actions}
+    assert [p for p in plan.poison if p != "oversize"] == list(there.poison)
+    assert [a for a in plan.actions if a.kind not in AUTO_SWITCHES] == list(there.actions)
+    assert replace(there, poison=plan.poison, actions=plan.actions) == plan
+    assert on_backend(plan, "moto") == plan
+
+
 def test_the_report_has_a_summary_and_a_row_a_seed() -> None:
     """Totals add the seeds up; a failed seed shows its failures."""
     good = SeedResult(1, "full", "3.x", 2, ok=True, events=10, faults={"kill_host": 1, "proxy_put_timeout": 2})
     bad = SeedResult(2, "full", "2.x", 3, ok=False, events=5, lost=1, failures=["lost 1: e-1"], faults={"kill_host": 1})
+    bad.backend = "independent"
     text = render([good, bad], "python -m copier.chaos --seeds 2", 120.0)
+    assert "Backend: independent 1 seeds, moto 1 seeds." in text and "BACKEND=independent" in text
     assert "| 2 | 1 | 15 |" in text and "| kill_host | 2 |" in text
     assert "FAILED: lost 1: e-1" in text and "`python -m copier.chaos --seeds 2`" in text
     assert "In progress" not in text, "a complete run says nothing of progress"
@@ -167,10 +183,13 @@ def test_the_report_describes_and_sums_the_clock_settings_and_target_reshard_fau
 
 
 def test_resume_keeps_the_seeds_that_ran_on_the_same_code_and_only_those(tmp_path: Path) -> None:
-    """An interrupted run goes on with the seeds it has not run; results of other code or profile start over."""
+    """An interrupted run goes on with the seeds it has not run; results of other code, profile or backend start
+    over. Results written before seeds named their backend (no ``backend`` field) are moto's."""
     raw = tmp_path / "reliability.json"
     report = tmp_path / "reliability.md"
     done = [SeedResult(s, "full", "3.x", 2, ok=True, events=100 * s).to_json() for s in (1, 2)]
+    for result in done:
+        del result["backend"]
     code = chaos_main.code_digest()
     raw.write_text(json.dumps({"code": code, "elapsed_s": 600.0, "planned_seeds": 2, "results": done}))
     argv = ["--seeds", "2", "--json", str(raw), "--report", str(report), "--workdir", str(tmp_path), "--resume"]
@@ -186,12 +205,17 @@ def test_resume_keeps_the_seeds_that_ran_on_the_same_code_and_only_those(tmp_pat
     class Args:
         json_path = str(raw)
         profile = "smoke"
+        backend = "moto"
 
     assert chaos_main._resumed(Args(), code) == ([], 0.0), "another profile starts over"  # type: ignore[arg-type]
     Args.profile = "full"
     assert chaos_main._resumed(Args(), "0" * 16) == ([], 0.0), "other code starts over"  # type: ignore[arg-type]
+    Args.backend = "independent"
+    assert chaos_main._resumed(Args(), code) == ([], 0.0), "another backend starts over"  # type: ignore[arg-type]
+    Args.backend = "moto"
     kept, elapsed = chaos_main._resumed(Args(), code)  # type: ignore[arg-type]
     assert [r.seed for r in kept] == [1, 2] and elapsed >= 600.0
+    assert {r.backend for r in kept} == {"moto"}
 
 
 @pytest.mark.protocol
@@ -201,10 +225,34 @@ def test_a_chaos_seed_loses_and_duplicates_nothing(endpoint: str, tmp_path: Path
     """The real pipeline under the seed's faults: nothing lost, every duplicate reported, poison delivered, no
     crash loop, every shard caught up; and the faults were really injected, the clocks measured by the copier."""
     result = run_seed(draw(seed, SMOKE), endpoint, tmp_path)
-    assert result.ok, f"{result.failures}; logs in {tmp_path}"
+    faults = _passed_under_faults(result, tmp_path)
+    assert result.backend == "moto"
+    assert result.faults.get("poison_oversize", 0) >= 1, "a record too large for the target went through"
+    assert faults.get("staging_auto", 0) == faults.get("target_auto", 0) == 1, faults
+    assert len(result.auto_switches) == 2 and result.scattered_staging > 0, (result.auto_switches, result)
+
+
+@pytest.mark.protocol
+@pytest.mark.timeout(600)
+def test_a_chaos_seed_on_the_independent_backend_loses_and_duplicates_nothing(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """The first smoke seed on kinesis-mock and dynalite, which copier did not write or patch: the same verdict,
+    with its faults, without what kinesis-mock cannot serve (oversize records, AUTO switches); the closed target
+    shard (EndingSequenceNumber 2^63-1 there) read to its end, the state table's calls through the proxy."""
+    backend = backend_for(request, "independent")
+    result = run_seed(draw(SMOKE_SEEDS[0], SMOKE), backend, tmp_path)
+    faults = _passed_under_faults(result, tmp_path)
+    assert result.backend == "independent" and result.proxy_requests.get("state", 0) > 0, result.proxy_requests
+    assert not {"poison_oversize", "staging_auto", "target_auto"} & set(faults), faults
+
+
+def _passed_under_faults(result: SeedResult, logs: Path) -> dict[str, int]:
+    """What every smoke seed must show, on either backend: it passed, nothing lost or duplicated unreported,
+    several pages a shard, proxy, process, clock, settings and target-reshard faults injected; its faults."""
+    assert result.ok, f"{result.failures}; logs in {logs}"
     assert (result.lost, result.duplicated - result.explained_duplicates) == (0, 0)
     assert result.target_records + result.dead_letter_records >= result.events + result.poison
-    assert result.faults.get("poison_oversize", 0) >= 1, "a record too large for the target went through"
     assert result.check_pages > result.target_shards, "the check read shards of several pages"
     injected = {k: v for k, v in result.faults.items() if k.startswith("proxy_")}
     assert sum(injected.values()) > 0, result.proxy_requests
@@ -213,13 +261,12 @@ def test_a_chaos_seed_loses_and_duplicates_nothing(endpoint: str, tmp_path: Path
     assert faults.get("clock_offset_beyond", 0) >= 1 and faults.get("settings_change", 0) >= 1, faults
     assert faults.get("clock_step_forward", 0) + faults.get("clock_step_back", 0) >= 1, faults
     assert faults.get("target_split", 0) + faults.get("target_merge", 0) >= 1 and result.target_shards_closed >= 1
-    assert faults.get("staging_auto", 0) == faults.get("target_auto", 0) == 1, faults
-    assert len(result.auto_switches) == 2 and result.scattered_staging > 0, (result.auto_switches, result)
     beyond = [c for c in result.clocks if c["kind"] == "beyond" and c["max_bound_ms"] is not None]
     assert any(
         c["margin_widened"] and any(abs(m - o) <= 500 for m in c["measured_offsets_ms"] for o in _offsets_held(c))
         for c in beyond
     ), f"a host beyond the margin was measured and its margins widened: {result.clocks}"
+    return faults
 
 
 def _offsets_held(clock: dict) -> list[int]:

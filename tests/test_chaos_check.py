@@ -108,10 +108,14 @@ def judge(
     return check(config, out, [log], unkeyed_forwarded=unkeyed_forwarded, redriven=redriven)
 
 
+def _report_event(*ids: EventValue, from_ms: int = 0, until_ms: int | None = None) -> dict[str, object]:
+    event = {"event": "possible_duplicates", "event_ids": list(ids), "shard": STAGING_SHARD, "batch": 3}
+    return event | {"window_from_ms": from_ms, "window_until_ms": until_ms}
+
+
 def report(*ids: EventValue, from_ms: int = 0, until_ms: int | None = None) -> str:
     """A possible_duplicates line as the daemon writes it (wrapped), naming ``ids``."""
-    event = {"event": "possible_duplicates", "event_ids": list(ids), "shard": STAGING_SHARD, "batch": 3}
-    event |= {"window_from_ms": from_ms, "window_until_ms": until_ms}
+    event = _report_event(*ids, from_ms=from_ms, until_ms=until_ms)
     return (
         "2026-11-23 15:18:08,646 ERROR [multi-lang-daemon-0001] s.a.k.multilang.DrainChildSTDERRTask - "
         f"Received error line from subprocess [{json.dumps(event)}] for shard {STAGING_SHARD}"
@@ -153,6 +157,19 @@ def test_one_report_excuses_one_extra_copy_per_id_and_no_more(pipeline: Pipeline
     assert (verdict.extra_copies, verdict.explained_duplicates) == (3, 2)
     assert (verdict.possible_duplicate_reports, verdict.reported_ids) == (1, 2)
     assert verdict.failures == ["1 extra copies no possible_duplicates report explains (of 2 duplicated IDs): e2"]
+
+
+def test_reports_alike_but_for_their_time_each_excuse_a_copy(pipeline: Pipeline) -> None:
+    """A processor that sends a chunk again after each of several ambiguous puts reports each time with the same
+    shard, batch, IDs and window (smoke seed 8 on kinesis-mock: four such reports, four copies): each report
+    excuses one copy; the daemon's raw echo of a wrapped line is still one report."""
+    lines = []
+    for stamp in ("2026-11-27T02:21:29.756743Z", "2026-11-27T02:21:30.816497Z"):
+        event = {"event": "possible_duplicates", "event_ids": ["e2"], "shard": STAGING_SHARD, "batch": 3}
+        event |= {"window_from_ms": 0, "timestamp": stamp}
+        lines += [report("e2").replace(json.dumps(_report_event("e2")), json.dumps(event)), json.dumps(event)]
+    verdict = judge(pipeline, [*ALL, "e2", "e2"], logs=lines)
+    assert verdict.failures == [] and (verdict.possible_duplicate_reports, verdict.explained_duplicates) == (2, 2)
 
 
 def test_a_copy_arriving_outside_the_reports_window_is_not_excused(pipeline: Pipeline) -> None:
@@ -358,15 +375,25 @@ def test_closed_target_shards_and_many_pages_are_read_to_their_end(pipeline: Pip
     ]
 
 
-def test_a_closed_shard_read_short_of_its_last_record_fails() -> None:
-    """A read that stopped before a closed shard's EndingSequenceNumber is named; open and empty shards pass."""
+def test_a_closed_shard_read_short_of_its_end_fails_whatever_its_ending_sequence_number() -> None:
+    """A closed shard's read must end at a null NextShardIterator (AWS's sign of its end), whatever its
+    EndingSequenceNumber says: moto's last record (s0) or kinesis-mock's 2^63-1, below its own record numbers
+    (s3), pass when read to the end and fail when the read stopped before it; open shards pass."""
+    emulator_end, record = str(2**63 - 1), 49680600778417853723861038117283401164352545383392477202
     shards = [
         {"ShardId": "s0", "SequenceNumberRange": {"StartingSequenceNumber": "1", "EndingSequenceNumber": "9"}},
         {"ShardId": "s1", "SequenceNumberRange": {"StartingSequenceNumber": "2", "EndingSequenceNumber": "2"}},
         {"ShardId": "s2", "SequenceNumberRange": {"StartingSequenceNumber": "3"}},
+        {"ShardId": "s3", "SequenceNumberRange": {"StartingSequenceNumber": "4", "EndingSequenceNumber": emulator_end}},
     ]
-    assert short_reads("t", shards, {"s0": 5, "s2": 8}) == ["t shard s0 read to 5, its last record is 9"]
-    assert short_reads("t", shards, {"s0": 9}) == []
+    everything = {"s0", "s1", "s3"}
+    assert short_reads("t", shards, {"s0": 9, "s2": 8, "s3": record}, everything) == []
+    assert short_reads("t", shards, {"s0": 9, "s3": record}, {"s1", "s3"}) == [
+        "t shard s0 is closed and its read stopped at 9, before its end"
+    ]
+    assert short_reads("t", shards, {"s3": record}, {"s0", "s1"}) == [
+        f"t shard s3 is closed and its read stopped at {record}, before its end"
+    ]
 
 
 def _target_auto(p: Pipeline) -> None:

@@ -16,6 +16,7 @@ from copier.chaos.proxy import FaultProxy, FaultWindow
 from copier.chaos.throttle import ShardThrottle
 from copier.core.errors import AmbiguousPutError, TransientAwsError
 from copier.core.state import ShardState
+from copier.local.independent import Endpoints
 from tests.conftest import Pipeline
 from tests.support.backend import client, read_stream
 from tests.support.fakes import config
@@ -162,3 +163,21 @@ def test_a_shards_sixth_read_in_a_second_is_refused_with_400_as_kinesis_does(
     assert info.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
     assert limited.throttle is not None
     assert limited.throttle.refused["reads", pipeline.target] >= 1  # botocore retried it before raising
+
+
+def test_each_service_goes_to_its_own_upstream_on_the_independent_backend(independent: Endpoints) -> None:
+    """kinesis-mock and dynalite answer on two ports: through one proxy, a Kinesis call reaches kinesis-mock and a
+    DynamoDB call dynalite (sent to the other server, either would fail)."""
+    with FaultProxy(independent.kinesis, seed=1, hang_s=1.0, dynamodb_upstream=independent.dynamodb) as proxy:
+        kinesis = client("kinesis", proxy.endpoint)
+        dynamodb = client("dynamodb", proxy.endpoint)
+        kinesis.create_stream(StreamName="via-proxy", ShardCount=1)
+        dynamodb.create_table(
+            TableName="via-proxy",
+            KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "k", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        assert "via-proxy" in kinesis.list_streams()["StreamNames"]
+        assert "via-proxy" in dynamodb.list_tables()["TableNames"]
+        assert proxy.requests["read"] >= 2 and proxy.requests["state"] >= 2, proxy.requests

@@ -137,6 +137,9 @@ class StreamReader:
         self._max_backoff_ms = max_backoff_ms
         self._stop = threading.Event()
         self._reached = False  # a call has been answered: later connection errors are retried as transient
+        # (stream, shard ID) of each shard whose read ended at a null NextShardIterator: AWS's sign that a closed
+        # shard was read to its end (its EndingSequenceNumber need not be its last record's number)
+        self.closed_ends: set[tuple[str, str]] = set()
 
     @property
     def progress(self) -> Progress:
@@ -218,6 +221,8 @@ class StreamReader:
                 last_sequence = records[-1]["SequenceNumber"]
                 yield records
             iterator = page.get("NextShardIterator")
+            if iterator is None:
+                self.closed_ends.add((stream, shard_id))
             if not records and page.get("MillisBehindLatest") == 0:
                 return
 

@@ -5,10 +5,15 @@
     python -m copier.chaos --profile smoke --seeds 2  # the short run of make test
     python -m copier.chaos --profile limits --seeds 5 # under Kinesis' per-shard limits (make chaos PROFILE=limits)
     python -m copier.chaos --seeds 50 --json R --resume  # go on with an interrupted run
+    python -m copier.chaos --backend independent --seeds 20 # on kinesis-mock and dynalite (make chaos BACKEND=...)
 
 Each seed's plan, results and worker logs go to ``--workdir/seed-N``; the
 summary and the per-seed table go to ``--report`` (Markdown) and ``--json``.
 Exit status 1 if any seed failed.
+
+``--backend`` is ``copier local-backend --impl``'s choice: moto (the default) or the independent pair
+(kinesis-mock and dynalite, ``copier.local.independent``), on which a seed leaves out what kinesis-mock
+cannot serve (``copier.chaos.schedule.on_backend``); each result names its backend.
 
 ``--resume`` keeps the seeds that ``--json`` already holds and runs only the
 others, when that file was written by the same code (a digest of the copier
@@ -31,7 +36,8 @@ from pathlib import Path
 from copier.chaos.harness import worker_lease_ms
 from copier.chaos.report import render
 from copier.chaos.run import SeedResult, run_seed
-from copier.chaos.schedule import PROFILES, draw
+from copier.chaos.schedule import PROFILES, draw, on_backend
+from copier.local.independent import ENV_MARK, running
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,14 +49,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", help="write the Markdown report here")
     parser.add_argument("--json", dest="json_path", help="write the raw results here")
     parser.add_argument("--resume", action="store_true", help="keep the seeds --json holds for this code")
+    parser.add_argument(
+        "--backend", choices=BACKENDS, default="moto", help="the local backend (copier local-backend --impl)"
+    )
     args = parser.parse_args(argv)
     seeds = args.seed + list(range(1, args.seeds + 1))
     if not seeds:
         parser.error("give --seeds N or --seed S")
-    from copier.local.backend import DUMMY_ENV, LocalBackend
+    from copier.local.backend import DUMMY_ENV
 
     for key, value in DUMMY_ENV.items():
         os.environ.setdefault(key, value)
+    if args.backend == "independent":  # the workers' copier is told its state table has no TTL (dynalite)
+        os.environ[ENV_MARK] = "independent"
     from copier.adapters.logs import configure_logging
 
     configure_logging("WARNING")
@@ -64,14 +75,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"resuming: {len(done)} seeds already ran on this code ({sorted(done)})", flush=True)
     started = time.monotonic() - before
     lease_s = worker_lease_ms() / 1000  # pauses shorter and longer than the lease the workers run with
-    with LocalBackend() as backend:
+    with running(args.backend) as backend:
         for seed in [s for s in seeds if s not in done]:
-            plan = draw(seed, profile, lease_s=lease_s)
+            plan = on_backend(draw(seed, profile, lease_s=lease_s), backend.impl)
             seed_dir = workdir / f"seed-{seed}"
             seed_dir.mkdir(parents=True, exist_ok=True)
             (seed_dir / "plan.json").write_text(json.dumps(plan.to_json(), indent=1))
             print(f"seed {seed}: {plan.kcl_mode}, {plan.workers} workers, {len(plan.actions)} actions ...", flush=True)
-            result = run_seed(plan, backend.endpoint, seed_dir)
+            result = run_seed(plan, backend, seed_dir)
             (seed_dir / "result.json").write_text(json.dumps(result.to_json(), indent=1))
             results.append(result)
             _write(args, results, command, code, time.monotonic() - started, len(seeds))  # survives an interrupted run
@@ -85,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     failed = [r.seed for r in results if not r.ok]
     print(f"{len(results)} seeds, {len(failed)} failed{': ' + str(failed) if failed else ''}; logs in {workdir}")
     return 1 if failed else 0
+
+
+BACKENDS = ("moto", "independent")
 
 
 SOURCE_SUFFIXES = (".py", ".java", ".xml")  # what copier runs: Python, the daemon launcher, the daemon's logback
@@ -116,8 +130,8 @@ def _resumed(args: argparse.Namespace, code: str) -> tuple[list[SeedResult], flo
         return [], 0.0
     raw = json.loads(path.read_text())
     results = [SeedResult.from_json(r) for r in raw.get("results", [])]
-    if raw.get("code") != code or any(r.profile != args.profile for r in results):
-        print(f"not resuming: {path} was written by other code or another profile; starting over", flush=True)
+    if raw.get("code") != code or any(r.profile != args.profile or r.backend != args.backend for r in results):
+        print(f"not resuming: {path} was written by other code, profile or backend; starting over", flush=True)
         return [], 0.0
     return results, float(raw.get("elapsed_s", 0.0))
 

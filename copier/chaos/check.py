@@ -12,9 +12,10 @@ the copier's extraction, so one bug cannot hide in both. A seed passes only
 if all of this holds:
 
 * **Read to the end:** every shard of both streams, closed ones included (a
-  target reshard closes its parents), was read to its last record: the
-  local backend gives a closed shard's last record as its
-  ``EndingSequenceNumber`` (``copier.local.moto_patches``).
+  target reshard closes its parents), was read to its end: for a closed
+  shard, until a GetRecords answered without a NextShardIterator
+  (:func:`short_reads`; its ``EndingSequenceNumber`` is no measure: moto,
+  patched, gives the last record's number, kinesis-mock a constant).
 * **Nothing lost:** every produced event ID has a copy in the target or a
   valid dead-letter envelope.
 * **Per copy:** every copy of an ID, in the target and the dead-letter
@@ -143,17 +144,26 @@ def copier_events(log_paths: Iterable[Path], names: set[str]) -> list[dict[str, 
     return found
 
 
-def short_reads(stream: str, shards: list[dict[str, Any]], last: dict[str, int]) -> list[str]:
-    """Closed shards whose read stopped before their last record (``EndingSequenceNumber`` on the local backend)."""
+def short_reads(stream: str, shards: list[dict[str, Any]], last: dict[str, int], ended: Collection[str]) -> list[str]:
+    """Closed shards whose read did not reach their end: no GetRecords answered it without a NextShardIterator
+    (``ended``: the shards whose read did; ``last``: the last sequence number read of each, for the message).
+
+    AWS documents the end of a closed shard by the null NextShardIterator ("the shard has been closed and the
+    requested iterator does not return any more data", with ChildShards "only when the end of the current shard
+    is reached"); of ``EndingSequenceNumber`` it says only that an open shard has none, nothing of how it
+    relates to the records. The backends differ there: moto (patched) gives the last record's number,
+    kinesis-mock 2^63-1, which is below its own 56-digit record numbers, so not even a bound. The null
+    iterator is what proves a read complete, on every backend; on moto it comes only once the read has
+    reached the last record (``copier.local.moto_patches.resharding``), so the rule says there what the old
+    comparison with ``EndingSequenceNumber`` said."""
     out = []
     for shard in shards:
-        numbers = shard["SequenceNumberRange"]
-        end = numbers.get("EndingSequenceNumber")
-        if end is None or end == numbers["StartingSequenceNumber"]:
-            continue  # open, or closed without a record
-        read_to = last.get(shard["ShardId"])
-        if read_to != int(end):
-            out.append(f"{stream} shard {shard['ShardId']} read to {read_to}, its last record is {end}")
+        if shard["SequenceNumberRange"].get("EndingSequenceNumber") is None:
+            continue  # open: read to its tip (an empty page at MillisBehindLatest 0)
+        shard_id = shard["ShardId"]
+        if shard_id not in ended:
+            stopped = last.get(shard_id)
+            out.append(f"{stream} shard {shard_id} is closed and its read stopped at {stopped}, before its end")
     return out
 
 
@@ -178,7 +188,8 @@ class _Reader:
 
         records = self.reader.read(stream, label, noting, on_page=lambda shard_id: pages.update([shard_id]))
         self.pages += sum(pages.values())
-        self.failures.extend(short_reads(stream, shards, last))
+        ended = {shard_id for name, shard_id in self.reader.closed_ends if name == stream}
+        self.failures.extend(short_reads(stream, shards, last, ended))
         return records, shards
 
 
@@ -206,15 +217,19 @@ def _target_record(shard_id: str, r: KinesisRecord) -> TargetRecord:
 
 
 def _reports(log_paths: Iterable[Path], produced: Output) -> list[DuplicateReport]:
-    """The copier's possible_duplicates reports, each once, with IDs reported under ``meta.alt`` mapped back."""
+    """The copier's possible_duplicates reports, each once, with IDs reported under ``meta.alt`` mapped back.
+
+    Once is per log line (:func:`copier_events`, its timestamp included), not per content: a processor that
+    sends a chunk again after each of several ambiguous puts reports each time with the same shard, batch, IDs
+    and window, and each report may excuse a copy."""
     back = {alt_id(i): i for i in produced.keyed_ids}
-    out: dict[DuplicateReport, None] = {}
+    out: list[DuplicateReport] = []
     for event in copier_events(log_paths, {"possible_duplicates"}):
         report = report_of(event)
         if report is not None:
             ids: tuple[EventValue, ...] = tuple(back.get(i, i) if isinstance(i, str) else i for i in report.event_ids)
-            out[replace(report, event_ids=ids)] = None
-    return list(out)
+            out.append(replace(report, event_ids=ids))
+    return out
 
 
 def check(

@@ -44,6 +44,7 @@ from copier.chaos.proxy import FaultProxy, FaultWindow, Injection
 from copier.chaos.schedule import AUTO_SWITCHES, TARGET_RESHARDS, Action, Plan
 from copier.chaos.throttle import ShardThrottle
 from copier.core.config import load_config
+from copier.local.independent import Endpoints, create_lease_table
 from copier.local.pipeline import LocalPipeline, Worker, local_properties
 
 __all__ = ["PUT_TIMEOUT_MS", "Harness", "reshard_stream", "worker_lease_ms"]
@@ -78,8 +79,11 @@ class Harness:
     supervises, signals and stops the workers and carries out one action of the plan at a time (:meth:`act`).
     :meth:`close` ends everything it started."""
 
-    def __init__(self, plan: Plan, endpoint: str, workdir: Path) -> None:
+    def __init__(self, plan: Plan, backend: Endpoints, workdir: Path) -> None:
+        """``backend``: the local backend's endpoints (moto: one URL for both services); on the independent one
+        the KCL's lease table is made first, with its index (dynalite cannot add it later)."""
         self.plan = plan
+        self.backend = backend
         self.workdir = workdir
         self.rng_names = iter(range(1, 10_000))
         self.faults: Counter[str] = Counter()
@@ -94,11 +98,13 @@ class Harness:
         self.auto_switches: list[dict[str, Any]] = []  # appended by the AUTO switch threads
         self.closing = threading.Event()
         run = f"c{plan.seed}-{uuid.uuid4().hex[:6]}"
-        self.proxy = FaultProxy(endpoint, plan.seed, hang_s=PUT_TIMEOUT_MS / 1000 + 0.5)
+        self.proxy = FaultProxy(
+            backend.kinesis, plan.seed, hang_s=PUT_TIMEOUT_MS / 1000 + 0.5, dynamodb_upstream=backend.dynamodb
+        )
         self.proxy.__enter__()
         dead_letter = f"{run}-dlq"
         self.pipeline = LocalPipeline(
-            endpoint,
+            backend.kinesis,
             workdir,
             staging=f"{run}-staging",
             target=f"{run}-target",
@@ -111,12 +117,17 @@ class Harness:
                 "clockSkewMillis": str(plan.clock_skew_ms),
                 **SEED_COPIER,
             },
+            dynamodb_endpoint=backend.dynamodb,
         )
         self.pipeline.create(plan.staging_shards, plan.target_shards)
-        staging_arn = self.pipeline.kinesis.describe_stream_summary(StreamName=self.pipeline.staging)
-        self.pipeline.kinesis.update_max_record_size(  # records the target cannot take: dead-lettered as oversize
-            StreamARN=staging_arn["StreamDescriptionSummary"]["StreamARN"], MaxRecordSizeInKiB=STAGING_MAX_RECORD_KIB
-        )
+        if backend.impl == "independent":
+            create_lease_table(backend.dynamodb, run)
+        if "oversize" in plan.poison:  # records the target cannot take: dead-lettered as oversize
+            staging_arn = self.pipeline.kinesis.describe_stream_summary(StreamName=self.pipeline.staging)
+            self.pipeline.kinesis.update_max_record_size(
+                StreamARN=staging_arn["StreamDescriptionSummary"]["StreamARN"],
+                MaxRecordSizeInKiB=STAGING_MAX_RECORD_KIB,
+            )
         self.pipeline.kinesis.create_stream(StreamName=dead_letter, ShardCount=1)
         self.pipeline.kinesis.get_waiter("stream_exists").wait(StreamName=dead_letter)
         self.producer = ChaosProducer(self._producer_client(), self.pipeline.staging, plan, run)

@@ -94,7 +94,9 @@ class Hosts:
             script = p.workdir / f"worker-{worker}.sh"
             kcl["executableName"] = str(write_wrapper(script, command, host.clock_file, self.library, self.pids))
         keys = {**p.copier, "dedupKey": settings.dedup_key, "unkeyedPolicy": settings.unkeyed_policy}
-        local_properties(path, p.endpoint, p.application, p.staging, p.target, p.copier_bin, kcl, **keys)
+        local_properties(
+            path, p.endpoint, p.application, p.staging, p.target, p.copier_bin, kcl, p.dynamodb_endpoint, **keys
+        )
         load_config(path)
         offset = host.offset_ms if host.clock_file is not None else None
         self.starts.append(Start(worker, host.number, settings, offset))

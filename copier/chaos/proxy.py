@@ -2,7 +2,10 @@
 
 The copier's own AWS calls (``copier.targetEndpoint`` for the target and
 dead-letter streams, ``copier.stateTableEndpoint`` for the state table) are
-pointed at this proxy; the KCL's calls go straight to the backend. Every
+pointed at this proxy; the KCL's calls go straight to the backend. A
+DynamoDB call goes on to the backend's DynamoDB endpoint, any other to its
+Kinesis one (moto serves both on one port; the independent backend,
+kinesis-mock and dynalite, on two). Every
 request is classified (a put to the target, a read of the target, a state
 table write or read) and the fault windows active at that moment decide,
 with the seed's random generator, what happens to it:
@@ -126,13 +129,18 @@ _APPLIES = {
 }
 
 
+def _host_port(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    return parts.hostname or "127.0.0.1", parts.port or 80
+
+
 class FaultProxy:
     """The proxy server; see the module docstring. Use as a context manager."""
 
-    def __init__(self, upstream: str, seed: int, hang_s: float) -> None:
-        parts = urlsplit(upstream)
-        self.upstream_host = parts.hostname or "127.0.0.1"
-        self.upstream_port = parts.port or 80
+    def __init__(self, upstream: str, seed: int, hang_s: float, dynamodb_upstream: str | None = None) -> None:
+        """``upstream``: the backend's Kinesis endpoint, and its DynamoDB one unless ``dynamodb_upstream`` is
+        given (the independent backend serves each service on a port of its own)."""
+        self.upstreams = {"kinesis": _host_port(upstream), "dynamodb": _host_port(dynamodb_upstream or upstream)}
         self.hang_s = hang_s
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
@@ -326,12 +334,18 @@ class _Handler(BaseHTTPRequestHandler):
         answer = json.dumps({"FailedRecordCount": len(failed), "Records": results}).encode()
         self._reply(200, headers, answer)
 
+    def _service(self) -> str:
+        """The upstream this request goes to: DynamoDB's for a DynamoDB call, Kinesis' otherwise."""
+        return "dynamodb" if self.headers.get("X-Amz-Target", "").startswith("DynamoDB") else "kinesis"
+
     def _connection(self) -> http.client.HTTPConnection:
-        connection = getattr(self._upstream, "connection", None)
-        if connection is None:
-            connection = http.client.HTTPConnection(self.owner.upstream_host, self.owner.upstream_port, timeout=60)
-            self._upstream.connection = connection
-        return connection
+        """This thread's pooled connection to the request's upstream."""
+        pool: dict[str, http.client.HTTPConnection] = self._upstream.__dict__.setdefault("pool", {})
+        service = self._service()
+        if service not in pool:
+            host, port = self.owner.upstreams[service]
+            pool[service] = http.client.HTTPConnection(host, port, timeout=60)
+        return pool[service]
 
     def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
         headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
@@ -344,7 +358,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return response.status, response.getheaders(), response.read()
             except (OSError, http.client.HTTPException):
                 connection.close()
-                self._upstream.connection = None
+                self._upstream.pool.pop(self._service(), None)
                 if attempt == 2:
                     raise
         raise AssertionError("unreachable")

@@ -81,6 +81,15 @@ METHOD = [
     "  found on a shard whose hash range does not hold their key (`scattered_staging`, `scattered_target`).",
     "",
     *LIMITS,
+    "",
+    "**Two backends.** `make chaos` runs the seeds on moto (the default); `make chaos BACKEND=independent`",
+    "(`python -m copier.chaos --backend independent`) on kinesis-mock and dynalite, two implementations",
+    "copier did not write or patch (`copier/local/independent.py`), into `docs/reliability-independent.md`",
+    "and `.json`. There a seed leaves out what kinesis-mock cannot serve (`copier/chaos/schedule.py`,",
+    "`on_backend`): records over 1 MiB (no UpdateMaxRecordSize: no `oversize` poison) and",
+    "`RecordDistributionStrategy` (no AUTO switch); the proxy forwards each service to its own port, and",
+    "the KCL's lease table is created with its index first (dynalite cannot add it). Each seed's result",
+    "names its `backend` (results without the field ran on moto).",
 ]
 
 
@@ -88,7 +97,8 @@ METHOD = [
 PASS = [
     "## What a seed must show to pass",
     "",
-    "The check reads both streams to their ends (every shard, closed ones included, in pages of 500 records",
+    "The check reads both streams to their ends (every shard, closed ones included, a closed one until",
+    "GetRecords answers without a NextShardIterator, as AWS marks a closed shard's end, in pages of 500 records",
     "so that shards take several) and compares every copy with the producer's own record of each user record",
     "it wrote: event ID (read from the bytes by the check's own code, not the copier's: the integer `7` and",
     'the string `"7"` are two events, and the producer writes both kinds, unicode and 300-character IDs',
@@ -205,6 +215,7 @@ def render(
         f"({sum(r.reported_ids for r in results)}) | {sum(r.changed for r in results)} | "
         f"{sum(r.out_of_order for r in results)} |",
         "",
+        f"Backend: {', '.join(f'{b} {n} seeds' for b, n in sorted(Counter(r.backend for r in results).items()))}. "
         f"KCL 3.x mode: {sum(1 for r in results if r.kcl_mode == '3.x')} seeds; "
         f"2.x-compatible mode: {sum(1 for r in results if r.kcl_mode == '2.x')} seeds. "
         f"Worker restarts: {sum(r.restarts for r in results)}; "

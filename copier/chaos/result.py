@@ -23,6 +23,7 @@ class SeedResult:
     kcl_mode: str
     workers: int
     ok: bool = False
+    backend: str = "moto"  # copier local-backend --impl it ran on (results written before it existed: moto)
     failures: list[str] = field(default_factory=list)
     events: int = 0  # distinct keyed events produced
     events_written: int = 0  # events written to staging, duplicates included

@@ -29,7 +29,8 @@ from copier.chaos.check import check, copier_events
 from copier.chaos.harness import PUT_TIMEOUT_MS, Harness
 from copier.chaos.proxy import FaultWindow, Injection
 from copier.chaos.result import SeedResult
-from copier.chaos.schedule import Plan
+from copier.chaos.schedule import Plan, on_backend
+from copier.local.independent import Endpoints
 
 __all__ = ["SeedResult", "run_seed"]
 
@@ -60,11 +61,15 @@ def _across_ambiguous_puts(reshards: list[dict[str, Any]], injections: list[Inje
         reshard["put_before_s"] = round(reshard["started"] - latest.at, 2) if latest else None
 
 
-def run_seed(plan: Plan, endpoint: str, workdir: Path) -> SeedResult:
-    """Run one seed on the backend at ``endpoint``; its logs stay in ``workdir``."""
+def run_seed(plan: Plan, backend: str | Endpoints, workdir: Path) -> SeedResult:
+    """Run one seed on the local backend (moto's URL, or a backend's :class:`Endpoints`) without what it cannot
+    serve (:func:`copier.chaos.schedule.on_backend`); its logs stay in ``workdir``."""
     started = time.monotonic()
+    backend = Endpoints(backend, backend, impl="moto") if isinstance(backend, str) else backend
+    plan = on_backend(plan, backend.impl)
     result = SeedResult(plan.seed, plan.profile, plan.kcl_mode, plan.workers, workdir=str(workdir))
-    harness = Harness(plan, endpoint, workdir)
+    result.backend = backend.impl
+    harness = Harness(plan, backend, workdir)
     try:
         _drive(plan, harness, result)
     finally:
@@ -92,7 +97,9 @@ def run_seed(plan: Plan, endpoint: str, workdir: Path) -> SeedResult:
         result.failures.append(f"crash loop: {harness.unexpected} daemon exits the harness did not cause")
     if harness.producer.error is not None:
         result.failures.append(f"producer failed: {harness.producer.error!r}")
-    direct = replace(harness.pipeline.config, target_endpoint=endpoint)  # the check reads past the proxy
+    direct = replace(  # the check reads past the proxy
+        harness.pipeline.config, target_endpoint=backend.kinesis, state_endpoint=backend.dynamodb
+    )
     logs = sorted(workdir.glob("worker-*.log"))
     verdict = check(direct, out, logs, unkeyed_forwarded=harness.hosts.unkeyed_forwarded())
     result.target_records, result.dead_letter_records = verdict.target_records, verdict.dead_letter_records

@@ -50,6 +50,7 @@ __all__ = [
     "PROFILES",
     "SMOKE",
     "draw",
+    "on_backend",
 ]
 
 PROCESS_FAULTS = (
@@ -326,6 +327,22 @@ def draw(seed: int, profile: Profile = FULL, lease_s: float = 3.0) -> Plan:
         event_bytes=profile.event_bytes,
     )
     return _later_faults(plan, profile)
+
+
+#: What a plan may hold that a backend cannot serve: kinesis-mock 0.6.2 has neither UpdateMaxRecordSize (no
+#: record over 1 MiB, so no ``oversize`` poison) nor RecordDistributionStrategy (no AUTO switch).
+UNSERVED = {"moto": (), "independent": ("oversize", *AUTO_SWITCHES)}
+
+
+def on_backend(plan: Plan, backend: str) -> Plan:
+    """``plan`` without what ``backend`` (``copier local-backend --impl``) cannot serve (:data:`UNSERVED`);
+    the rest of the plan is the seed's as drawn."""
+    unserved = UNSERVED[backend]
+    return replace(
+        plan,
+        poison=tuple(p for p in plan.poison if p not in unserved),
+        actions=tuple(a for a in plan.actions if a.kind not in unserved),
+    )
 
 
 def _later_faults(plan: Plan, profile: Profile) -> Plan:

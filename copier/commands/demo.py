@@ -1,6 +1,8 @@
 """``copier demo``: the whole pipeline on the embedded local backend, with a summary.
 
-Starts the local backend, creates a staging stream (4 shards), a target
+Starts the local backend (moto, or with ``--impl independent`` kinesis-mock and dynalite: then the KCL's
+lease table is made first and the copier processes are told the state table has no TTL, as README's
+"Local backend" says), creates a staging stream (4 shards), a target
 stream (2 shards) and the state table, and writes a directory of JSON-lines
 events (a few of them delivered twice upstream). The PySpark job
 (``copier produce``, local mode) writes them to the staging stream; it is
@@ -22,6 +24,7 @@ status: 0 when verification passes, 1 when it finds a loss or a duplicate,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -40,6 +43,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--events", type=int, default=20000, help="distinct events to produce (default 20000)")
     parser.add_argument("--timeout", type=float, default=150, help="seconds to wait for the copy (default 150)")
     parser.add_argument("--workdir", help="where properties, manifest and worker logs go (default: a temp dir)")
+    parser.add_argument(
+        "--impl",
+        choices=("moto", "independent"),
+        default="moto",
+        help="the local backend, as copier local-backend --impl: moto (default) or independent (kinesis-mock and "
+        "dynalite; slower: give fewer --events)",
+    )
 
 
 class _Clock:
@@ -178,17 +188,24 @@ def main(args: argparse.Namespace) -> int:
     except ImportError:
         sys.stderr.write("copier demo: the producer is a PySpark job: install copier[spark] (make install does)\n")
         return 3
-    from copier.local.backend import DUMMY_ENV, LocalBackend
+    from copier.local.backend import DUMMY_ENV
+    from copier.local.independent import ENV_MARK, running
     from copier.local.pipeline import LocalPipeline
 
     for key, value in DUMMY_ENV.items():
         os.environ.setdefault(key, value)
+    if args.impl == "independent":  # its copier processes are told dynalite has no TTL
+        os.environ[ENV_MARK] = "independent"
     clock = _Clock()
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="copier-demo-"))
     clock.say(f"copier demo: {args.events} events, files in {workdir}")
-    backend = LocalBackend().start()
-    clock.say(f"local backend (Kinesis + DynamoDB) on {backend.endpoint}")
-    pipeline = LocalPipeline(backend.endpoint, workdir)
+    backend = contextlib.ExitStack()
+    endpoints = backend.enter_context(running(args.impl, lease_tables=(LocalPipeline.application,)))
+    if endpoints.kinesis == endpoints.dynamodb:
+        clock.say(f"local backend ({args.impl}: Kinesis + DynamoDB) on {endpoints.kinesis}")
+    else:
+        clock.say(f"local backend ({args.impl}): Kinesis on {endpoints.kinesis}, DynamoDB on {endpoints.dynamodb}")
+    pipeline = LocalPipeline(endpoints.kinesis, workdir, dynamodb_endpoint=endpoints.dynamodb)
 
     def progress() -> None:
         """One line: the producer and what staging holds, the shards each worker holds, what is committed."""
@@ -261,7 +278,7 @@ def main(args: argparse.Namespace) -> int:
         return 130
     finally:
         pipeline.stop_all()
-        backend.stop()
+        backend.close()
         clock.say("stopped workers and the local backend")
         if args.workdir is None and ok:
             shutil.rmtree(workdir, ignore_errors=True)  # kept after a failure: its logs say why

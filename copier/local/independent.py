@@ -62,6 +62,7 @@ __all__ = [
     "Endpoints",
     "create_lease_table",
     "installed",
+    "running",
     "serve",
     "servers",
 ]
@@ -231,6 +232,23 @@ def servers() -> Iterator[Endpoints]:
         finally:
             for server in started:
                 server.stop()
+
+
+@contextlib.contextmanager
+def running(impl: str, lease_tables: tuple[str, ...] = ()) -> Iterator[Endpoints]:
+    """The local backend ``impl`` (``copier local-backend --impl``: moto or independent) until the block ends,
+    with the KCL lease tables ``lease_tables`` made first on the independent one (:func:`create_lease_table`).
+    The caller gives its copier processes ``COPIER_LOCAL_BACKEND=independent`` (:data:`ENV_MARK`) there."""
+    if impl == "independent":
+        with servers() as endpoints:
+            for table in lease_tables:
+                create_lease_table(endpoints.dynamodb, table)
+            yield endpoints
+        return
+    from copier.local.backend import LocalBackend  # it imports this module
+
+    with LocalBackend() as backend:
+        yield Endpoints(backend.endpoint, backend.endpoint, impl="moto")
 
 
 def create_lease_table(dynamodb_endpoint: str, table: str, region: str = "us-east-1") -> bool:
