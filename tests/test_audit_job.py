@@ -2,10 +2,11 @@
 
 The target is built by hand on the local backend with one of each problem:
 a lost event, a duplicate, an unexpected event, a record without an ID, two
-events of one partition key out of production order, and an event that went
-to the dead-letter stream. verify reads the streams; audit reads what export
-wrote from them (and, as Firehose would deliver it, the bare records): the
-reports must agree, count for count and example for example.
+events of one partition key out of production order, an event that went to
+the dead-letter stream, and one that went there and was sent on to the target
+by a real ``copier redrive``. verify reads the streams; audit reads what
+export wrote from them (and, as Firehose would deliver it, the bare records):
+the reports must agree, count for count and example for example.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import hashlib
 import json
 import os
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +36,14 @@ pytestmark = [pytest.mark.protocol, pytest.mark.timeout(600)]
 SETTINGS = PlanSettings(
     parse_dedup_key("json:eventId"), "forward", "audit-dlq", "audit-staging", "shardId-000000000000"
 )
+OVERSIZE = "record of 1048577 bytes exceeds the target's limit of 1048576 bytes"
 
 REPORT_KEYS = (
     "expected_events",
     "produced_events",
     "target_records",
     "dead_letter_stream_records",
+    "redriven_dead_letter_records",
     "lost",
     "duplicated",
     "extra_copies",
@@ -77,17 +81,20 @@ def _build(endpoint: str, tmp_path: Path) -> tuple[Path, Path]:
     kinesis = client("kinesis", endpoint)
     create_stream(kinesis, "audit-target", 2)
     create_stream(kinesis, "audit-dlq", 1)
+    create_stream(kinesis, "audit-staging", 1)  # empty: the manifest says what was produced
     produced = [f"e{n}" for n in range(60)] + ["e3"]  # a producer retry of e3: one event
-    landed: list[tuple[str, bytes]] = [(f"k{n}", _event(f"e{n}")) for n in range(60) if n not in (5, 30, 31, 40)]
+    landed: list[tuple[str, bytes]] = [(f"k{n}", _event(f"e{n}")) for n in range(60) if n not in (5, 30, 31, 40, 41)]
     landed += [("k7", _event("e7")), ("kx", _event("x1")), ("ku", b"not json")]  # duplicate, unexpected, no ID
     landed += [("hot", _event("e31")), ("hot", _event("e30"))]  # one key, produced 30 then 31: out of order
     for key, data in landed:
         kinesis.put_record(StreamName="audit-target", PartitionKey=key, Data=data)
     original = SourceRecord(Position(40), "k40", _event("e40"))
-    envelope = dead_letter_envelope(
-        SETTINGS, original, "record of 1048577 bytes exceeds the target's limit of 1048576 bytes"
-    )
+    envelope = dead_letter_envelope(SETTINGS, original, OVERSIZE)
     kinesis.put_record(StreamName="audit-dlq", PartitionKey="k40", Data=envelope)
+    # e41, dead-lettered from another staging shard, is what the redrive below sends on (--shard selects it).
+    elsewhere = replace(SETTINGS, shard_id="shardId-000000000001")
+    late = dead_letter_envelope(elsewhere, SourceRecord(Position(41), "k41", _event("e41")), OVERSIZE)
+    kinesis.put_record(StreamName="audit-dlq", PartitionKey="k41", Data=late)
     # Not an envelope: it delivers nothing (e31's copy stands; e5 stays lost), and fails both reports.
     kinesis.put_record(StreamName="audit-dlq", PartitionKey="k5", Data=json.dumps({"eventId": "e5"}).encode())
     manifest = tmp_path / "manifest" / "ids-000.txt"
@@ -101,6 +108,9 @@ def _build(endpoint: str, tmp_path: Path) -> tuple[Path, Path]:
         "audit-state",
         deadLetterStreamName="audit-dlq",
     )
+    for command in (["init"], ["redrive", "--shard", "shardId-000000000001"]):
+        status, out, err = _run(*command, "--properties", str(props))
+        assert status == 0, out + err[-3000:]
     return props, manifest.parent
 
 
@@ -126,6 +136,9 @@ def test_audit_and_verify_report_the_same_on_the_same_data(tmp_path: Path) -> No
     assert tuple(verified[k] for k in counts) == (1, 1, 1, 1)
     counts = ("out_of_order", "dead_lettered_events", "invalid_dead_letter_records")
     assert tuple(verified[k] for k in counts) == (1, 1, 1)
+    assert verified["redriven_dead_letter_records"] == 1, "e41: its target copy counts, not its dead-letter record"
+    assert verified["examples"]["duplicated"] == [{"event_id": "e7", "copies": 2}], verified["examples"]
+    assert (tmp_path / "dlq" / "_redriven.txt").read_text().count("\n") == 2, "e41's record, and its ID"
 
     audit = ["audit", "--properties", str(props), "--manifest", str(manifest), "--json"]
     status, out, err = _run(*audit, "--target", str(tmp_path / "target"), "--dead-letter", str(tmp_path / "dlq"))
@@ -137,7 +150,8 @@ def test_audit_and_verify_report_the_same_on_the_same_data(tmp_path: Path) -> No
     firehose = tmp_path / "firehose"
     firehose.mkdir()
     for source, name in ((tmp_path / "target", "target"), (tmp_path / "dlq", "dlq")):
-        lines = [json.loads(line) for f in sorted(source.iterdir()) for line in gzip.open(f, "rt")]
+        files = [f for f in sorted(source.iterdir()) if not f.name.startswith("_")]  # the records, not _redriven.txt
+        lines = [json.loads(line) for f in files for line in gzip.open(f, "rt")]
         with gzip.open(firehose / f"{name}.gz", "wt") as out_file:
             out_file.writelines(base64.b64decode(line["data"]).decode(errors="replace") + "\n" for line in lines)
     status, out, err = _run(
@@ -148,12 +162,15 @@ def test_audit_and_verify_report_the_same_on_the_same_data(tmp_path: Path) -> No
         str(firehose / "target.gz"),
         "--dead-letter",
         str(firehose / "dlq.gz"),
+        "--redriven",
+        str(tmp_path / "dlq" / "_redriven.txt"),  # Firehose delivers no such record: the export's
     )
     assert status == 1, err[-3000:]
     bare = _report(out)
     keys = ("expected_events", "produced_events", "target_records", "lost", "duplicated", "extra_copies")
     for key in (
         *keys,
+        "redriven_dead_letter_records",
         "unexpected",
         "target_records_without_id",
         "invalid_dead_letter_records",

@@ -211,3 +211,22 @@ def test_compare_runs_this_tree_against_a_baseline_tree_and_the_plain_copier(tmp
         timeout=60,
     )
     assert refused.returncode != 0 and "not a copier source tree" in refused.stderr
+
+
+def test_a_redrive_and_a_repairs_cost_is_reported_per_event_sent() -> None:
+    """The sources part's figures (copier.bench.sources) in the report's summary: write units and requests per
+    event, the puts and reads named; a run without the part says nothing of it."""
+    from copier.bench.report import _sources
+
+    requests = {"Kinesis.PutRecords": 10, "Kinesis.GetRecords": 2, "DynamoDB.PutItem": 4, "DynamoDB.GetItem": 4}
+    figures = {
+        "events": 5000,
+        "write_units_per_event": 0.03,
+        "digest_batch_bytes_per_event": 30.1,
+        "requests": requests,
+    }
+    assert _sources({"redrive": figures}) == [
+        "- Redrive of 5000 events: 0.03 write units an event (30.1 B of digest batch), 0.0040 requests an event "
+        "(10 PutRecords, 2 GetRecords)."
+    ]
+    assert _sources({}) == []

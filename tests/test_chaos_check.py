@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,7 @@ def judge(
     logs: Sequence[str] = (),
     out: Output | None = None,
     unkeyed_forwarded: bool = False,
+    redriven: Collection[str] | None = None,
     **copier: object,
 ) -> Check:
     """Write ``target`` (event IDs as produced, "poison:<kind>" for a poison record, or (key, bytes) for a
@@ -104,7 +105,7 @@ def judge(
     log = p.tmp / "worker-1.log"
     log.write_text("".join(f"{line}\n" for line in logs))
     config = load_config(p.write_properties(**copier))
-    return check(config, out, [log], unkeyed_forwarded=unkeyed_forwarded)
+    return check(config, out, [log], unkeyed_forwarded=unkeyed_forwarded, redriven=redriven)
 
 
 def report(*ids: EventValue, from_ms: int = 0, until_ms: int | None = None) -> str:
@@ -240,6 +241,33 @@ def test_with_forward_a_poison_records_further_copies_pass_only_where_reports_na
     log.write_text(json.dumps(event) + "\n")
     named = check(load_config(pipeline.properties), out, [log], unkeyed_forwarded=True)  # the same streams
     assert named.failures == [] and (named.poison_delivered, named.unkeyed_copies, named.unkeyed_explained) == (1, 2, 2)
+
+
+def test_a_redriven_poison_record_counts_by_its_target_copy_as_verify_and_audit_count_it(pipeline: Pipeline) -> None:
+    """A poison record dead-lettered, then sent on to the target by copier redrive: its dead-letter record is no
+    copy of its own where the redrive recorded it (the same rule as copier verify's and copier audit's), so the
+    seed passes; not recorded, it is in both streams and fails; recorded and missing from the target, lost."""
+    out = produced(["no_id"])
+    letter = envelope(out, "poison:no_id")
+    sent = content_name("k", letter)  # how the redrive names the dead-letter record it sent (key "k": judge's)
+    verdict = judge(pipeline, [*ALL, "poison:no_id"], dead_letter=[letter], out=out, redriven={sent})
+    assert verdict.failures == [] and verdict.poison_delivered == 1
+    assert verdict.dead_letter_records == 1 and verdict.unkeyed_in_target == 1
+
+
+def test_a_poison_record_in_both_streams_that_no_redrive_sent_fails(pipeline: Pipeline) -> None:
+    out = produced(["no_id"])
+    verdict = judge(pipeline, [*ALL, "poison:no_id"], dead_letter=[envelope(out, "poison:no_id")], out=out)
+    assert f"poison no_id at {STAGING_SHARD}@100: 1 copies in the dead-letter stream, 1 in the target" in (
+        verdict.failures
+    )
+
+
+def test_a_redriven_poison_record_missing_from_the_target_fails(pipeline: Pipeline) -> None:
+    out = produced(["no_id"])
+    letter = envelope(out, "poison:no_id")
+    verdict = judge(pipeline, ALL, dead_letter=[letter], out=out, redriven={content_name("k", letter)})
+    assert verdict.failures == [f"poison no_id at {STAGING_SHARD}@100: redriven, and not in the target"]
 
 
 def test_with_forward_a_poison_record_in_neither_stream_is_lost(pipeline: Pipeline) -> None:

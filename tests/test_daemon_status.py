@@ -188,3 +188,33 @@ def test_status_shows_the_replication_checkpoint_of_each_shard() -> None:
         ("42/0", now - 2_345, 1_250),
         ("7/0", None, None),
     ]
+
+
+def test_status_shows_each_shard_against_the_applications_start() -> None:
+    """An application started at a point in time: a shard not yet past its pre-start load says so (nothing is
+    forwarded meanwhile), one past it how many records it left out as before the start, one that planned records
+    before the start was set that it has no load; in --json too. Without a start: a dash."""
+    now, start = 1_700_000_000_000, 1_699_990_000_000
+    shards = [{"ShardId": f"shardId-{i}", "SequenceNumberRange": {"StartingSequenceNumber": "1"}} for i in range(5)]
+    states = {
+        "shardId-1": ShardState(epoch=1, owner="h:1:a", lease_until_ms=now + 1000),  # taken, still loading
+        "shardId-2": ShardState(epoch=1, position=Position(9), prestart_ms=start, counters={"before_start": 7}),
+        "shardId-3": ShardState(epoch=1, position=Position(9), counters={"before_start": 2}),
+        "shardId-4": ShardState(epoch=1, position=Position(9), prestart_ms=start - 1000),
+    }
+    table = rows(shards, states, now, start_ms=start)
+    assert [(r.start, r.before_start) for r in table] == [
+        ("pre-start load", 0),
+        ("pre-start load", 0),
+        ("7 before start left out", 7),
+        ("no pre-start load; 2 before start left out", 2),
+        ("loaded for a start at 2023-11-14T19:26:39.000Z; 0 before start left out", 0),
+    ]
+    header = render(table).splitlines()[0]
+    assert header.index("in flight") < header.index("start") < header.index("window")
+    as_json = [json.loads(line) for line in render(table, as_json=True).splitlines()]
+    assert [(j["start"], j["before_start"]) for j in as_json][1:3] == [
+        ("pre-start load", 0),
+        ("7 before start left out", 7),
+    ]
+    assert {r.start for r in rows(shards, states, now)} == {"-"}

@@ -1,11 +1,11 @@
-"""A long command's progress on stderr (``copier.adapters.runprogress``): a bar redrawn in place on a terminal, a
+"""A long command's progress on stderr (``copier.adapters.progress``): a bar redrawn in place on a terminal, a
 plain line every few seconds anywhere else, so a log shows a run alive without being flooded."""
 
 from __future__ import annotations
 
 import io
 
-from copier.adapters.runprogress import LINE_INTERVAL_S, ReadingProgress, RunProgress
+from copier.adapters.progress import LINE_INTERVAL_S, ReadingProgress, RunProgress
 
 
 class Clock:

@@ -18,6 +18,13 @@ audit job and Spark skip it), holding what the read is (a run of another
 read on the same directory is refused, not mixed in) and for each shard the
 last sequence number read, the lines written and the file's length.
 
+An export of the dead-letter stream also keeps :data:`REDRIVEN`: the digest
+names of what redrives had sent on to the target when it was made, one a
+line (``copier.commands.verify.redriven_record``), so that ``copier audit``
+counts a redriven event's target copy, not its dead-letter record, as
+``copier verify`` does. Its name starts with ``_``: Spark and Hadoop skip it
+when they read the directory's records, as they skip ``_SUCCESS``.
+
 Why it survives any stop: a page's lines are appended (compressed: as a
 gzip member of their own, which every gzip reader reads as one stream with
 the others), then the checkpoint is replaced atomically (written beside,
@@ -35,16 +42,26 @@ import gzip
 import json
 import os
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from copier.core.errors import ConfigError
 
-__all__ = ["CHECKPOINT", "ShardFiles", "ShardMark", "arrival_ms", "record_line", "record_of"]
+__all__ = [
+    "CHECKPOINT",
+    "REDRIVEN",
+    "ShardFiles",
+    "ShardMark",
+    "arrival_ms",
+    "record_line",
+    "record_of",
+    "write_redriven",
+]
 
 CHECKPOINT = ".copier-progress.json"
+REDRIVEN = "_redriven.txt"
 
 
 def arrival_ms(record: Mapping[str, Any]) -> int:
@@ -73,6 +90,23 @@ def record_of(line: Mapping[str, Any]) -> dict[str, Any]:
         "Data": base64.b64decode(line["data"]),
         "ApproximateArrivalTimestamp": dt.datetime.fromtimestamp(arrival / 1000, dt.UTC) if arrival else None,
     }
+
+
+def _replace(path: Path, text: str) -> None:
+    """``path`` holds ``text`` or what it held before, never part of it: written beside, flushed, renamed."""
+    temporary = path.with_name(path.name + ".tmp")
+    with temporary.open("w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
+def write_redriven(directory: Path, names: Iterable[str]) -> Path:
+    """The redrive record (:data:`REDRIVEN`, see the module docstring) written in ``directory``, whole."""
+    path = directory / REDRIVEN
+    _replace(path, "".join(f"{name}\n" for name in sorted(names)))
+    return path
 
 
 @dataclass(frozen=True)
@@ -170,11 +204,6 @@ class ShardFiles:
 
     def _save(self) -> None:
         """The checkpoint replaced atomically (lock held): written beside, flushed to disk, renamed."""
-        path = self.directory / CHECKPOINT
-        temporary = path.with_name(path.name + ".tmp")
         shards = {name: [m.last, m.lines, m.size, m.ended] for name, m in self._marks.items()}
-        with temporary.open("w", encoding="utf-8") as handle:
-            json.dump({"what": self.what, "settled": self.settled, "shards": shards}, handle, separators=(",", ":"))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
+        kept = {"what": self.what, "settled": self.settled, "shards": shards}
+        _replace(self.directory / CHECKPOINT, json.dumps(kept, separators=(",", ":")))

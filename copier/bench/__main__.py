@@ -10,7 +10,9 @@ per-record idempotency (``copier.bench.cost``), the dedup window's memory,
 takeover time and CPU as it grows (``copier.bench.window``), the real
 daemon end to end against the plain copier (``copier.bench.e2e``), and what a
 shard costs a host: memory per processor, a many-shard host, and the time to
-start, restart and take over (``copier.bench.host``).
+start, restart and take over (``copier.bench.host``), and what a redrive and
+a repair cost per event (``copier.bench.sources``: requests by call, write
+units; docs/protocol.md's "Cost" paragraphs say what the code implies).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 
 __all__ = ["FULL", "PARTS", "SMOKE", "Profile", "main", "run"]
 
-PARTS = ("cpu", "window", "ordering", "e2e", "memory", "host", "startup", "rolling", "cost")
+PARTS = ("cpu", "window", "ordering", "e2e", "memory", "host", "startup", "rolling", "cost", "sources")
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class Profile:
     host_measure_s: float
     startup_shards: int  # 0: no startup part
     rolling: tuple[int, int, int, float]  # (workers, shards, events/s, seconds between restarts); 0 workers: none
+    sources_events: int = 5000  # events a redrive and a repair send (a multiple of 500)
 
 
 FULL = Profile(
@@ -93,6 +96,7 @@ SMOKE = Profile(
     host_measure_s=2.0,
     startup_shards=0,
     rolling=(0, 0, 0, 0.0),
+    sources_events=500,
 )
 
 
@@ -107,6 +111,7 @@ class Results:
     host: list[dict[str, Any]] = field(default_factory=list)
     startup: list[dict[str, Any]] = field(default_factory=list)
     rolling: list[dict[str, Any]] = field(default_factory=list)
+    sources: dict[str, Any] = field(default_factory=dict)  # copier.bench.sources: a redrive's and a repair's cost
     method: dict[str, Any] = field(default_factory=dict)
 
 
@@ -136,7 +141,7 @@ def run(profile: Profile, workdir: Path, command: str, parts: tuple[str, ...] = 
     """The parts asked for (every part by default), in order; returns the raw numbers."""
     from copier.adapters.dynamo import DynamoStateStore
     from copier.adapters.kinesis import paged_shards
-    from copier.bench import cost, cpu, e2e, host, ordering, window
+    from copier.bench import cost, cpu, e2e, host, ordering, sources, window
     from copier.core.config import load_config
     from copier.local.backend import DUMMY_ENV, LocalBackend
 
@@ -245,15 +250,16 @@ def run(profile: Profile, workdir: Path, command: str, parts: tuple[str, ...] = 
                     in_place,
                 )
             )
-        if "cost" not in parts:
-            results.method["minutes"] = round((time.monotonic() - started) / 60, 1)
-            return results
-    _say(f"cost: batches {profile.cost_batches}, coalesced {profile.cost_coalesced}, {profile.cost_events} events each")
-    cost_dir = workdir / "cost"
-    cost_dir.mkdir(exist_ok=True)
-    results.cost = cost.measure_costs(
-        cost_dir, list(profile.cost_batches), list(profile.cost_coalesced), profile.cost_events
-    ).to_json()
+    if "cost" in parts:
+        _say(f"cost: batches {profile.cost_batches}, coalesced {profile.cost_coalesced}, {profile.cost_events} each")
+        cost_dir = workdir / "cost"
+        cost_dir.mkdir(exist_ok=True)
+        results.cost = cost.measure_costs(
+            cost_dir, list(profile.cost_batches), list(profile.cost_coalesced), profile.cost_events
+        ).to_json()
+    if "sources" in parts:
+        _say(f"sources: a redrive and a repair of {profile.sources_events} events")
+        results.sources = sources.measure_sources(workdir / "sources", profile.sources_events)
     results.method["minutes"] = round((time.monotonic() - started) / 60, 1)
     return results
 

@@ -89,6 +89,7 @@ def _verdicts(data: dict[str, Any]) -> list[str]:
             + ", ".join(f"{v}x with batches of {k}" for k, v in cost["coalesced_times_fewer"].items())
             + f" (goal at least {COST_GOAL}x)."
         )
+    lines += _sources(data.get("sources") or {})
     for row in data.get("memory", []):
         lines.append(
             f"- Memory: an idle `copier process` on the {row['path']} path holds {row['rss_mb']} MB RSS, "
@@ -108,6 +109,22 @@ def _verdicts(data: dict[str, Any]) -> list[str]:
             f"fresh lease table {row['fresh_s']} s, restart {row['restart_s']} s, crash takeover "
             f"{row['crash_s']} s (goals {FRESH_GOAL_S}, {RESTART_GOAL_S}, {FRESH_GOAL_S} s)."
         )
+    return lines
+
+
+def _sources(sources: dict[str, Any]) -> list[str]:
+    """A redrive's and a repair's cost (``copier.bench.sources``): write units and requests per event sent."""
+    lines = []
+    for name in ("redrive", "repair"):
+        figures = sources.get(name)
+        if figures:
+            events, requests = figures["events"], figures["requests"]
+            lines.append(
+                f"- {name.capitalize()} of {events} events: {figures['write_units_per_event']} write units an event "
+                f"({figures['digest_batch_bytes_per_event']} B of digest batch), "
+                f"{sum(requests.values()) / events:.4f} requests an event ({requests.get('Kinesis.PutRecords', 0)} "
+                f"PutRecords, {requests.get('Kinesis.GetRecords', 0)} GetRecords)."
+            )
     return lines
 
 

@@ -26,6 +26,13 @@ if all of this holds:
   they excused are counted.
 * **Per byte:** every target copy has the partition key and the SHA-256 of
   a record produced under its ID (a record cut down, or rekeyed, fails).
+* **Redriven:** a dead-letter record a redrive sent on to the target is no
+  copy of its own (``copier.core.audit.was_redriven``): its target copy is the
+  delivery, as ``copier verify`` and ``copier audit`` count it. What was
+  redriven is the one thing read from the copier's state: the redrive state
+  items' digest batches (``copier.commands.verify.redriven_record``). The suite
+  never runs ``copier redrive``, so in a chaos run there is none; the check
+  keeps the rule so that the three verdicts stay one.
 * **Dead letters:** each dead-letter record must be an envelope pointing at
   a produced record (source shard, sequence and sub-sequence number), with
   its partition key and bytes (or their SHA-256 when too large to keep), a
@@ -43,7 +50,8 @@ if all of this holds:
   its content digest, ``unkeyed_digests``), one copy per name and report,
   within the report's window, as for an event ID (``copier.core.audit``);
   such copies are counted (``unkeyed_copies``, ``unkeyed_explained``). An
-  oversize record goes to the dead-letter stream under any policy.
+  oversize record goes to the dead-letter stream under any policy. A poison
+  record redriven is where the redrive put it: once, in the target.
 * **No fatal line:** the copier's logs hold no ``fatal`` or
   ``unexpected_error`` event, read from the lines the daemon writes (its
   ``Received error line from subprocess [{...}] for shard ...`` wrapping, or
@@ -63,14 +71,14 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from copier.adapters.streamreader import Progress, StreamReader, make_client
 from copier.chaos.producer import Output, alt_id, read_event_id
-from copier.core.audit import audit
+from copier.core.audit import audit, was_redriven
 from copier.core.auditinputs import arrival_ms, log_event, read_envelope, report_of, sha256_hex
 from copier.core.audittypes import AuditReport, DeadLetter, DuplicateReport, TargetRecord, content_name, show
 from copier.core.config import Config
@@ -210,15 +218,25 @@ def _reports(log_paths: Iterable[Path], produced: Output) -> list[DuplicateRepor
 
 
 def check(
-    config: Config, produced: Output, log_paths: list[Path], examples: int = 5, unkeyed_forwarded: bool = False
+    config: Config,
+    produced: Output,
+    log_paths: list[Path],
+    examples: int = 5,
+    unkeyed_forwarded: bool = False,
+    redriven: Collection[str] | None = None,
 ) -> Check:
     """Read the target and dead-letter streams and judge them; see the module docstring.
 
     ``config``: what the check reads with (its streams; the dead-letter envelopes' original IDs are taken
     from the producer's record of the position they point at); ``unkeyed_forwarded``: whether any worker
-    ran with ``copier.unkeyedPolicy = forward``.
+    ran with ``copier.unkeyedPolicy = forward``; ``redriven``: the names of what redrives sent (None: read from
+    the redrive state items, as ``copier verify`` reads them).
     """
+    from copier.commands.verify import redriven_letters
+
     reader = _Reader(config)
+    if redriven is None:
+        redriven = redriven_letters(config, reader.reader)
     target, target_shards = reader.read(config.target_stream_name, "target", _target_record)
     letters: list[DeadLetter] = []
     if config.dead_letter_stream_name:
@@ -235,7 +253,16 @@ def check(
     off_target = off_their_shard([(r.shard_id, r.partition_key) for r in target], target_shards)
     placed_off = [keyed[n].event_id for n in staging] + [target[n].event_id for n in off_target]
     unordered = {i for i in placed_off if i is not None}
-    report = audit(produced.records, target, letters, reports, examples, keyed_dead_letters=False, unordered=unordered)
+    report = audit(
+        produced.records,
+        target,
+        letters,
+        reports,
+        examples,
+        keyed_dead_letters=False,
+        unordered=unordered,
+        redriven=redriven,
+    )
     out = Check(
         expected=report.expected,
         target_records=report.found,
@@ -260,7 +287,7 @@ def check(
     )
     out.failures.extend(reader.failures)
     _judge_audit(out, report, config, examples)
-    _judge_poison(out, produced, target, letters, unkeyed_forwarded)
+    _judge_poison(out, produced, target, letters, unkeyed_forwarded, redriven)
     _judge_logs(out, log_paths)
     return out
 
@@ -299,22 +326,37 @@ def _judge_audit(out: Check, report: AuditReport, config: Config, examples: int)
 
 
 def _judge_poison(
-    out: Check, produced: Output, target: list[TargetRecord], letters: list[DeadLetter], forwarded: bool
+    out: Check,
+    produced: Output,
+    target: list[TargetRecord],
+    letters: list[DeadLetter],
+    forwarded: bool,
+    redriven: Collection[str] = frozenset(),
 ) -> None:
-    """Each poison record where its kind and the workers' unkeyed policies send it (see the module docstring)."""
+    """Each poison record where its kind and the workers' unkeyed policies send it, or where a redrive sent it
+    (see the module docstring)."""
     at = {p.position: p for p in produced.records if p.position is not None}
-    in_dlq: Counter[tuple[str, int, int]] = Counter(
-        letter.position
+    valid = [
+        (letter.position, letter)
         for letter in letters
         if letter.position is not None and check_dead_letter(letter, at, False, True) is None
-    )
+    ]
+    sent_on = {position for position, letter in valid if was_redriven(letter, None, redriven)}
+    in_dlq = Counter(position for position, _ in valid if position not in sent_on)
     in_target = Counter((r.partition_key, r.sha256) for r in target if r.event_id is None)
+    redriven_copies: Counter[tuple[str, str | None]] = Counter()
     out.poison_expected = len(produced.poison)
     for p in produced.poison:
         position = (p.shard_id, int(p.sequence_number), 0)
         dlq, tgt = in_dlq[position], in_target[(f"poison-{p.kind}", p.sha256)]
         where = f"poison {p.kind} at {p.shard_id}@{p.sequence_number}"
-        if forwarded and p.kind != "oversize":
+        if position in sent_on:  # a redrive's: delivered by its target copy, its dead-letter record no copy
+            if tgt == 0:
+                out.failures.append(f"{where}: redriven, and not in the target")
+                continue
+            redriven_copies[(f"poison-{p.kind}", p.sha256)] += tgt  # its further copies: the audit judges them
+            out.unkeyed_copies += dlq + tgt - 1
+        elif forwarded and p.kind != "oversize":
             if dlq + tgt == 0:
                 out.failures.append(f"{where}: lost (in neither the target nor the dead-letter stream)")
                 continue
@@ -327,8 +369,8 @@ def _judge_poison(
     strays = sum(n for k, n in in_target.items() if k not in known)
     if strays:
         out.failures.append(f"{strays} records without an event ID in the target that are no poison record")
-    elif in_target and not forwarded:
-        count = sum(in_target.values())
+    elif in_target - redriven_copies and not forwarded:
+        count = sum((in_target - redriven_copies).values())
         out.failures.append(f"{count} records without an event ID in the target (poison not dead-lettered)")
 
 

@@ -212,7 +212,7 @@ def _status(args: argparse.Namespace, bounds: Any) -> int:
         for shard_id, state in states.items()
         if owner_gone(state, now) and store.get_batch(shard_key(config.stream_name, shard_id), state.batches + 1)
     }
-    print(render(rows(shards, states, now, unverified), as_json=args.json))
+    print(render(rows(shards, states, now, unverified, config.start_ms), as_json=args.json))
     for line in source_lines(config, store, streams, keys.values(), now, args.json):  # redrives and repairs
         print(line)
     if not args.json:  # what the processors work under: the streams' distribution strategies and record limits

@@ -24,6 +24,13 @@ from where it was (a relative ``--since -2h`` keeps the time its first run
 resolved). The checkpoint is removed once the export is complete,
 so a run on a complete directory starts afresh (overwriting it), as one on
 a directory of another export (other arguments) is refused.
+
+An export of the dead-letter stream also writes what redrives had sent on
+to the target by its end (``_redriven.txt``, from the redrive state items:
+``copier.adapters.shardfiles.REDRIVEN``), which ``copier audit`` reads with
+the dead-letter files so that a redriven event counts once, by its target
+copy, as ``copier verify`` counts it. When the state table cannot be read
+it says so and writes none (the audit then says it has no such record).
 """
 
 from __future__ import annotations
@@ -35,9 +42,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from copier.adapters.progress import Progress
-from copier.adapters.shardfiles import ShardFiles, arrival_ms, record_line
+from copier.adapters.shardfiles import REDRIVEN, ShardFiles, arrival_ms, record_line, write_redriven
 from copier.adapters.streamreader import StreamReader, make_client
-from copier.core.config import load_config
+from copier.core.config import Config, load_config
 
 __all__ = ["add_arguments", "export_stream", "main"]
 
@@ -157,4 +164,24 @@ def main(args: argparse.Namespace) -> int:
         raise
     progress.finish()
     print(f"export: {stream}: {written} records in {files} files under {args.out}", file=sys.stderr)
+    if stream == config.dead_letter_stream_name:
+        _keep_redriven(config, reader, Path(args.out))
     return 0
+
+
+def _keep_redriven(config: Config, reader: StreamReader, out: Path) -> None:
+    """What redrives sent, beside the dead-letter files (the module docstring), read after them: a record
+    redriven meanwhile is named, and its target copy is in an export of the target made after this one."""
+    from copier.commands.verify import redriven_record
+
+    names = redriven_record(config, reader)
+    if names is None:
+        (out / REDRIVEN).unlink(missing_ok=True)
+        print(
+            f"export: the redrive state items could not be read: no {REDRIVEN} written (copier audit will count a "
+            "redriven event's dead-letter record as a copy)",
+            file=sys.stderr,
+        )
+        return
+    write_redriven(out, names)
+    print(f"export: {len(names)} names of what redrives sent in {out / REDRIVEN}", file=sys.stderr)

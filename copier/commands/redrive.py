@@ -12,7 +12,7 @@ again, not redrivable), never the dead-letter stream: it is left as it is.
 
 ``--dry-run`` reads the same records and the shards' windows and says what
 would go, by reason, with examples; it writes nothing. Progress goes to
-stderr (``copier.adapters.runprogress``); the summary to stdout. Ctrl-C (or
+stderr (``copier.adapters.progress``); the summary to stdout. Ctrl-C (or
 SIGTERM) stops after the chunk in flight and releases the shards (run it
 again to go on); a second Ctrl-C stops at once, and the next run waits out
 this one's lease and verifies what it left in flight.
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from copier.adapters.journal import say
-from copier.adapters.runprogress import RunProgress
+from copier.adapters.progress import RunProgress
 from copier.adapters.sourcemetrics import SourceMetrics
 from copier.adapters.streamreader import KinesisRecord, Progress, StreamReader, make_client
 from copier.commands.export import _instant_ms

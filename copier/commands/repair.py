@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 
-from copier.adapters.runprogress import ReadingProgress, RunProgress
+from copier.adapters.progress import ReadingProgress, RunProgress
 from copier.adapters.sourcemetrics import SourceMetrics
 from copier.adapters.streamreader import StreamReader, make_client
 from copier.commands.export import _instant_ms

@@ -20,6 +20,15 @@ in full the age shown after its arrival (AWS time on both sides,
 ``copier.core.recordage``). A consumer of the target may take everything
 that arrived in staging by then as copied, on that shard.
 
+The *start* column, for an application started at a point in time
+(``initialPositionInStreamExtended``, ``copier.core.startpoint``), says where each shard is
+against its start, from its state item alone: ``pre-start load`` until the
+shard has read the IDs that arrived within the window before the start
+(``copier.shard.prestart``: nothing is forwarded meanwhile), then how many
+records it left out as arrived before the start (the ``before_start``
+counter); ``no pre-start load`` for a shard that planned records before the
+start was set. ``-`` without a start.
+
 The *clock* column is the owner's clock measured against AWS time at its
 last write (``copier.core.clockcheck``): ``±N ms`` bounds how far its clock can
 be off; beyond half of ``copier.clockSkewMillis`` the copier widens its
@@ -65,6 +74,8 @@ class ShardRow:
     age_at_landing: str = "-"
     position_arrival_ms: int | None = None
     position_age_ms: int | None = None
+    start: str = "-"  # against the application's start (_start)
+    before_start: int = 0
 
 
 def _seconds(ms: int) -> str:
@@ -109,15 +120,31 @@ def _checkpoint(state: ShardState) -> dict[str, Any]:
     }
 
 
+def _start(state: ShardState | None, start_ms: int | None) -> str:
+    """Where a shard is against the application's start (module docstring)."""
+    if start_ms is None:
+        return "-"
+    if state is None or (state.prestart_ms is None and state.position is None):
+        return "pre-start load"
+    left_out = f"{state.counters.get('before_start', 0)} before start left out"
+    if state.prestart_ms is None:
+        return f"no pre-start load; {left_out}"
+    if state.prestart_ms != start_ms:
+        return f"loaded for a start at {_instant(state.prestart_ms)}; {left_out}"
+    return left_out
+
+
 def owner_gone(state: ShardState, now_ms: int) -> bool:
     """No live owner: its lease ran out or was released (a batch it left in flight waits for the next)."""
     return state.lease_until_ms <= now_ms
 
 
-def _row(shard_id: str, open_: bool, state: ShardState | None, now_ms: int, unverified: bool) -> ShardRow:
+def _row(
+    shard_id: str, open_: bool, state: ShardState | None, now_ms: int, unverified: bool, start_ms: int | None
+) -> ShardRow:
     kinesis = "open" if open_ else "closed"
     if state is None:
-        return ShardRow(shard_id, kinesis, "-", 0, "-", "-", "-", 0, 0, 0, 0, 0, "-", "-")
+        return ShardRow(shard_id, kinesis, "-", 0, "-", "-", "-", 0, 0, 0, 0, 0, "-", "-", start=_start(None, start_ms))
     c = state.counters
     if state.lease_until_ms > now_ms:
         lease = f"valid {_seconds(state.lease_until_ms - now_ms)}"
@@ -155,6 +182,8 @@ def _row(shard_id: str, open_: bool, state: ShardState | None, now_ms: int, unve
         clock="-" if state.clock_bound_ms is None else f"±{state.clock_bound_ms} ms",
         clock_bound_ms=state.clock_bound_ms,
         **_checkpoint(state),
+        start=_start(state, start_ms),
+        before_start=c.get("before_start", 0),
     )
 
 
@@ -163,16 +192,18 @@ def rows(
     states: dict[str, ShardState],
     now_ms: int,
     unverified: Collection[str] = (),
+    start_ms: int | None = None,
 ) -> list[ShardRow]:
     """Every shard ListShards knows (open, and closed within the stream's retention).
 
-    ``unverified``: shards whose gone owner left a batch in flight.
+    ``unverified``: shards whose gone owner left a batch in flight; ``start_ms``: the application's start
+    (``copier.core.config.Config.start_ms``), None when it has none.
     """
     out = []
     for shard in shards:
         shard_id = shard["ShardId"]
         open_ = "EndingSequenceNumber" not in shard.get("SequenceNumberRange", {})
-        out.append(_row(shard_id, open_, states.get(shard_id), now_ms, shard_id in unverified))
+        out.append(_row(shard_id, open_, states.get(shard_id), now_ms, shard_id in unverified, start_ms))
     return out
 
 
@@ -192,6 +223,7 @@ HEADERS = (
     ("dead-lettered", "dead_lettered"),
     ("unkeyed", "unkeyed"),
     ("in flight", "in_flight"),
+    ("start", "start"),
     ("window", "window"),
     ("clock", "clock"),
 )

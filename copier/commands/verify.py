@@ -93,6 +93,8 @@ __all__ = [
     "read_envelope",
     "read_manifest",
     "read_reports",
+    "redriven_letters",
+    "redriven_record",
     "render_json",
     "render_text",
     "run_verify",
@@ -219,9 +221,11 @@ def committed_positions(config: Config) -> Committed:
     return read
 
 
-def redriven_letters(config: Config, reader: StreamReader) -> set[str]:
-    """What redrives sent from the dead-letter stream, from their state items (``copier redrive``); nothing when
-    there is no dead-letter stream, or the state table cannot be read (then a redriven event counts twice)."""
+def redriven_record(config: Config, reader: StreamReader) -> set[str] | None:
+    """What redrives sent from the dead-letter stream, from their state items (``copier redrive``): the digest
+    names the audit counts a dead-letter record by (``copier.core.audit.was_redriven``). Empty when there is no
+    dead-letter stream; None when the state table or the stream's shards cannot be read. ``copier export`` of
+    the dead-letter stream keeps it for ``copier audit`` (:data:`copier.adapters.shardfiles.REDRIVEN`)."""
     if not config.dead_letter_stream_name:
         return set()
     from copier.adapters.dynamo import DynamoStateStore
@@ -231,7 +235,12 @@ def redriven_letters(config: Config, reader: StreamReader) -> set[str]:
         shards = [s["ShardId"] for s in reader.shards(config.dead_letter_stream_name)]
         return redriven_names(config, DynamoStateStore(config), shards)
     except CopierError:
-        return set()
+        return None
+
+
+def redriven_letters(config: Config, reader: StreamReader) -> set[str]:
+    """:func:`redriven_record`, nothing when it cannot be read (then a redriven event counts twice)."""
+    return redriven_record(config, reader) or set()
 
 
 def _positions(

@@ -106,6 +106,7 @@ __all__ = [
     "order_violations",
     "production_index",
     "show",
+    "was_redriven",
 ]
 
 
@@ -253,7 +254,7 @@ def audit(
             continue
         original = at.get(letter.position) if letter.position is not None else None
         event_id = original.event_id if original is not None else letter.event_id
-        if redriven and _was_redriven(letter, event_id, redriven):
+        if redriven and was_redriven(letter, event_id, redriven):
             redriven_letters += 1
             continue
         if event_id is not None:
@@ -389,8 +390,10 @@ def _unkeyed(
     return out
 
 
-def _was_redriven(letter: DeadLetter, event_id: EventValue | None, redriven: Collection[str]) -> bool:
-    """Did a redrive send this dead-letter record (its own digest), or its event (the event's ID)?"""
+def was_redriven(letter: DeadLetter, event_id: EventValue | None, redriven: Collection[str]) -> bool:
+    """Did a redrive send this dead-letter record (its own digest), or its event (the event's ID)? ``redriven``:
+    the digest names redrives recorded (``copier.commands.verify.redriven_record``). ``copier verify``, ``copier
+    audit`` and the chaos check all decide by this one rule, so that they give one verdict on the same data."""
     return letter.content in redriven or (event_id is not None and digest_name(id_digest(event_id)) in redriven)
 
 

@@ -14,7 +14,15 @@ the same examples, in the same order) with Spark, over files:
   files a Kinesis Data Firehose delivery to S3 writes with a newline after
   each record (one record a line, nothing else: no partition key and no
   shard order, so out-of-order is not measured and reported as 0);
-* optionally the dead-letter stream's records, in the same format.
+* optionally the dead-letter stream's records, in the same format, and
+  what redrives sent on from it to the target (``--redriven``: the digest
+  names ``copier export`` of the dead-letter stream keeps in its directory's
+  ``_redriven.txt``, read from there when the directory is local). A
+  dead-letter record a redrive sent is no copy of its own: its event's target
+  copy is the delivery, by the rule ``copier verify`` and the chaos check
+  decide by (``copier.core.audit.was_redriven``). Firehose files carry no
+  partition key, so a redriven record without an event ID is not recognised
+  there (its record's name includes the key): only keyed events are.
 
 Event IDs are read from each record exactly as ``copier verify`` reads them
 (the same Python functions, run in the executors). Out of order: per
@@ -35,7 +43,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +62,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--target", required=True, action="append", metavar="PATH", help="target files or directory")
     parser.add_argument("--dead-letter", action="append", metavar="PATH", help="dead-letter files or directory")
+    parser.add_argument(
+        "--redriven",
+        action="append",
+        metavar="FILE",
+        help="what redrives sent (an export's _redriven.txt; read by itself from a local --dead-letter directory)",
+    )
     parser.add_argument("--format", choices=["export", "firehose"], default="export", help="target file format")
     parser.add_argument("--examples", type=int, default=5, metavar="N", help="examples of each problem")
     parser.add_argument(
@@ -75,14 +89,28 @@ def expand(paths: Iterable[str]) -> list[str]:
     return out
 
 
-def _records(lines: Iterator[tuple[str, int]], key: DedupKey, fmt: str, dead_letter: bool) -> Iterator[tuple[Any, ...]]:
+def redriven_names(dead_letter: Iterable[str], files: Iterable[str]) -> set[str]:
+    """What redrives sent: the names in ``files`` and in each local dead-letter directory's ``_redriven.txt``
+    (``copier.adapters.shardfiles.REDRIVEN``, written by ``copier export``)."""
+    from copier.adapters.shardfiles import REDRIVEN
+
+    paths = [Path(f) for f in files]
+    paths += [Path(d) / REDRIVEN for d in dead_letter if "://" not in d and (Path(d) / REDRIVEN).is_file()]
+    return {line.strip() for p in paths for line in p.read_text(encoding="utf-8").splitlines() if line.strip()}
+
+
+def _records(
+    lines: Iterator[tuple[str, int]], key: DedupKey, fmt: str, dead_letter: bool, redriven: Collection[str] = ()
+) -> Iterator[tuple[Any, ...]]:
     """One row per record of an export (or Firehose) file: (order, event key, partition key, shard, sequence
     number, SHA-256 of the bytes, arrival, problem, and for a record without an ID: its content_name, and the
-    key and SHA-256 of what it delivers). IDs are read as ``copier verify`` reads them, and kept
+    key and SHA-256 of what it delivers, and whether a redrive sent it on: a valid dead-letter record in
+    ``redriven``, by ``copier.core.audit.was_redriven``). IDs are read as ``copier verify`` reads them, and kept
     as JSON text (an integer ID and its digits as a string stay apart). A dead-letter record is read as an
     envelope (``copier.core.auditinputs.read_envelope``): its event key is the original's, and ``problem`` says why it
     is not a valid envelope (None when it is). Firehose lines carry nothing but the record: their order is
     the line's, and they have no partition key, shard, sequence number or arrival."""
+    from copier.core.audit import was_redriven
     from copier.core.auditinputs import event_id_in, read_envelope, sha256_hex
     from copier.core.audittypes import content_name, event_key
     from copier.core.deadlettercheck import check_dead_letter
@@ -99,20 +127,23 @@ def _records(lines: Iterator[tuple[str, int]], key: DedupKey, fmt: str, dead_let
             order, pk, shard, seq, arrival, data = number, "", "", "", 0, line.encode()
         digest = sha256_hex(data)
         delivers: tuple[str | None, str | None] = (pk if fmt == "export" else None, digest)
+        sent = False  # a target record, or a dead-letter record no redrive sent
         if dead_letter:
             letter = read_envelope(key, shard, {"SequenceNumber": seq, "Data": data, "PartitionKey": pk})
             event_id, problem = letter.event_id, check_dead_letter(letter)
             delivers = (letter.partition_key, letter.sha256)
+            sent = problem is None and was_redriven(letter, event_id, redriven)
         else:
             event_id, problem = event_id_in(key, pk, data), None
         found = None if event_id is None else event_key(event_id)
         name = content_name(pk, data) if event_id is None and fmt == "export" else None
-        yield order, found, pk, shard, seq, digest, arrival, problem, name, *delivers
+        yield order, found, pk, shard, seq, digest, arrival, problem, name, *delivers, sent
 
 
 _SCHEMA = (
     "order long, event_id string, partition_key string, shard_id string, sequence_number string, "
-    "sha256 string, arrival long, problem string, content string, group_pk string, group_sha string"
+    "sha256 string, arrival long, problem string, content string, group_pk string, group_sha string, "
+    "redriven boolean"
 )
 
 
@@ -145,8 +176,10 @@ def run_audit(
     fmt: str = "export",
     examples: int = 5,
     reports: Sequence[DuplicateReport] = (),
+    redriven: Collection[str] = frozenset(),
 ) -> AuditReport:
-    """The report for these files; see the module docstring."""
+    """The report for these files; see the module docstring. ``redriven``: the digest names of what redrives
+    sent (:func:`redriven_names`), sent to the executors once (a broadcast)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -161,16 +194,19 @@ def run_audit(
     produced = produced.cache()
     versions = listed.where(F.col("pk").isNotNull() | F.col("sha").isNotNull()).select("event_id", "pk", "sha")
 
+    sent = sc.broadcast(frozenset(redriven))
+
     def read(paths: Sequence[str], dead: bool) -> Any:
         numbered = sc.textFile(",".join(expand(paths))).zipWithIndex()
-        return spark.createDataFrame(numbered.mapPartitions(lambda part: _records(part, key, fmt, dead)), _SCHEMA)
+        rows = numbered.mapPartitions(lambda part: _records(part, key, fmt, dead, sent.value))
+        return spark.createDataFrame(rows, _SCHEMA)
 
     records = read(target, False).cache()
     found = records.count()
     keyed = records.where(F.col("event_id").isNotNull())
     copies_df = keyed.select("event_id", "order", "arrival")
 
-    dead_letter_records = invalid = 0
+    dead_letter_records = invalid = redriven_letters = 0
     invalid_examples: tuple[str, ...] = ()
     dead_ids = spark.createDataFrame([], "event_id string")
     dead_df = None
@@ -182,7 +218,8 @@ def run_audit(
         invalid_examples = tuple(
             f"{r.shard_id}@{r.sequence_number}: {r.problem}" for r in bad.orderBy("order").limit(examples).collect()
         )
-        valid = dead_df.where(F.col("problem").isNull() & F.col("event_id").isNotNull())
+        redriven_letters = dead_df.where(F.col("redriven")).count()
+        valid = dead_df.where(F.col("problem").isNull() & F.col("event_id").isNotNull() & ~F.col("redriven"))
         dead_ids = valid.select("event_id").distinct()
         copies_df = copies_df.unionByName(valid.select("event_id", F.lit(None).cast("long").alias("order"), "arrival"))
     copies = copies_df.groupBy("event_id").agg(
@@ -250,6 +287,7 @@ def run_audit(
         produced=occurrences,
         found=found,
         dead_letter_records=dead_letter_records,
+        redriven=redriven_letters,
         lost=lost,
         duplicated=duplicated,
         extra_copies=extra,
@@ -296,7 +334,7 @@ def _without_id(
         *group_key(F.col("group_pk"), F.col("group_sha")), "arrival", "content", where.alias("w")
     )
     if dead_df is not None:
-        letters = dead_df.where(F.col("problem").isNull() & F.col("event_id").isNull())
+        letters = dead_df.where(F.col("problem").isNull() & F.col("event_id").isNull() & ~F.col("redriven"))
         where = F.concat(spot, F.lit(" (dead-letter stream)"))
         copies = copies.unionByName(
             letters.select(*group_key(F.col("group_pk"), F.col("group_sha")), "arrival", "content", where.alias("w"))
@@ -378,6 +416,7 @@ def main(args: argparse.Namespace) -> int:
                 args.format,
                 args.examples,
                 reports,
+                redriven_names(args.dead_letter or [], args.redriven or []),
             )
     finally:
         spark.stop()
