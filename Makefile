@@ -1,32 +1,36 @@
 # copier: everything is installed into .venv/ at the repository root.
+#
+# Two installs: `make install` (what `make demo` and a local run need: copier, the KCL jars, the local backend,
+# PySpark, the daemon's launcher), and `make install-test` (what `make test`, `make lint` and `make chaos` need
+# besides: pytest and the linters, checkov, and two programs from Debian's packages). Neither ever calls sudo
+# without first saying what it installs and why.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
-EXTRAS ?= test,lint,spark,bench
+STAMP  := $(VENV)/.installed-run
+TEST_STAMP := $(VENV)/.installed-test
+RUN_EXTRAS  := local,spark
+TEST_EXTRAS := local,spark,test,lint,bench
 # checkov (tests/test_deploy.py runs it on the templates) lives in a virtualenv of its own: it pins
 # older boto3, botocore and packaging than copier's.
 CHECKOV := $(VENV)/checkov/bin/checkov
+# Programs the tests run, each with the Debian package that has it: systemd-analyze checks the systemd units
+# (tests/test_deploy.py); faketime puts chaos seeds' processors off AWS time (copier/chaos/clocks.py).
+TEST_PROGRAMS := systemd-analyze:systemd faketime:faketime
 
-.PHONY: install test test-fast test-dist model-long demo lint chaos bench dist clean
+.PHONY: install install-test test-programs test test-fast test-dist model-long demo lint chaos bench dist clean
 
 # copier's launcher of the KCL daemon (copier/kcl/launcher.py), compiled against the KCL jars with javac;
 # the wheel (and the release bundle) ships the jar, so hosts need no JDK.
 LAUNCHER := copier/kcl/copier-kcl-launcher.jar
 LAUNCHER_SOURCES := $(shell find copier/kcl/java -name '*.java')
 
-# libfaketime puts chaos seeds' processors off AWS time (copier/chaos/clocks.py; Debian's faketime package),
-# installed if missing: here rather than in $(STAMP)'s recipe, so that an existing .venv gets it too.
-install: $(STAMP) $(CHECKOV) $(LAUNCHER)
-	command -v faketime >/dev/null 2>&1 || { sudo=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
-		$$sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q faketime; }
+install: $(STAMP) $(LAUNCHER)
+
+install-test: install $(TEST_STAMP) $(CHECKOV) test-programs
 
 $(LAUNCHER): $(STAMP) $(LAUNCHER_SOURCES) copier/kcl/launcher.py
 	$(BIN)/python -m copier.kcl.launcher --build
-
-$(CHECKOV):
-	$(PYTHON) -m venv $(VENV)/checkov
-	$(VENV)/checkov/bin/python -m pip install --quiet checkov==3.3.30
 
 # amazon-kclpy is an sdist whose build downloads the KCL MultiLangDaemon jars
 # from Maven Central (KCL_MVN_REPO_SEARCH_URL overrides the base URL); copier.kcl.jars
@@ -34,39 +38,58 @@ $(CHECKOV):
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
-	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'
+	$(BIN)/python -m pip install --quiet -e '.[$(RUN_EXTRAS)]'
 	$(BIN)/python -m copier.kcl.jars --check
-	@# systemd-analyze checks the units in the tests (Debian's systemd package, installed if missing).
-	command -v systemd-analyze >/dev/null 2>&1 || { sudo=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
-		$$sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q systemd; }
 	touch $@
+
+$(TEST_STAMP): $(STAMP)
+	@echo "make install-test: pytest, hypothesis, ruff, mypy, cfn-lint and matplotlib into $(VENV) (setup.cfg's test, lint and bench extras: the tests, the linters and make bench use them)"
+	$(BIN)/python -m pip install --quiet -e '.[$(TEST_EXTRAS)]'
+	touch $@
+
+$(CHECKOV):
+	@echo "make install-test: checkov into $(VENV)/checkov (tests/test_deploy.py checks the CloudFormation templates with it; a virtualenv of its own: it pins older boto3 than copier's)"
+	$(PYTHON) -m venv $(VENV)/checkov
+	$(VENV)/checkov/bin/python -m pip install --quiet checkov==3.3.30
+
+# The programs of TEST_PROGRAMS that are missing, from Debian's packages: said first (what, why, and the
+# command, with sudo -n when not root: it never waits for a password), then installed.
+test-programs:
+	@missing=""; for pair in $(TEST_PROGRAMS); do \
+		command -v "$${pair%%:*}" >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; done; \
+	[ -z "$$missing" ] && exit 0; \
+	echo "make install-test: the tests need systemd-analyze (Debian's systemd: it checks copier's systemd units) and faketime (libfaketime: the chaos tests run processors on skewed clocks)"; \
+	command -v apt-get >/dev/null 2>&1 || { echo "make install-test: no apt-get here: install$$missing with this system's package manager"; exit 1; }; \
+	sudo=$$([ "$$(id -u)" = 0 ] || echo "sudo -n "); \
+	echo "make install-test: installing the Debian packages$$missing: $${sudo}apt-get update; $${sudo}apt-get install -y$$missing"; \
+	$${sudo}apt-get update -q && $${sudo}env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing
 
 # Two pytest workers (pytest-xdist): most tests wait on leases, timeouts and child processes, so two
 # share the 2 cores of a CI machine well; each worker starts its own local backend.
-test: install
+test: install-test
 	$(BIN)/python -m pytest -n 2 --dist worksteal
 
 demo: install
 	$(BIN)/copier demo
 
-test-fast: install
+test-fast: install-test
 	$(BIN)/python -m pytest -m "not protocol"
 
 # The exactly-once model (tests/test_exactly_once_model.py) with 25 times the examples of make test (about 5 minutes).
-model-long: install
+model-long: install-test
 	COPIER_MODEL_SCALE=25 $(BIN)/python -m pytest tests/test_exactly_once_model.py --hypothesis-show-statistics
 
 # The fault-injection suite: SEEDS seeds of the real pipeline under faults (a few minutes each).
 # An interrupted run goes on where it stopped when the code is the same (--resume);
 # remove docs/reliability.json to start over.
 SEEDS ?= 50
-chaos: install
+chaos: install-test
 	$(BIN)/python -m copier.chaos --seeds $(SEEDS) --report docs/reliability.md --json docs/reliability.json --resume
 
 # Benchmarks against baselines in one run: docs/benchmarks.md, .json and PNG plots (30 to 50 minutes).
 # BENCH_ARGS="--keep DIR" keeps the work directory with every worker's log; "--only rolling" reruns a part.
 BENCH_ARGS ?=
-bench: install
+bench: install $(TEST_STAMP)
 	$(BIN)/python -m copier.bench --out docs $(BENCH_ARGS)
 
 # The release bundle scripts/copier.yaml installs from (scripts/bundle.py): every wheel a host needs, for
@@ -84,10 +107,10 @@ dist: install
 	@echo "dist/copier-$(VERSION).tar.gz: upload it to S3; give scripts/copier.yaml its bucket, key and SHA-256 (ReleaseSha256)"
 
 # The release bundle built and installed offline (tests/test_bundle.py; also part of make test).
-test-dist: install
+test-dist: install-test
 	$(BIN)/python -m pytest tests/test_bundle.py
 
-lint: install
+lint: install $(TEST_STAMP)
 	$(BIN)/ruff check copier tests
 	$(BIN)/mypy copier
 

@@ -213,6 +213,22 @@ def test_http11_serves_boto3(backend: LocalBackend) -> None:
         connection.close()
 
 
+def test_a_region_moto_does_not_list_is_served_not_answered_with_a_500(backend: LocalBackend) -> None:
+    """Issue 45: regionName = us-eest-1 against the local backend made every call a 500 (moto's KeyError, a
+    traceback on the backend's stderr for each of the SDK's retries). Any region is served, with streams and
+    tables of its own: what is not there is a ResourceNotFoundException, as AWS says it."""
+    session = boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing")
+    config = BotoConfig(retries={"mode": "standard", "total_max_attempts": 1})
+    kinesis = session.client("kinesis", region_name="us-eest-1", endpoint_url=backend.endpoint, config=config)
+    dynamodb = session.client("dynamodb", region_name="us-eest-1", endpoint_url=backend.endpoint, config=config)
+    assert kinesis.list_streams()["StreamNames"] == []
+    assert dynamodb.list_tables()["TableNames"] == []
+    with pytest.raises(ClientError) as missing:
+        dynamodb.describe_table(TableName="copier-local-copier-state")
+    assert missing.value.response["Error"]["Code"] == "ResourceNotFoundException"
+    assert missing.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+
+
 def test_refuses_non_loopback_hosts() -> None:
     """The backend checks no credentials, so it refuses to bind anything but a loopback address."""
     for host in ("0.0.0.0", "::", "10.0.0.1", "192.168.1.10", "example.com", ""):
@@ -753,13 +769,14 @@ def read_line(stream: Any, timeout: float) -> str:
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_main_prints_ready_serves_and_stops_cleanly(stop_signal: signal.Signals) -> None:
-    """``main()`` prints only the READY line, serves boto3, and on SIGTERM/SIGINT exits 0 with its port closed."""
+    """``copier local-backend`` prints only the READY line, serves boto3, and on SIGTERM/SIGINT exits 0 with its
+    port closed."""
     port = free_port()
     python = ROOT / ".venv/bin/python"
     command = [
         str(python if python.exists() else sys.executable),
         "-c",
-        f"from copier.local.backend import main; import sys; sys.exit(main(['--port', '{port}']))",
+        f"from copier.commands.cli import main; import sys; sys.exit(main(['local-backend', '--port', '{port}']))",
     ]
     process = subprocess.Popen(
         command,

@@ -1,7 +1,7 @@
 """The chaos suite's host clocks (copier.chaos.clocks): a process under the generated wrapper really runs off time.
 
 These run a Python child under the same wrapper a chaos worker's processors
-run under, with libfaketime (``make install`` installs Debian's faketime).
+run under, with libfaketime (``make install-test`` installs Debian's faketime).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import pytest
 
 from copier.core.config import parse_config
 from copier.core.errors import ConfigError
-from copier.kcl.classarchive import PENDING_SUFFIX, archive_dir, archive_options, publish
+from copier.kcl.classarchive import KEEP, PENDING_SUFFIX, archive_dir, archive_options, archive_path, publish
 from copier.kcl.daemon import LOGBACK, daemon_classpath
 from copier.kcl.jars import jars
 from copier.kcl.launcher import LAUNCHER_CLASS
@@ -94,6 +94,32 @@ def test_only_the_archive_of_a_jvm_stopped_on_request_is_put_in_place(tmp_path: 
     pending.write_bytes(b"whole")
     publish(command, keep=True)
     assert not pending.exists() and (tmp_path / "kcl-1.jsa").read_bytes() == b"whole"
+
+
+def test_a_cache_keeps_the_archives_of_a_few_installations_not_one_for_every_checkout(tmp_path: Path) -> None:
+    """Each installation (its own jars) has its own archive: a new one's first start removes all but the KEEP
+    most recently used others, and an archive mapped by a start counts as used then (issue 45: every checkout
+    left one in ~/.cache/copier, for ever)."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    archives = []
+    for n in range(KEEP + 2):  # installations, each with its archive, the first one used longest ago
+        jar = tmp_path / f"install-{n}.jar"
+        jar.write_bytes(b"x" * (n + 1))
+        final = archive_path(JAVA, [jar], cache)
+        final.write_bytes(b"archive")
+        os.utime(final, ns=(n * 10**9, n * 10**9))
+        archives.append((jar, final))
+    oldest_jar, oldest = archives[0]
+    assert archive_options(JAVA, [oldest_jar], cache, 1)[0] == f"-XX:SharedArchiveFile={oldest}"  # mapped: used now
+
+    newcomer = tmp_path / "install-new.jar"
+    newcomer.write_bytes(b"new")
+    assert archive_options(JAVA, [newcomer], cache, 1)[0].startswith("-XX:ArchiveClassesAtExit=")
+    kept = sorted(p.name for p in cache.glob("kcl-*.jsa"))
+    assert len(kept) == KEEP, kept
+    assert oldest.exists(), "the archive a start just mapped is kept"
+    assert not archives[1][1].exists(), "the least recently used goes"
 
 
 @pytest.mark.protocol

@@ -49,7 +49,7 @@ def test_a_malformed_file_stops_the_command_with_one_line_and_status_2(tmp_path:
             listener.accept()  # a connection was made: an AWS call was attempted
     assert result.returncode == 2
     assert result.stdout == ""
-    assert result.stderr == f"copier: {path}: copier.putTimeoutMillis: expected a whole number, got 'fast'\n"
+    assert result.stderr == f"copier: {path}:8: copier.putTimeoutMillis: expected a whole number, got 'fast'\n"
 
 
 def test_check_config_accepts_a_good_file_and_rejects_a_bad_one(tmp_path: Path) -> None:

@@ -70,11 +70,15 @@ def test_unknown_non_copier_keys_are_left_to_the_daemon() -> None:
     ],
 )
 def test_malformed_values_name_the_key_and_the_problem(extra: str, key: str, fragment: str) -> None:
-    """Each bad value yields one ConfigError naming the file, the key and what is wrong."""
+    """Each bad value yields one ConfigError naming the file, the line of the value (issue 45: errors about a
+    bad key had one, errors about a bad value none), the key and what is wrong; a key the file lacks has no line."""
     err = problem(extra)
     assert err.key == key
     assert fragment in err.problem
-    assert str(err).startswith(f"test.properties: {key}: ")
+    line = len((BASE + extra).splitlines()) if extra.startswith(key + " ") else None
+    assert err.line == line
+    where = f"test.properties:{line}" if line is not None else "test.properties"
+    assert str(err).startswith(f"{where}: {key}: ")
 
 
 @pytest.mark.parametrize(

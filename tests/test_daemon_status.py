@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from copier.commands.status import render, rows
+from copier.commands.statustable import render, rows
 from copier.core.errors import ConfigError
+from copier.core.health import KclLease, Thresholds, Waiting, judge
 from copier.core.positions import Position
 from copier.core.state import ShardState
 from copier.kcl.daemon import daemon_command
@@ -95,15 +96,11 @@ def test_status_lists_every_shard_with_owner_lag_and_counters() -> None:
         ("shardId-1", "closed", "-", 0),
     ]
     first = table[0]
-    assert (first.lease, first.position, first.behind, first.in_flight) == (
-        "valid 2.5s",
-        "42/1",
-        "1.5s (1.0s ago)",
-        "redo 2",
-    )
+    assert (first.lease, first.position, first.behind, first.in_flight) == ("valid 2.5s", "42/1", "-", "redo 2")
+    assert first.behind_at_commit_ms == 1500, "the daemon's figure at the last commit, in --json"
     assert first.window == "3600000 IDs since 2023-11-14T21:13:20Z (1h00m)"
     text = render(table)
-    assert text.splitlines()[0].split()[:3] == ["shard", "state", "owner"]
+    assert text.splitlines()[0].split()[:4] == ["shard", "state", "worker", "owner"]
     assert text.splitlines()[-1] == "2 shards; forwarded 10, duplicates dropped 2, replays dropped 1"
 
 
@@ -153,15 +150,31 @@ def test_status_shows_the_owners_measured_clock_bound_and_a_suspect_redo_set() -
     assert render([first]).splitlines()[0].split()[-1] == "clock"
 
 
-def test_a_shard_whose_owner_is_gone_shows_its_lag_as_unknown_not_as_zero() -> None:
-    """Seen: `behind 0.0s (28.8s ago)` for a shard whose worker was gone while events waited."""
+def test_behind_is_what_staging_holds_after_the_position_whoever_owns_the_shard() -> None:
+    """Seen: `behind 0.0s (28.8s ago)` for a shard whose worker was gone while events waited, then `unknown: no
+    owner` beside a live owner of an idle shard (its copier lease ran out, as an idle shard's does). The column
+    is now read from staging: the oldest record not forwarded has waited 28.8 s; an idle shard of a live worker
+    is 0 behind, with a live worker and no problem."""
     now = 1_700_000_000_000
+    shards = [{"ShardId": "s-0", "SequenceNumberRange": {"StartingSequenceNumber": "1"}}]
     gone = ShardState(epoch=2, owner="host:9:dead", lease_until_ms=now - 20_000, behind_ms=0, updated_ms=now - 28_800)
-    (row,) = rows([{"ShardId": "s-0", "SequenceNumberRange": {"StartingSequenceNumber": "1"}}], {"s-0": gone}, now)
-    assert row.behind == "unknown: no owner; was 0.0s (28.8s ago)" and row.lease == "expired 20.0s ago"
-    live = ShardState(epoch=2, owner="host:9:live", lease_until_ms=now + 2_000, behind_ms=0, updated_ms=now - 500)
-    (row,) = rows([{"ShardId": "s-0", "SequenceNumberRange": {"StartingSequenceNumber": "1"}}], {"s-0": live}, now)
-    assert row.behind == "0.0s (0.5s ago)"
+    reports = {"w-dead": now - 600_000, "w-live": now - 1_000}
+    limits = Thresholds(max_unowned_ms=20_000)
+    stuck = judge(True, gone, KclLease("w-dead"), reports, Waiting(now - 28_800, 0), now, 61_000, limits)
+    (row,) = rows(shards, {"s-0": gone}, now, health={"s-0": stuck})
+    assert (row.behind, row.lag_ms, row.worker, row.lease) == (
+        "28.8s",
+        28_800,
+        "w-dead dead (10m00s)",
+        "expired 20.0s ago",
+    )
+    assert row.problems == (
+        "no live owner for 28.8s: its KCL lease is held by w-dead, which last reported 10m00s ago (dead)",
+    )
+    idle = ShardState(epoch=2, owner="host:9:live", lease_until_ms=now - 3_600_000, updated_ms=now - 3_600_000)
+    fine = judge(True, idle, KclLease("w-live"), reports, Waiting(), now, 61_000, limits)
+    (row,) = rows(shards, {"s-0": idle}, now, health={"s-0": fine})
+    assert (row.behind, row.worker, row.problems) == ("0", "w-live alive", ())
 
 
 def test_status_shows_the_replication_checkpoint_of_each_shard() -> None:

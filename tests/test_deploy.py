@@ -261,9 +261,9 @@ def test_the_jvm_may_write_then_execute_and_nothing_else_is_relaxed() -> None:
 
 
 def _checkov() -> str:
-    """checkov lives in a virtualenv of its own (make install: .venv/checkov), or $COPIER_CHECKOV."""
+    """checkov lives in a virtualenv of its own (make install-test: .venv/checkov), or $COPIER_CHECKOV."""
     path = os.environ.get("COPIER_CHECKOV") or str(ROOT / ".venv" / "checkov" / "bin" / "checkov")
-    assert Path(path).is_file(), f"{path} missing: make install puts checkov there"
+    assert Path(path).is_file(), f"{path} missing: make install-test puts checkov there"
     return path
 
 

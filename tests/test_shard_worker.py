@@ -215,6 +215,49 @@ def test_a_request_aws_rejects_for_this_shard_stalls_it_without_raising() -> Non
     assert [e["call"] for e in logs if e["event"] == "shard_stalled"] == ["put_batch"]
 
 
+def test_a_stalled_shard_says_so_in_its_state_item_until_it_moves_again() -> None:
+    """copier status reads the state item, not the journal: a put AWS rejects as final is written there at
+    once (why, the call and its code, since when), kept through the retries with the time it began, and
+    cleared by the commit once the put goes through; a stall of the state table's own call is not written."""
+    world = World()
+    owner = world.worker()
+    owner.process([rec(1, "a")])
+    seen: list[ShardState | None] = []
+
+    def reject_three_times(stream: str, entries: list[tuple[str, bytes]]) -> tuple[list[bool], BaseException | None]:
+        seen.append(world.store.get(KEY))  # the item as copier status reads it, at each attempt
+        if len(seen) <= 3:
+            world.clock.advance(1000)
+            return [False] * len(entries), FatalAwsError("PutRecords", "ValidationException", "record too large")
+        return [True] * len(entries), None
+
+    world.streams.fault = reject_three_times
+    began = world.clock.now_ms() + 1000
+    assert owner.process([rec(2, "b")]) == Position(2)
+    assert seen[0] is not None and seen[0].stall_reason is None
+    for during in seen[1:]:
+        assert during is not None
+        assert (during.stall_reason, during.stall_since_ms) == ("rejected", began)
+        assert during.stall_detail == "PutRecords: ValidationException: record too large"
+    after = world.store.get(KEY)
+    assert after is not None and (after.stall_reason, after.stall_detail, after.stall_since_ms) == (None, "", None)
+    assert world.target_ids() == Counter({"a": 1, "b": 1})
+
+    real_put_batch = world.store.put_batch
+    rejections = iter([FatalAwsError("PutItem", "ValidationException", "item too large")])
+    writes: list[int] = []
+
+    def rejecting_put_batch(*args: object) -> None:
+        writes.append(world.store.write_requests)
+        for exc in rejections:
+            raise exc
+        real_put_batch(*args)  # type: ignore[arg-type]
+
+    world.store.put_batch = rejecting_put_batch  # type: ignore[method-assign]
+    assert owner.process([rec(3, "c")]) == Position(3)
+    assert writes[1] == writes[0], "no write between the refused digest batch and its retry: no stall write"
+
+
 def test_a_child_shard_inherits_the_windows_of_both_parents_after_a_merge() -> None:
     """Duplicates of events forwarded on either parent are dropped on the merged child."""
     world = World()

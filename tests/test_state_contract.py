@@ -74,6 +74,9 @@ def _rich_state(rng: random.Random) -> ShardState:
         prestart_ms=maybe(rng.randrange(2**42)),
         position_arrival_ms=maybe(rng.randrange(2**42)),
         position_age_ms=maybe(rng.randrange(10**9)),
+        stall_reason=maybe(rng.choice(["rejected", "stream_settings"])),
+        stall_detail=rng.choice(["", "PutRecords: ValidationException: é " + "x" * rng.randrange(300)]),
+        stall_since_ms=maybe(rng.randrange(2**42)),
     )
 
 
@@ -154,8 +157,8 @@ def test_take_over_requires_the_item_unchanged(store: StateStore) -> None:
 
 def test_state_round_trips_every_field(store: StateStore) -> None:
     """Positions beyond 64 bits, the batch index, the redo set with its settings, window reach, the window the
-    batches were written under, counters, the owner's clock bound and the start whose earlier events the shard
-    loaded survive."""
+    batches were written under, counters, the owner's clock bound, the start whose earlier events the shard
+    loaded and a stall its owner is in survive."""
     store.replace_if_unchanged(KEY, None, owned())
     full = ShardState(
         epoch=1,
@@ -181,6 +184,9 @@ def test_state_round_trips_every_field(store: StateStore) -> None:
         prestart_ms=1_699_999_000_000,
         position_arrival_ms=1_700_000_000_123,
         position_age_ms=2_500,
+        stall_reason="rejected",
+        stall_detail="PutRecords: ValidationException: record too large",
+        stall_since_ms=1_700_000_000_456,
     )
     store.write(KEY, owned(), full)
     assert store.get(KEY) == full

@@ -16,6 +16,7 @@ from copier.core.errors import AmbiguousPutError, TransientAwsError
 from copier.core.limits import MAX_RECORD_BYTES
 from copier.core.plan import SourceRecord
 from copier.core.shardmap import hash_key
+from copier.core.state import ShardState, shard_key
 from copier.core.streamsettings import (
     AUTO,
     PARTITION_KEY,
@@ -27,7 +28,7 @@ from copier.core.streamsettings import (
 )
 from copier.local.backend import DUMMY_ENV
 from tests.conftest import Pipeline
-from tests.support.fakes import SimulatedCrash, World, config
+from tests.support.fakes import SHARD, SimulatedCrash, World, config
 from tests.support.model import keyed_event
 
 COPIER = str(Path(__file__).resolve().parent.parent / ".venv" / "bin" / "copier")
@@ -147,8 +148,12 @@ def test_an_ordered_copier_stops_while_the_target_ignores_keys_and_goes_on_after
     sleeps: list[int] = []
     real_sleep = world.clock.sleep_ms
 
+    items: list[ShardState | None] = []  # the state item while blocked, as copier status reads it
+    began = world.clock.now_ms()
+
     def switch_back_after_two(ms: int) -> None:
         sleeps.append(ms)
+        items.append(world.store.get(shard_key("staging", SHARD)))
         if len(sleeps) == 2:
             world.streams.auto.discard("target")
         real_sleep(ms)
@@ -159,6 +164,11 @@ def test_an_ordered_copier_stops_while_the_target_ignores_keys_and_goes_on_after
     blocks = [e for e in logs if e["event"] == "stream_settings_block"]
     assert len(blocks) == 2 and "keeps no order" in blocks[0]["detail"]
     assert ids(world) == Counter({"a": 1})
+    for item in items:  # the stall in the state item from the first look, with the time it began
+        assert item is not None and (item.stall_reason, item.stall_since_ms) == ("stream_settings", began)
+        assert "keeps no order" in item.stall_detail
+    after = world.store.get(shard_key("staging", SHARD))
+    assert after is not None and after.stall_reason is None, "forwarding again: the commit clears it"
 
 
 def _auto_for(stream: str, ms: int) -> tuple[World, int]:

@@ -48,6 +48,7 @@ __all__ = [
     "StaticCredentials",
     "endpoint_for",
     "host_header",
+    "listed_regions",
     "lean_credentials",
     "lean_reason",
     "sign",
@@ -217,11 +218,20 @@ def _partitions() -> list[_Partition]:
 _PARTITIONS: list[_Partition] = []
 
 
-def endpoint_for(service: str, region: str) -> str | None:
-    """AWS's standard regional endpoint of ``service`` in ``region`` (None: no partition matches)."""
+def _known() -> list[_Partition]:
     if not _PARTITIONS:
         _PARTITIONS.extend(_partitions())
-    for partition in _PARTITIONS:  # a region listed by name wins over a pattern (botocore's order)
+    return _PARTITIONS
+
+
+def listed_regions() -> frozenset[str]:
+    """Every region botocore's partitions list by name (a region newer than botocore matches a pattern only)."""
+    return frozenset().union(*(p.regions for p in _known()))
+
+
+def endpoint_for(service: str, region: str) -> str | None:
+    """AWS's standard regional endpoint of ``service`` in ``region`` (None: no partition matches)."""
+    for partition in _known():  # a region listed by name wins over a pattern (botocore's order)
         if region in partition.regions:
             return f"https://{service}.{region}.{partition.dns_suffix}"
     for partition in _PARTITIONS:

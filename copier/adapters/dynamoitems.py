@@ -66,6 +66,9 @@ def make_model(config: Config) -> Any:
         prestart_ms = NumberAttribute(null=True)
         position_arrival_ms = NumberAttribute(null=True)  # the replication checkpoint (ShardState)
         position_age_ms = NumberAttribute(null=True)
+        stall_reason = UnicodeAttribute(null=True)  # a stall its owner is in (ShardState)
+        stall_detail = UnicodeAttribute(null=True)
+        stall_since_ms = NumberAttribute(null=True)
         # digest batch
         last = UnicodeAttribute(null=True)
         started_ms = NumberAttribute(null=True)

@@ -37,6 +37,7 @@ from copier.adapters.leankinesis import LeanKinesis
 from copier.core.clockcheck import ClockBounds
 from copier.core.config import Config
 from copier.core.errors import AmbiguousPutError, AwsError, FatalAwsError, TransientAwsError
+from copier.core.health import Waiting
 from copier.core.plan import SourceRecord
 from copier.core.ports import Found, Identity
 from copier.core.positions import Position
@@ -272,6 +273,14 @@ class KinesisStreams:
         """A staging shard's records from ``since_ms`` up to the first that arrived at or after ``until_ms``, as the
         daemon delivers them (``KinesisReads.read_arrivals``)."""
         return self._reads.read_arrivals(stream, self.shards(stream), shard_id, since_ms, until_ms, keep_alive)
+
+    def waiting(self, shard_id: str, start: dict[str, Any]) -> Waiting:
+        """What the staging shard holds from ``start`` on (``KinesisReads.waiting``); a failed read is said in
+        the answer, not raised (``copier status`` reads every shard and judges each)."""
+        try:
+            return self._reads.waiting(self.config.stream_name, shard_id, start)
+        except AwsError as exc:
+            return Waiting(error=f"{exc.operation}: {exc.code}: {exc.message}")
 
     def parents(self, stream: str, shard_id: str, ancestor: bool = False) -> list[str]:
         """The parent shard IDs of a shard (one after a split, two after a merge).

@@ -14,6 +14,7 @@ from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 from copier.core.errors import AwsError, TransientAwsError
+from copier.core.health import Waiting
 from copier.core.kpl import as_daemon_delivers
 from copier.core.plan import SourceRecord
 from copier.core.ports import Found, Identity
@@ -26,6 +27,7 @@ GET_RECORDS_LIMIT = 10_000
 FIRST_PAGE = 500
 ARRIVALS_INTERVAL_S = 1.0  # read_arrivals' pace: one of the shard's 5 GetRecords a second
 PAGE_RETRIES = 30  # a staging page refused (throttled) this many times in a row, a second apart, goes up
+WAITING_READS = 3  # GetRecords of one record a look at a shard's first record not forwarded may take
 
 
 class KinesisReads:
@@ -183,6 +185,28 @@ class KinesisReads:
                 found.shards_read += 1
                 self._read_shard(stream, shard["ShardId"], since_ms, until_ms, identity, found, keep_alive)
         return found
+
+    def waiting(self, stream: str, shard_id: str, start: dict[str, Any]) -> Waiting:
+        """The first record of a staging shard from ``start`` (GetShardIterator's arguments), for ``copier
+        status``: one GetShardIterator and GetRecords of one record, up to ``WAITING_READS`` of them (a
+        GetRecords may answer no record although later ones exist: ``MillisBehindLatest`` above 0 says so).
+        Never more than one record (at most the stream's record size) from the shard's 2 MiB/s."""
+        iterator: str | None = self._calling(
+            "GetShardIterator", self._staging.get_shard_iterator, StreamName=stream, ShardId=shard_id, **start
+        ).get("ShardIterator")
+        behind = None
+        for _ in range(WAITING_READS):
+            if not iterator:
+                return Waiting(millis_behind=behind)  # a closed shard read to its end
+            page = self._calling("GetRecords", self._staging.get_records, ShardIterator=iterator, Limit=1)
+            behind = page.get("MillisBehindLatest")
+            records = page.get("Records", [])
+            if records:
+                return Waiting(_arrival_ms(records[0]), behind)
+            if not behind:
+                return Waiting(millis_behind=behind)
+            iterator = page.get("NextShardIterator")
+        return Waiting(millis_behind=behind, more=True)
 
     def _iterator(self, stream: str, shard_id: str, since_ms: int, after: str | None) -> str | None:
         """An iterator at ``since_ms``, or just after the last record read (when one expired)."""

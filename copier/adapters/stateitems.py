@@ -86,6 +86,9 @@ def state_fields(s: ShardState) -> dict[str, Any]:
         "prestart_ms": s.prestart_ms,
         "position_arrival_ms": s.position_arrival_ms,
         "position_age_ms": s.position_age_ms,
+        "stall_reason": s.stall_reason,
+        "stall_detail": s.stall_detail or None,
+        "stall_since_ms": s.stall_since_ms,
     }
 
 
@@ -130,6 +133,9 @@ def state_from_fields(f: Mapping[str, Any], table: str) -> ShardState:
         prestart_ms=None if prestart is None else int(prestart),
         position_arrival_ms=_optional_int(f.get("position_arrival_ms")),
         position_age_ms=_optional_int(f.get("position_age_ms")),
+        stall_reason=f.get("stall_reason"),
+        stall_detail=f.get("stall_detail") or "",
+        stall_since_ms=_optional_int(f.get("stall_since_ms")),
     )
 
 

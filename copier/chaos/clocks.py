@@ -90,7 +90,7 @@ def find_libfaketime() -> Path:
             return Path(candidate)
     raise FileNotFoundError(
         "libfaketime.so.1 not found (chaos seeds with clock faults preload it): install the Debian package "
-        f"faketime (make install does), or set {LIBFAKETIME_ENV} to the library"
+        f"faketime (make install-test does), or set {LIBFAKETIME_ENV} to the library"
     )
 
 

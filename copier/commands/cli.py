@@ -11,132 +11,55 @@ import argparse
 import io
 import os
 import sys
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any
-from urllib.parse import urlparse
 
 from copier.adapters.journal import say
-from copier.core.config import Config, load_config
-from copier.core.errors import AwsError, ConfigError, CopierError, FatalAwsError
-from copier.core.streamsettings import Verdict
+from copier.core.config import Config
+from copier.core.errors import ConfigError, CopierError
 
 __all__ = ["main"]
 
 EXIT_CONFIG = 2
 EXIT_FATAL = 3
-_VERDICT_LEVELS = {"ok": "info", "warning": "warning", "error": "error"}
 
 
 def _config(path: str) -> Config:
-    config = load_config(path)
-    _local_credentials(config)
-    return config
+    from copier.adapters.localkeys import command_config  # dummy keys on the local backend when none are set
+
+    return command_config(path)
 
 
-def _local_credentials(config: Config) -> None:
-    """Dummy credentials for a run whose every endpoint is on this machine (the local backend) when none are
-    set, so that ``copier init`` and friends work there without exporting keys; never for AWS itself."""
-    endpoints = [config.kinesis_endpoint, config.dynamodb_endpoint, config.target_endpoint, config.state_endpoint]
-    local = all(e is not None and urlparse(e).hostname in ("127.0.0.1", "localhost", "::1") for e in endpoints)
-    if local and not os.environ.get("AWS_ACCESS_KEY_ID") and not os.environ.get("AWS_PROFILE"):
-        from copier.local.backend import DUMMY_ENV  # what the local backend's own runs sign with
+def _start(path: str, checks: Callable[[], int]) -> int:
+    """Run a start's ``checks`` (check-config, or run up to the daemon's exec): a failure is said through
+    ``copier.adapters.startlog`` (once per cause under a service manager) with its exit status; a start that
+    gets through clears the record of the last failure."""
+    from copier.adapters.startlog import StartLog
+    from copier.commands.preflight import LintFailed
 
-        os.environ.update({k: DUMMY_ENV[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")})
-
-
-def _lint(config: Config, host: bool = True) -> bool:
-    """The file's keys and (``host``) its executableName on this host checked (``copier.core.propertylint``),
-    each finding a line on stderr; False if one is an error (the daemon would not run as the file says)."""
-    from copier.core.config import COPIER_KEYS
-    from copier.core.propertylint import lint_properties
-
-    text = Path(config.path).read_text(encoding="utf-8")
-    findings = lint_properties(text, config.path, list(COPIER_KEYS), host=host)
-    for f in findings:
-        say(f"{f.level}: {config.path}:{f.line}: {f.key}: {f.text}", f.level)
-    return not any(f.level == "error" for f in findings)
+    log = StartLog(path)
+    try:
+        status = checks()
+    except LintFailed as exc:
+        log.failed(exc.lines)
+        return EXIT_CONFIG
+    except CopierError as exc:
+        log.failed([(str(exc), "error")])
+        return EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_FATAL
+    if status == 0:
+        log.passed()
+    return status
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
-    """Validate the file (exit 2); with a target role, also assume it and describe the target (exit 3)."""
+    """Validate the file (exit 2); then, unless offline, the endpoints, the target's role, the state table
+    and the streams (exit 3, or 4 for settings copier would not forward under): ``copier.commands.preflight``."""
+    from copier.commands.preflight import check_config
+
     path = args.properties or args.file
     if path is None:
         raise SystemExit("copier check-config: give the properties file (FILE or --properties FILE)")
-    config = _config(path)
-    if not _lint(config, host=not args.offline):  # offline: the file alone (it may be meant for another host)
-        return EXIT_CONFIG
-    print(
-        f"{config.path}: ok: {config.stream_name} -> {config.target_stream_name}, "
-        f"state table {config.state_table_name}, dedupKey {config.dedup_key}, "
-        f"window {config.dedup_window_seconds} s (at most {config.dedup_window_max_events} IDs), "
-        f"lease {config.lease_millis} ms, ordering {config.ordering}"
-    )
-    from copier.kcl.daemon import daemon_warnings
-
-    for warning in daemon_warnings(config):
-        say(f"warning: {warning}", "warning")
-    if args.offline:
-        return 0
-    if config.target_role_arn is not None:
-        from copier.adapters.target import check_target
-
-        print(f"{config.path}: {check_target(config)}")
-    _check_state_table(config)
-    verdicts = stream_verdicts(config)
-    for verdict in verdicts:
-        out = sys.stdout if verdict.level == "ok" else sys.stderr
-        prefix = "" if verdict.level == "ok" else f"{verdict.level}: "
-        out.write(f"{config.path}: {prefix}{verdict.text}\n")
-    return 4 if any(v.level == "error" for v in verdicts) else 0
-
-
-def _check_state_table(config: Config, quiet: bool = False) -> None:
-    """The state table exists (DescribeTable) with TTL on ``expires_at`` (DescribeTimeToLive); a FatalAwsError
-    that names it and ``copier init`` if it does not exist, a StateTableError saying what to do if its TTL is
-    off, an AwsError naming the call that failed (``quiet``: nothing said when all is well)."""
-    import boto3
-    import botocore.exceptions
-
-    from copier.adapters.aws import convert_aws_error, naming_the_resource, place
-    from copier.adapters.statettl import check_ttl
-
-    client = boto3.session.Session().client("dynamodb", region_name=config.region, endpoint_url=config.state_endpoint)
-    where = place(config.region, config.state_endpoint)
-    try:
-        client.describe_table(TableName=config.state_table_name)
-    except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
-        error = convert_aws_error("DescribeTable", exc)
-        what = f"the state table {config.state_table_name}"
-        raise naming_the_resource(
-            error, what, where, f"create it with `copier init --properties {config.path}`"
-        ) from exc
-    ttl = check_ttl(client, config)
-    if not quiet:
-        print(
-            f"{config.path}: state table {config.state_table_name}: exists ({where}), "
-            f"TTL {ttl.status} on {ttl.attribute}"
-        )
-
-
-def stream_verdicts(config: Config) -> list[Verdict]:
-    """DescribeStreamSummary of the staging, target and dead-letter streams, judged (copier.core.streamsettings);
-    an AwsError (a stream missing, access denied, the endpoint unreachable) goes up."""
-    from copier.adapters.kinesis import KinesisStreams
-    from copier.commands.startcheck import start_verdicts
-    from copier.core.streamsettings import judge
-
-    streams = KinesisStreams(config)
-    dlq = config.dead_letter_stream_name
-    staging = streams.describe(config.stream_name)
-    return judge(
-        staging,
-        streams.describe(config.target_stream_name),
-        streams.describe(dlq) if dlq else None,
-        ordering=config.ordering,
-        window_ms=config.dedup_window_ms,
-        digest_ttl_floor_ms=config.digest_ttl_hours * 3_600_000,
-    ) + start_verdicts(config, streams, staging)  # a start at a point in time: what it means (none without one)
+    return _start(path, lambda: check_config(_config(path), args.offline))
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -153,80 +76,20 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """Exec the daemon; a target reached through a role is checked first (one line and exit 3 if it fails)."""
+    """Check what the daemon needs (``copier.commands.preflight``: one line and exit 2 or 3 if it fails),
+    then exec the daemon."""
+    from copier.commands.preflight import check_before_run
     from copier.kcl.daemon import run_daemon
 
-    config = _config(args.properties)
-    if not _lint(config):  # the daemon would start, then fail a minute in, or run with what was not meant
-        return EXIT_CONFIG
-    if config.target_role_arn is not None:
-        from copier.adapters.target import check_target
+    loaded: list[Config] = []
 
-        say(check_target(config))
-    try:
-        _check_state_table(config, quiet=True)
-        for verdict in stream_verdicts(config):  # what the processors will act on, said once at the start
-            head = "" if verdict.level == "ok" else f"{verdict.level}: "
-            say(f"{head}{verdict.text}", _VERDICT_LEVELS[verdict.level])
-    except FatalAwsError:
-        raise  # a table or stream missing, access denied: the daemon would retry it for minutes, then stop
-    # (a state table whose TTL is off raises StateTableError, not an AwsError: exit 3 as well)
-    except AwsError as exc:  # the backend unreachable for now: the daemon retries, and copier run says if it gives up
-        say(f"warning: the state table and streams could not be checked: {exc}", "warning")
-    return run_daemon(config, args.properties)
+    def checks() -> int:
+        loaded.append(_config(args.properties))
+        check_before_run(loaded[0])
+        return 0
 
-
-def cmd_status(args: argparse.Namespace) -> int:
-    """The status table; an AWS refusal for this host's clock is said as such, with the offset measured from
-    the Date of AWS's answers (the processors on this host meet the same refusal and stall on it)."""
-    from copier.core.clockcheck import ClockBounds, naming_the_clock
-
-    bounds = ClockBounds()
-    try:
-        return _status(args, bounds)
-    except AwsError as exc:
-        named = naming_the_clock(exc, bounds.snapshot())
-        if named is exc:
-            raise
-        raise named from exc
-
-
-def _status(args: argparse.Namespace, bounds: Any) -> int:
-    import time
-
-    from copier.adapters.dynamo import DynamoStateStore
-    from copier.adapters.kinesis import KinesisStreams
-    from copier.commands.sourcestatus import source_lines
-    from copier.commands.status import owner_gone, render, rows
-    from copier.core.state import shard_key
-
-    config = _config(args.properties)
-    store = DynamoStateStore(config, clock_bounds=bounds)
-    streams = KinesisStreams(config, clock_bounds=bounds)
-    shards = streams.shards(config.stream_name)
-    keys = {shard_key(config.stream_name, s["ShardId"]): s["ShardId"] for s in shards}
-    states = {keys[key]: state for key, state in store.get_many(keys).items()}
-    now = time.time_ns() // 1_000_000
-    unverified = {
-        shard_id
-        for shard_id, state in states.items()
-        if owner_gone(state, now) and store.get_batch(shard_key(config.stream_name, shard_id), state.batches + 1)
-    }
-    print(render(rows(shards, states, now, unverified, config.start_ms), as_json=args.json))
-    for line in source_lines(config, store, streams, keys.values(), now, args.json):  # redrives and repairs
-        print(line)
-    if not args.json:  # what the processors work under: the streams' distribution strategies and record limits
-        names = [config.stream_name, config.target_stream_name, config.dead_letter_stream_name]
-        for name in filter(None, names):
-            found = streams.settings(name)
-            if found is None:
-                print(f"{name}: settings cannot be read")
-            else:
-                print(
-                    f"{name}: RecordDistributionStrategy {found.distribution}, "
-                    f"MaxRecordSize {found.max_record_bytes // 1024} KiB"
-                )
-    return 0
+    status = _start(args.properties, checks)
+    return status if status != 0 else run_daemon(loaded[0], args.properties)
 
 
 def _processor_clients(config: Config, clock_bounds: Any) -> tuple[Any, Any]:
@@ -276,7 +139,13 @@ def cmd_process(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     protocol_out = sys.stdout
     sys.stdout = sys.stderr
-    config = _config(args.properties)
+    from copier.kcl.daemon import PROPERTIES_ENV
+
+    path = args.properties or os.environ.get(PROPERTIES_ENV)  # copier run names its file for its processors
+    if path is None:
+        say(f"copier process: give --properties FILE (copier run sets {PROPERTIES_ENV} for the processors)", "error")
+        return EXIT_CONFIG
+    config = _config(path)
 
     from copier.adapters.logs import configure_logging
     from copier.adapters.metrics import emitter_for
@@ -303,12 +172,6 @@ def cmd_process(args: argparse.Namespace) -> int:
     kcl_process(processor, sys.stdin, protocol_out, sys.stderr).run()
     processor.input_closed()
     return 0
-
-
-def _local_backend(argv: list[str]) -> int:
-    from copier.local.backend import main as backend_main
-
-    return backend_main(argv)
 
 
 PROPERTIES_HELP = "the properties file the daemon and copier share (properties/copier.properties documents it)"
@@ -346,13 +209,8 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--properties", required=True, metavar="FILE", help=PROPERTIES_HELP)
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("status", help="per-shard owner, epoch, position, lag and counters")
-    p.add_argument("--properties", required=True, metavar="FILE", help=PROPERTIES_HELP)
-    p.add_argument("--json", action="store_true", help="one JSON object per shard")
-    p.set_defaults(func=cmd_status)
-
     p = sub.add_parser("process", help="the record processor the MultiLangDaemon spawns (executableName)")
-    p.add_argument("--properties", required=True, metavar="FILE", help=PROPERTIES_HELP)
+    p.add_argument("--properties", metavar="FILE", help=f"{PROPERTIES_HELP}; default: the one copier run was given")
     p.set_defaults(func=cmd_process)
 
     p = sub.add_parser("init", help="create the state table if absent (idempotent)")
@@ -360,6 +218,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_init)
 
     for name, module, text in (  # commands whose options and code live in a module of their own
+        ("status", "commands.status", "is every shard copied: owner alive, behind, stalled (--check: exit 1 if not)"),
         ("verify", "commands.verify", "audit the target (and dead-letter) stream against what was produced"),
         ("redrive", "commands.redrive", "send dead-lettered events on to the target, exactly once (--dry-run first)"),
         ("repair", "commands.repair", "put back what copier verify reports lost in a range, then audit it again"),
@@ -371,8 +230,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         _module_command(sub.add_parser(name, help=text), f"copier.{module}", only)
 
     p = sub.add_parser("local-backend", help="serve local Kinesis and DynamoDB on 127.0.0.1 (for tests and demos)")
-    p.add_argument("--port", type=int, default=4566)
-    p.set_defaults(func=lambda a: _local_backend(["--port", str(a.port)]))
+    _module_command(p, "copier.local.backend", only)
 
     p = sub.add_parser("scale-in-watch", help="on Auto Scaling scale-in, stop copier.service, then let it go on")
     _module_command(p, "copier.commands.scalein", only)

@@ -24,12 +24,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,33 @@ def _show_takeovers(
     return not waiting
 
 
+LEGEND = (
+    "each progress line: the producer, and the records staging holds (duplicates included); the shards each "
+    "worker holds, and those moving (between two owners while the KCL moves a lease: its owner changes so far in "
+    "brackets); what the copiers have committed, from the state table"
+)
+
+
+def progress_line(
+    producer: str,
+    staging: int,
+    workers: list[tuple[str, bool]],
+    owners: Mapping[str, str | None],
+    moves: int,
+    counters: Mapping[str, int],
+) -> str:
+    """A progress line (see :data:`LEGEND`). ``owners``: each open shard's worker, None between owners
+    (``copier.local.pipeline.shard_owner``), so the shards held and moving add up to all of them."""
+    held = Counter(owner for owner in owners.values() if owner is not None)
+    moving = sum(owner is None for owner in owners.values())
+    shards = " ".join(f"{name}:{held.get(name, 0) if alive else 'down'}" for name, alive in workers)
+    return (
+        f"producer {producer}, staging holds {staging} | shards {shards}, moving {moving} ({moves} moves) | "
+        f"committed {counters.get('forwarded', 0)} forwarded, {counters.get('duplicates', 0)} duplicates and "
+        f"{counters.get('replays', 0)} replays dropped"
+    )
+
+
 def write_input(directory: Path, events: int, per_file: int = 1000, redelivered: float = 0.03) -> list[str]:
     """JSON-lines files of ``events`` events; a fraction is delivered again in a later file.
 
@@ -98,6 +125,53 @@ def write_input(directory: Path, events: int, per_file: int = 1000, redelivered:
     return ids
 
 
+def _report(stdout: str) -> dict[str, Any] | None:
+    """The JSON report ``copier verify --json`` printed (its one line on stdout), or None if there is none."""
+    for line in reversed(stdout.splitlines()):
+        try:
+            report = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(report, dict):
+            return report
+    return None
+
+
+def _verdict(report: dict[str, Any]) -> str:
+    if report["ok"] and report["complete"]:
+        return "OK"
+    if report["ok"]:
+        return f"PENDING ({report['pending'] + report['pending_without_id']} events not copied yet)"
+    return "FAILED"
+
+
+def verify_summary(
+    pipeline: Any, manifest_ids: list[str], staging_records: int, started: float
+) -> tuple[bool, list[str]]:
+    """Run ``copier verify --json`` against the manifest; whether every event is in the target exactly once,
+    and the summary's lines, read from verify's JSON report (its text is for people, and changes)."""
+    verify = pipeline.verify(manifest_ids, "--json")
+    report = _report(verify.stdout)
+    elapsed = time.monotonic() - started
+    if report is None:  # verify failed before its report (exit 2 or 3): its error says why
+        sys.stderr.write(verify.stderr)
+        return False, ["", f"copier verify exited {verify.returncode} without a report (above)"]
+    rows = {
+        "unique events produced": len(manifest_ids),
+        "staging records (with dups)": staging_records,
+        "target records": report["target_records"],
+        "lost": report["lost"] + report["lost_without_id"],
+        "duplicated": report["duplicated"],
+        "verify": _verdict(report),
+        "time taken": f"{elapsed:.1f}s",
+    }
+    examples = {kind: shown for kind, shown in report["examples"].items() if shown}
+    if examples:  # what went wrong, as verify names it
+        rows["examples"] = json.dumps(examples)
+    lines = ["", "summary", *(f"  {name:<28}{value}" for name, value in rows.items())]
+    return bool(report["ok"] and report["complete"]), lines
+
+
 def main(args: argparse.Namespace) -> int:
     try:
         import pyspark  # noqa: F401
@@ -117,16 +191,18 @@ def main(args: argparse.Namespace) -> int:
     pipeline = LocalPipeline(backend.endpoint, workdir)
 
     def progress() -> None:
-        """One line: the producer, each worker with the shards it owns, and what the copy has committed (the
-        state table's counters: events forwarded and committed, duplicates and replays dropped)."""
-        c = pipeline.counters()
-        owned = pipeline.shards_owned()
-        workers = " ".join(f"{w.name}:{owned.get(w.name, 0) if w.alive else 'down'}" for w in pipeline.workers)
+        """One line: the producer and what staging holds, the shards each worker holds, what is committed."""
+        states = pipeline.shard_states()
         producers = pipeline.producers
-        spark = "writing" if producers and producers[-1].poll() is None else "stopped"
         clock.say(
-            f"producer {spark} | shards per worker {workers} | committed {c.get('forwarded', 0)} forwarded, "
-            f"{c.get('duplicates', 0)} duplicates and {c.get('replays', 0)} replays dropped"
+            progress_line(
+                "writing" if producers and producers[-1].poll() is None else "stopped",
+                pipeline.staging_records(),
+                [(w.name, w.alive) for w in pipeline.workers],
+                pipeline.owners(states),
+                sum(max(state.epoch - 1, 0) for state in states.values()),
+                pipeline.counters(states),
+            )
         )
 
     ok = False
@@ -141,6 +217,7 @@ def main(args: argparse.Namespace) -> int:
         pipeline.start_worker("a")
         pipeline.start_worker("b")
         clock.say("started the PySpark producer and workers a and b (copier run: the KCL MultiLangDaemon)")
+        clock.say(LEGEND)
         # 30%: inside the second micro-batch of 5,000 rows, so that its restart writes rows again
         if not pipeline.wait(lambda: pipeline.staging_records() >= args.events * 3 // 10, args.timeout, progress):
             clock.say(f"the producer wrote nothing in time; see {workdir / 'producer.log'}")
@@ -176,26 +253,8 @@ def main(args: argparse.Namespace) -> int:
             return 3
         progress()
         clock.say("caught up; running copier verify")
-        verify = pipeline.verify(manifest_ids)
-        sys.stdout.write(verify.stdout)
-        found = re.search(r"^target: (\d+) records", verify.stdout, re.M)
-        counts = re.search(r"^lost: (\d+), duplicated: (\d+)", verify.stdout, re.M)
-        elapsed = time.monotonic() - clock.start
-        lines = [
-            "",
-            "summary",
-            f"  unique events produced      {len(manifest_ids)}",
-            f"  staging records (with dups) {staging_records}",
-            f"  target records              {found.group(1) if found else '?'}",
-            f"  lost                        {counts.group(1) if counts else '?'}",
-            f"  duplicated                  {counts.group(2) if counts else '?'}",
-            f"  verify                      {'OK' if verify.returncode == 0 else 'FAILED'}",
-            f"  time taken                  {elapsed:.1f}s",
-        ]
+        ok, lines = verify_summary(pipeline, manifest_ids, staging_records, clock.start)
         sys.stdout.write("\n".join(lines) + "\n")
-        if verify.returncode != 0:
-            sys.stderr.write(verify.stderr)
-        ok = verify.returncode == 0
         return 0 if ok else 1
     except KeyboardInterrupt:
         clock.say("interrupted: stopping everything")

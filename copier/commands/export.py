@@ -41,10 +41,11 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
+from copier.adapters.localkeys import command_config
 from copier.adapters.progress import Progress
 from copier.adapters.shardfiles import REDRIVEN, ShardFiles, arrival_ms, record_line, write_redriven
 from copier.adapters.streamreader import StreamReader, make_client
-from copier.core.config import Config, load_config
+from copier.core.config import Config
 
 __all__ = ["add_arguments", "export_stream", "main"]
 
@@ -148,7 +149,7 @@ def _ms(when: Instant | int | None) -> int | None:
 
 
 def main(args: argparse.Namespace) -> int:
-    config = load_config(args.properties)
+    config = command_config(args.properties)
     names = {"target": config.target_stream_name, "staging": config.stream_name}
     if config.dead_letter_stream_name:
         names["deadletter"] = config.dead_letter_stream_name

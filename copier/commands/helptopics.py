@@ -27,10 +27,14 @@ Exit statuses (every command):
      holds an envelope's bytes: listed, left in the dead-letter stream), or another run took a shard over
      copier repair: events of the range are still lost after it (waiting: listed with why), the audit after it
      finds copies no report explains, or another run took a shard over
+     copier status --check: a problem, one line each: a stalled shard, a shard without a live owner for
+     --max-unowned, one behind by more than --max-lag, a shard or a KCL table that cannot be read
   2  a bad properties file or bad arguments: one line names the file, line, key and problem; no AWS call made
   3  a fatal AWS error (a missing table or stream, denied access, a KMS key it may not use), or a state table
      whose TTL is not on expires_at (check-config, run; copier init when it cannot enable it): the line names
      the resource, the region or endpoint, the call that failed and its error code, and what to do
+     check-config, run: an endpoint the start needs does not answer a connection (the backend is down, the
+     region's endpoint does not resolve, a firewall): one line naming the endpoint and region, within seconds
   4  copier check-config: copier would not forward under the streams' settings (the line says which)
      copier redrive: it would not send under them (the dead-letter stream or target ignoring partition keys)
   128+N  copier run: the daemon was killed by signal N (137: SIGKILL, e.g. the kernel's OOM killer)
@@ -45,14 +49,15 @@ per event worth a person's time, bound to the shard and epoch; the daemon's own 
   journalctl -u copier -p warning        shows only what needs attention
   journalctl -u copier -o cat | grep '"event": "progress"'   each shard's progress line
 
-Lines worth knowing: took_over / released (a shard changed hands), progress (every
-copier.progressIntervalSeconds: forwarded, dropped as duplicates or replays, dead-lettered, behind),
+Lines worth knowing: took_over (a shard changed hands; how: new, released, expired, waited) / released,
+progress (every copier.progressIntervalSeconds: forwarded, dropped as duplicates or replays, dead-lettered, behind),
 possible_duplicates (a resend that may be a copy: the event IDs, and the content digests of records without
 one, that may be in the target twice; keep them: copier verify --reports excuses exactly those copies),
-shard_stalled (AWS rejects one shard's request: that shard waits, the others go on), clock_margin_widened
-(hosts' clocks disagree more than copier.clockSkewMillis), fatal (the processor exits: see the line),
-prestart_reading / prestart_progress / prestart_loaded (an application started at a point in time reads, at a
-shard's first takeover, the IDs of what arrived in the window before its start).
+shard_stalled (AWS rejects one shard's request: that shard waits, the others go on; copier status shows it),
+clock_margin_widened (hosts' clocks may disagree more than copier.clockSkewMillis; its cause: skew or round_trip),
+fatal (the processor exits: see the line), prestart_reading / prestart_progress / prestart_loaded (an
+application started at a point in time reads, at a shard's first takeover, the IDs of what arrived in the window
+before its start).
 """
 
 

@@ -21,7 +21,8 @@ import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from copier.core.config import load_config
+from copier.adapters.localkeys import command_config
+from copier.core.config import Config
 from copier.core.limits import MAX_RECORD_BYTES
 
 if TYPE_CHECKING:
@@ -94,11 +95,10 @@ def staging_record_limit(settings: WriterSettings) -> int:
         return MAX_RECORD_BYTES
 
 
-def build_query(spark: Any, args: argparse.Namespace) -> Any:
+def build_query(spark: Any, args: argparse.Namespace, config: Config) -> Any:
     """The streaming query, not yet started: file source -> foreach_batch writer."""
     from copier.spark import WriterSettings, foreach_batch
 
-    config = load_config(args.properties)
     settings = WriterSettings.from_config(
         config,
         id_column=args.id_column,
@@ -123,9 +123,12 @@ def build_query(spark: Any, args: argparse.Namespace) -> Any:
 
 
 def main(args: argparse.Namespace) -> int:
+    # Read before Spark starts: its JVM and Python workers inherit the dummy keys of a local run (their
+    # environment is fixed when they start), which sign the workers' puts (copier.adapters.localkeys).
+    config = command_config(args.properties)
     spark = _session(args.master)
     try:
-        query = build_query(spark, args).start()
+        query = build_query(spark, args, config).start()
         query.awaitTermination()
     finally:
         spark.stop()

@@ -40,13 +40,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from copier.adapters.journal import say
+from copier.adapters.localkeys import command_config
 from copier.adapters.progress import RunProgress
 from copier.adapters.sourcemetrics import SourceMetrics
 from copier.adapters.streamreader import KinesisRecord, Progress, StreamReader, make_client
 from copier.commands.export import _instant_ms
 from copier.core.auditinputs import arrival_ms
 from copier.core.audittypes import digest_name
-from copier.core.config import Config, load_config
+from copier.core.config import Config
 from copier.core.envelope import REASON_KINDS, read_envelope_bytes
 from copier.core.errors import ConfigError, FatalAwsError, FencedError, TransientAwsError
 from copier.core.limits import MAX_RETENTION_MS
@@ -375,7 +376,7 @@ def main(args: argparse.Namespace) -> int:
     from copier.commands.cli import _processor_clients
     from copier.core.clockcheck import ClockBounds
 
-    config = load_config(args.properties)
+    config = command_config(args.properties)
     if not config.dead_letter_stream_name:
         raise ConfigError(
             config.path, "copier.deadLetterStreamName", "not set: there is no dead-letter stream to redrive"

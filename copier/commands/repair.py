@@ -31,6 +31,7 @@ import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 
+from copier.adapters.localkeys import command_config
 from copier.adapters.progress import ReadingProgress, RunProgress
 from copier.adapters.sourcemetrics import SourceMetrics
 from copier.adapters.streamreader import StreamReader, make_client
@@ -40,7 +41,7 @@ from copier.commands.verify import StagedRecord, redriven_letters, run_verify
 from copier.core.audit import PAST_THE_END
 from copier.core.auditinputs import read_reports
 from copier.core.audittypes import DuplicateReport
-from copier.core.config import Config, load_config
+from copier.core.config import Config
 from copier.core.identity import EventValue
 from copier.core.plan import SourceRecord
 from copier.core.ports import Clock, Streams
@@ -295,7 +296,7 @@ def main(args: argparse.Namespace) -> int:
     from copier.commands.cli import _processor_clients
     from copier.core.clockcheck import ClockBounds
 
-    config = load_config(args.properties)
+    config = command_config(args.properties)
     reports = read_reports(args.reports) if args.reports else []
     configure_logging(config.log_level)
     store, streams = _processor_clients(config, ClockBounds())

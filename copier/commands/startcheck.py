@@ -19,7 +19,7 @@ from collections import Counter
 from typing import Any
 
 from copier.core.config import Config
-from copier.core.errors import CopierError
+from copier.core.errors import AwsError, CopierError
 from copier.core.plan import PlanSettings
 from copier.core.startpoint import SEQUENCE, Leases, ShardStates, judge_start
 from copier.core.state import shard_key
@@ -62,32 +62,20 @@ def start_verdicts(config: Config, streams: Any, staging: StreamSettings) -> lis
 
 def read_leases(config: Config) -> Leases:
     """The first page of the KCL lease table (``LEASES_READ`` leases), by checkpoint; absent: ``exists`` False."""
-    import boto3
-    import botocore.exceptions
-
-    from copier.adapters.aws import convert_aws_error
+    from copier.adapters.kcltables import lease_items
 
     table = config.lease_table_name
-    client = boto3.session.Session().client(
-        "dynamodb", region_name=config.region, endpoint_url=config.dynamodb_endpoint
-    )
     try:
-        page = client.scan(
-            TableName=table,
-            Limit=LEASES_READ,
-            ProjectionExpression="#k, #c",
-            ExpressionAttributeNames={"#k": "leaseKey", "#c": "checkpoint"},
-        )
-    except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
-        error = convert_aws_error("Scan", exc)
-        if error.code == "ResourceNotFoundException":
+        items, complete = lease_items(config, table, ["leaseKey", "checkpoint"], limit=LEASES_READ)
+    except AwsError as exc:
+        if exc.code == "ResourceNotFoundException":
             return Leases(table, exists=False)
-        raise error from exc
+        raise
     checkpoints: Counter[str] = Counter()
-    for item in page.get("Items", []):
+    for item in items:
         value = (item.get("checkpoint") or {}).get("S", "")
         checkpoints[value if value in SENTINELS else SEQUENCE] += 1
-    return Leases(table, exists=True, checkpoints=checkpoints, complete="LastEvaluatedKey" not in page)
+    return Leases(table, exists=True, checkpoints=checkpoints, complete=complete)
 
 
 def read_states(config: Config, shard_ids: list[str]) -> ShardStates:

@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from copier.adapters.localkeys import command_config
 from copier.adapters.shardfiles import ShardFiles
 from copier.adapters.streamreader import GET_RECORDS_INTERVAL_S as GET_RECORDS_INTERVAL_S
 from copier.adapters.streamreader import GET_RECORDS_LIMIT as GET_RECORDS_LIMIT
@@ -71,7 +72,7 @@ from copier.core.auditinputs import record_event_id as record_event_id
 from copier.core.auditinputs import report_of as report_of
 from copier.core.auditinputs import sha256_hex as sha256_hex
 from copier.core.audittypes import DEFAULT_EXAMPLES, DeadLetter, DuplicateReport, Produced, TargetRecord, content_name
-from copier.core.config import Config, load_config
+from copier.core.config import Config
 from copier.core.errors import CopierError
 from copier.core.identity import EventValue
 from copier.core.kpl import as_daemon_delivers
@@ -351,7 +352,7 @@ def main(args: argparse.Namespace) -> int:
     A bad properties file raises ConfigError (status 2 from the CLI), an AWS
     error that retrying cannot fix raises an AwsError (status 3).
     """
-    config = load_config(args.properties)
+    config = command_config(args.properties)
     manifest = read_manifest(args.manifest) if args.manifest is not None else None  # before any AWS call
     reports = read_reports(args.reports) if args.reports else []
     progress = Progress()

@@ -125,6 +125,35 @@ class ClockSnapshot:
     steps: int
     ignored: int
 
+    @property
+    def shown_skew_ms(self) -> int | None:
+        """How far off AWS time the samples *prove* this host's clock is: the distance of the interval
+        ``offset ± error`` from 0 (0 when it contains 0: the clock may be right, and the bound is the
+        measurement's own error). None before any sample."""
+        if self.offset_ms is None or self.error_ms is None:
+            return None
+        return max(0, abs(self.offset_ms) - self.error_ms)
+
+    @property
+    def cause(self) -> str | None:
+        """Which cause the numbers show for the bound: ``skew`` (the interval excludes 0: the clock is off)
+        or ``round_trip`` (it contains 0: only the measurement is wide: slow round trips, or too few answers
+        yet, the ``Date`` header naming whole seconds); None before any sample."""
+        shown = self.shown_skew_ms
+        return None if shown is None else "skew" if shown > 0 else "round_trip"
+
+    def explained(self) -> str:
+        """The numbers and the cause they show, in words, for a log line's ``detail``."""
+        if self.cause is None:
+            return "not measured yet"
+        numbers = f"offset {self.offset_ms} ms ± {self.error_ms} ms"
+        if self.cause == "skew":
+            return f"{numbers} excludes 0: this host's clock is at least {self.shown_skew_ms} ms off AWS time (skew)"
+        return (
+            f"{numbers} contains 0: no skew shown, only the measurement's error (slow round trips, or few answers "
+            "yet: the Date header names whole seconds)"
+        )
+
 
 class ClockBounds:
     """The interval this host's offset from AWS time must lie in, from the answers of the last ``keep_ms``.

@@ -273,12 +273,14 @@ RENAMED = {
 class _Reader:
     """Looks keys up in the parsed file and turns a bad value into a ConfigError."""
 
-    def __init__(self, raw: dict[str, str], path: str) -> None:
+    def __init__(self, raw: dict[str, str], path: str, lines: dict[str, int]) -> None:
         self.raw = raw
         self.path = path
+        self.lines = lines  # where each key is (the last time it is given, the one that counts)
 
     def fail(self, key: str, problem: str) -> ConfigError:
-        return ConfigError(self.path, key, problem)
+        """The error for ``key``, at its line when the file gives it (a missing key has none)."""
+        return ConfigError(self.path, key, problem, self.lines.get(key))
 
     def get(self, key: str, parse: Callable[[str], T], default: str | None) -> T | None:
         value = self.raw.get(key, "").strip()
@@ -307,8 +309,9 @@ class _Reader:
 
 def parse_config(text: str, path: str = "<string>") -> Config:
     """Validate properties text into a :class:`Config`, or raise ConfigError."""
-    raw = {key: value for key, (_, value) in parse_properties(text).items()}
-    r = _Reader(raw, path)
+    parsed = parse_properties(text)
+    raw = {key: value for key, (_, value) in parsed.items()}
+    r = _Reader(raw, path, {key: line for key, (line, _) in parsed.items()})
     for key in raw:
         if key in RENAMED:
             raise r.fail(key, f"no longer read: {RENAMED[key]}")
@@ -407,7 +410,7 @@ def parse_config(text: str, path: str = "<string>") -> Config:
         target_external_id=external_id,
         target_role_session_name=session_name or f"copier-{application_name}"[:64],
         target_role_session_seconds=r.copier_need("copier.targetRoleSessionSeconds", _int_between(900, 43200)),
-        start_ms=parse_start(raw, path),
+        start_ms=parse_start(raw, path, r.lines),
         lease_table_name=raw.get("tableName", "").strip() or application_name,
     )
 

@@ -23,6 +23,8 @@ the AWS error code, so the protocol code decides on copier's own terms::
     │                            that blames this host's clock (``copier.core.clockcheck``,
     │                            ``blames_the_clock``) stalls every shard instead: the
     │                            clock is named, and the shards go on once it is right
+    ├── EndpointUnreachable      an endpoint a start needs did not answer a connection (refused,
+    │                            a name that does not resolve, no answer): said before any call
     ├── IncompatibleStateError   the state table was written by another copier format
     ├── StateTableError          the state table is not as ``copier init`` makes it (its
     │                            TTL is not on ``expires_at``: digest batches never expire)
@@ -38,6 +40,7 @@ __all__ = [
     "AwsError",
     "ConfigError",
     "CopierError",
+    "EndpointUnreachable",
     "FatalAwsError",
     "FencedError",
     "HOST_WIDE_CODES",
@@ -53,14 +56,21 @@ class CopierError(Exception):
 
 
 class ConfigError(CopierError):
-    """A properties file is unusable: names the file, the key and the problem (``key`` "" or "-": the file as a
-    whole, named alone)."""
+    """A properties file is unusable: names the file, the line when one is to blame, the key and the problem
+    (``key`` "" or "-": the file as a whole, named alone)."""
 
-    def __init__(self, path: str, key: str, problem: str) -> None:
+    def __init__(self, path: str, key: str, problem: str, line: int | None = None) -> None:
         self.path = path
         self.key = key
         self.problem = problem
-        super().__init__(f"{path}: {key}: {problem}" if key not in ("", "-") else f"{path}: {problem}")
+        self.line = line
+        where = f"{path}:{line}" if line is not None else path
+        super().__init__(f"{where}: {key}: {problem}" if key not in ("", "-") else f"{where}: {problem}")
+
+
+class EndpointUnreachable(CopierError):
+    """An endpoint ``copier run`` or ``check-config`` needs did not answer; the message is the whole line
+    (``copier.core.startfaults.unreachable_text``)."""
 
 
 class FencedError(CopierError):

@@ -10,9 +10,13 @@ processor, a minute in. So, before the JVM starts:
 * a key neither copier nor the KCL MultiLangDaemon 3.1.3 knows is an error
   when it is close to one that they know ("did you mean ..."), a warning
   otherwise (it is ignored);
+* a KCL key's value must parse as the daemon's type for it
+  (``copier.core.kclkeys``): the daemon reads a number it cannot parse as 0;
 * ``executableName`` must name a program that exists and runs, and, when it
   passes ``--properties``, this same file (else the daemon and its
-  processors run with different settings).
+  processors run with different settings). Without ``--properties`` the
+  processors read the file ``copier run`` was given (``copier.kcl.daemon``),
+  so ``executableName = copier process`` is right in any copy of a file.
 
 Pure but for ``which`` and ``is_executable``, which the caller may replace.
 """
@@ -27,35 +31,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from copier.core.kclkeys import KCL_KEYS, kcl_value_problem
 from copier.core.properties import parse_properties_all
 
 __all__ = ["KCL_KEYS", "Finding", "close_key", "lint_properties"]
 
-# The keys the KCL 3.1.3 MultiLangDaemon reads (MultiLangDaemonConfiguration's properties, and executableName);
-# it compares them case-insensitively and ignores any other.
-KCL_KEYS = (
-    "executableName workerId initialPositionInStream metricsEnabledDimensions AwsCredentialsProvider "
-    "AwsCredentialsProviderDynamoDB AwsCredentialsProviderCloudWatch regionName kinesisEndpoint dynamoDBEndpoint "
-    "applicationName streamName streamArn tableName workerIdentifier failoverTimeMillis "
-    "leaseAssignmentIntervalMillis enablePriorityLeaseAssignment leaseTableDeletionProtectionEnabled "
-    "leaseTablePitrEnabled shardSyncIntervalMillis cleanupLeasesUponShardCompletion ignoreUnexpectedChildShards "
-    "maxLeasesForWorker maxLeasesToStealAtOneTime initialLeaseTableReadCapacity initialLeaseTableWriteCapacity "
-    "initialPositionInStreamExtended maxLeaseRenewalThreads listShardsBackoffTimeInMillis maxListShardsRetryAttempts "
-    "callProcessRecordsEvenForEmptyRecordList parentShardPollIntervalMillis shardPrioritization "
-    "skipShardSyncAtWorkerInitializationIfLeasesExist schedulerInitializationBackoffTimeMillis clientVersionConfig "
-    "taskBackoffTimeMillis metricsBufferTimeMillis metricsMaxQueueSize metricsLevel logWarningForTaskAfterMillis "
-    "retrievalMode validateSequenceNumberBeforeCheckpointing shutdownGraceMillis timeoutInSeconds "
-    "retryGetRecordsInSeconds maxGetRecordsThreadPool idleTimeBetweenReadsInMillis "
-    "millisBehindLatestThresholdForReducedTps maxRecords gracefulLeaseHandoffTimeoutMillis "
-    "isGracefulLeaseHandoffEnabled inMemoryWorkerMetricsCaptureFrequencyMillis workerMetricsReporterFreqInMillis "
-    "noOfPersistedMetricsPerWorkerMetrics disableWorkerMetrics maxThroughputPerHostKBps dampeningPercentage "
-    "reBalanceThresholdPercentage allowThroughputOvershoot varianceBalancingFrequency workerMetricsEMAAlpha "
-    "staleWorkerMetricsEntryCleanupDuration workerMetricsTableName workerMetricsBillingMode "
-    "workerMetricsReadCapacity workerMetricsWriteCapacity workerMetricsPointInTimeRecoveryEnabled "
-    "workerMetricsDeletionProtectionEnabled workerMetricsTags coordinatorStateTableName coordinatorStateBillingMode "
-    "coordinatorStateReadCapacity coordinatorStateWriteCapacity coordinatorStatePointInTimeRecoveryEnabled "
-    "coordinatorStateDeletionProtectionEnabled coordinatorStateTags"
-).split()
 
 
 @dataclass(frozen=True)
@@ -89,15 +69,20 @@ def lint_properties(
     seen: dict[str, int] = {}
     kcl = {k.lower() for k in KCL_KEYS}
     entries = parse_properties_all(text)
-    for number, key, _ in entries:
+    for number, key, value in entries:
         if key in seen:
             out.append(
                 Finding("error", key, number, f"given twice (lines {seen[key]} and {number}): the later wins; keep one")
             )
         seen.setdefault(key, number)
-        if key.startswith("copier.") or key.lower() in kcl:
+        if key.lower() in kcl:
+            problem = kcl_value_problem(key, value)
+            if problem is not None:
+                out.append(Finding("error", key, number, f"{value.strip()!r}: {problem}"))
             continue
-        guess = close_key(key, KCL_KEYS + copier_keys)
+        if key.startswith("copier."):
+            continue
+        guess = close_key(key, [*KCL_KEYS, *copier_keys])
         if guess is not None:
             out.append(Finding("error", key, number, f"unknown key: did you mean {guess}?"))
         else:
@@ -132,7 +117,9 @@ def _executable(
                     "executableName",
                     number,
                     f"runs processors with --properties {named}, not this file ({path}): the daemon and its "
-                    "processors would run with different settings",
+                    f"processors would run with different settings; on line {number}, leave --properties out "
+                    "(copier run gives its processors its own file): executableName = "
+                    + " ".join(argv[: argv.index("--properties")] + argv[argv.index("--properties") + 2 :]),
                 )
             ]
     return []

@@ -62,27 +62,36 @@ def before_start(arrival_ms: int, start_ms: int | None) -> bool:
     return start_ms is not None and arrival_ms != NO_ARRIVAL and arrival_ms < start_ms
 
 
-def parse_start(raw: Mapping[str, str], path: str) -> int | None:
+def parse_start(raw: Mapping[str, str], path: str, lines: Mapping[str, int] | None = None) -> int | None:
     """The application's start in ms from ``initialPositionInStreamExtended``, or None; a ConfigError for what
     the daemon would refuse or read otherwise than meant.
 
     The daemon takes the timestamp from that key alone (``initialPositionInStream = AT_TIMESTAMP`` stops it:
     "Invalid InitialPosition"), and sets the two keys in a Java Hashtable's order, not the file's: with both
-    given, either may win.
+    given, either may win. ``lines``: where each key is, for the error.
     """
+    at = lines or {}
     position = raw.get(POSITION, "").strip()
     if position.upper() == "AT_TIMESTAMP":
-        raise ConfigError(path, POSITION, f"the daemon refuses AT_TIMESTAMP here: give {EXTENDED} = <epoch seconds>")
+        raise ConfigError(
+            path, POSITION, f"the daemon refuses AT_TIMESTAMP here: give {EXTENDED} = <epoch seconds>", at.get(POSITION)
+        )
     value = raw.get(EXTENDED, "").strip()
     if not value:
         return None
     if not value.isdigit() or not 0 < int(value) < _MAX_SECONDS:
         raise ConfigError(
-            path, EXTENDED, f"expected whole epoch seconds (the daemon multiplies them by 1000), got {value!r}"
+            path,
+            EXTENDED,
+            f"expected whole epoch seconds (the daemon multiplies them by 1000), got {value!r}",
+            at.get(EXTENDED),
         )
     if position:
         raise ConfigError(
-            path, POSITION, f"given with {EXTENDED}: the daemon applies them in no fixed order; keep {EXTENDED} alone"
+            path,
+            POSITION,
+            f"given with {EXTENDED}: the daemon applies them in no fixed order; keep {EXTENDED} alone",
+            at.get(POSITION),
         )
     return int(value) * 1000
 

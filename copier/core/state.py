@@ -6,7 +6,8 @@ Two kinds of item per staging shard (``docs/protocol.md`` has the whole protocol
   committed position (with its record's staging arrival and its age when
   its chunk had landed: the replication checkpoint), the index of the last
   committed digest batch, what is left to redo of a verified batch, an
-  announced successor, the window's reach, and counters. Small (well under 1 KB) and rewritten by every commit.
+  announced successor, the window's reach, a stall its owner is in, and counters. Small (well under 1 KB)
+  and rewritten by every commit.
 * one *digest batch* per forwarded chunk (at most ``MAX_CHUNK_EVENTS`` events):
   the digests of what it puts, its last position, when its put started, its
   staging arrival range and the target shards its entries hash to. It is
@@ -116,6 +117,13 @@ class ShardState:
     # and how long after it the commit's chunk had landed in full, in AWS time (None: an earlier copier's commit).
     position_arrival_ms: int | None = None
     position_age_ms: int | None = None
+    # Why the owner is stalled (``copier.shard.session.Stall``: "rejected", "stream_settings"; None: it is not),
+    # what stalls it (the call and AWS's code, or the setting) and since when (its clock): ``copier status``
+    # reads them. Written with the owner's writes, so a stall that refuses the state writes themselves (this
+    # host's clock, a state item DynamoDB rejects) is not here: its lease and lag say it instead.
+    stall_reason: str | None = None
+    stall_detail: str = ""
+    stall_since_ms: int | None = None
 
     def with_counts(self, **delta: int) -> ShardState:
         counters = dict(self.counters)

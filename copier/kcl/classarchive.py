@@ -21,6 +21,15 @@ are removed, and the next start writes one again). Its CDS
 log (a few hundred warnings about classes it cannot archive) is off.
 ``copier.jvmClassArchive``: ``auto`` (systemd's ``$CACHE_DIRECTORY``, else
 ``$XDG_CACHE_HOME/copier`` or ``~/.cache/copier``), a directory, or ``none``.
+
+Bounded: an archive holds the KCL's classes (tens of megabytes), and every
+installation (each checkout with its own virtualenv, each upgrade) has its
+own, since the JVM maps an archive only for the classpath it was written
+with. A start that maps one marks it used; a start that writes a new one
+first removes all but the :data:`KEEP` most recently used others, so one
+cache directory holds at most ``KEEP + 1`` (a removed archive still mapped
+by a running JVM stays readable to it; its installation's next start writes
+one again).
 """
 
 from __future__ import annotations
@@ -30,9 +39,10 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["PENDING_SUFFIX", "archive_dir", "archive_options", "archive_path", "publish"]
+__all__ = ["KEEP", "PENDING_SUFFIX", "archive_dir", "archive_options", "archive_path", "publish"]
 
 PENDING_SUFFIX = ".pending"
+KEEP = 2  # archives of other installations kept beside a new one, the most recently used
 QUIET = "-Xlog:cds*=off"  # the dump lists every class it skips, at warning, on the JVM's stdout
 
 
@@ -67,6 +77,10 @@ def archive_options(java: str, classpath: Sequence[Path], directory: Path | None
         return []
     archive = archive_path(java, classpath, directory)
     if archive.is_file():
+        try:
+            os.utime(archive)  # used now: the last a new archive's start would remove (_remove_stale)
+        except OSError:  # not ours to touch (a cache shared read-only): mapped all the same
+            pass
         return [f"-XX:SharedArchiveFile={archive}", QUIET]
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -75,7 +89,23 @@ def archive_options(java: str, classpath: Sequence[Path], directory: Path | None
     if not os.access(directory, os.W_OK | os.X_OK):
         return []
     _remove_orphans(directory)
+    _remove_stale(directory)
     return [f"-XX:ArchiveClassesAtExit={archive}.{pid}{PENDING_SUFFIX}", QUIET]
+
+
+def _remove_stale(directory: Path) -> None:
+    """All but the :data:`KEEP` most recently used archives (a new one is about to be written beside them)."""
+    found = []
+    for path in directory.glob("kcl-*.jsa"):
+        try:
+            found.append((path.stat().st_mtime_ns, path))
+        except OSError:  # removed meanwhile
+            continue
+    for _, path in sorted(found, reverse=True)[KEEP:]:
+        try:
+            path.unlink()
+        except OSError:  # removed meanwhile, or not ours to remove
+            continue
 
 
 def _remove_orphans(directory: Path) -> None:

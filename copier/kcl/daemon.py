@@ -11,6 +11,12 @@ a small parent of the JVM (``copier.kcl.supervisor``, a fresh interpreter that i
 forwards a supervisor's SIGTERM to the daemon (with ``shutdownGraceMillis`` set, processors get
 ``shutdown_requested`` and checkpoint before the JVM exits) and exits non-zero, with one line saying why,
 whenever the daemon ends without being asked to (the daemon itself exits 0 when it gives up).
+
+The daemon runs in an environment of its own (:func:`daemon_env`), which the processors it spawns inherit:
+``COPIER_PROPERTIES`` names the properties file, so that ``executableName = copier process`` needs no
+``--properties`` (a file that named its own path had to be edited in every copy, and was refused until it was),
+and ``PATH`` finds this installation's ``copier`` first, so that the daemon starts the processors of the copier
+that runs it, wherever it is installed and whatever else ``PATH`` holds.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import os
 import shlex
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from copier.adapters.journal import say
@@ -35,11 +41,40 @@ from copier.kcl.launcher import (
     LEADER_LOCK_PROPERTY,
     launcher_jar,
 )
+from copier.kcl.supervisor import STACK_TRACES
 
-__all__ = ["MAIN_CLASS", "daemon_classpath", "daemon_command", "daemon_warnings", "run_daemon"]
+__all__ = [
+    "MAIN_CLASS",
+    "PROPERTIES_ENV",
+    "daemon_classpath",
+    "daemon_command",
+    "daemon_env",
+    "daemon_warnings",
+    "processor_which",
+    "run_daemon",
+]
 
 MAIN_CLASS = "software.amazon.kinesis.multilang.MultiLangDaemon"
 LOGBACK = Path(__file__).resolve().parent / "logback.xml"
+PROPERTIES_ENV = "COPIER_PROPERTIES"  # the file copier run was given, for `copier process` without --properties
+
+
+def _daemon_path(env: Mapping[str, str]) -> str:
+    """``PATH`` for the daemon: the directory of this installation's ``copier`` first, when it is there."""
+    here = Path(sys.executable).parent
+    path = env.get("PATH", os.defpath)
+    return os.pathsep.join([str(here), path]) if (here / "copier").is_file() else path
+
+
+def daemon_env(properties: str, env: Mapping[str, str]) -> dict[str, str]:
+    """The environment the daemon runs in and its processors inherit (see the module docstring)."""
+    return {**env, PROPERTIES_ENV: str(Path(properties).resolve()), "PATH": _daemon_path(env)}
+
+
+def processor_which(env: Mapping[str, str]) -> Callable[[str], str | None]:
+    """``which`` as the daemon will search for executableName's program (with :func:`daemon_env`'s PATH)."""
+    path = _daemon_path(env)
+    return lambda program: shutil.which(program, path=path)
 
 
 def daemon_classpath() -> list[Path]:
@@ -130,5 +165,6 @@ def run_daemon(config: Config, properties: str) -> int:
     command = daemon_command(config, properties, os.environ, java)
     sys.stderr.flush()
     python = sys.executable
-    os.execv(python, [python, "-m", "copier.kcl.supervisor", *command])
+    traces = [STACK_TRACES] if config.daemon_log_level in ("INFO", "DEBUG") else []  # the daemon's detail asked for
+    os.execve(python, [python, "-m", "copier.kcl.supervisor", *traces, *command], daemon_env(properties, os.environ))
     return 0  # pragma: no cover - exec does not return

@@ -203,7 +203,12 @@ class CopierRecordProcessor(processor.RecordProcessorBase):  # type: ignore[misc
             already = self.worker.ownership.given_up
             released = self.worker.lose_lease()  # copier's lease too, so the new owner starts at once
             # After a graceful release the daemon says so too: expected, not news.
-            (self.worker.log.debug if already else self.worker.log.info)("lease_lost", released=released)
+            (self.worker.log.debug if already else self.worker.log.info)(
+                "lease_lost",
+                released=released,
+                detail="the KCL took this shard's lease from this worker: its daemon's 'lost lease' line says "
+                "whether its lease ran out here, its leader's 'Leases taken from worker' that it was a rebalance",
+            )
         else:
             self.log.info("lease_lost")
 

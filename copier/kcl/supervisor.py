@@ -19,7 +19,34 @@ stderr is the systemd journal it prefixes each line with its syslog
 priority (``<3>`` error, ``<4>`` warning, ``<6>`` info, ``<7>`` debug), which
 journald strips and files, so ``journalctl -u copier -p warning`` shows what
 needs attention and nothing else. A line that is not a log record (a Java
-stack trace's ``at ...``) keeps the priority of the record it belongs to.
+exception's ``Caused by: ...``) keeps the priority of the record it belongs to.
+
+What it leaves out, unless ``copier.daemonLogLevel`` is INFO or DEBUG
+(``--stack-traces``): the stack frames of the daemon's Java exceptions and
+the rest of each exception's text after its first line. A daemon that could
+not reach its backend wrote 1,141 frame lines and the AWS SDK's advice to
+"increase max connections" (18 times) in 114 s (issue 45); each record keeps
+its line, its exception and every ``Caused by``, which say what happened.
+And one KCL warning is filed (and written) at info while the daemon starts
+(until a processor speaks, at most :data:`STARTUP_S`): the lease assignment's "Not
+able to assign all expiredOrUnAssignedLeases", which KCL 3.1.3's leader logs
+whenever a lease is left unassigned. At a start that is because no worker
+has reported its metrics yet (``LeaseAssignmentManager``: a worker without a
+``WorkerMetricStats`` entry cannot take leases; the first report comes two
+capture intervals after the worker starts): the next round assigns them.
+Later the same warning means every worker is at its lease or throughput
+limit, or their metrics are stale: then it is a warning, as the KCL says.
+The other is the KCL's "Did not find an operating range metadata provider"
+(``WorkerMetricsSelector``, said once as the worker starts): off EC2, ECS and
+EKS there is no CPU metric, and the leader balances leases without one.
+
+Why a lease moved, at info: copier's logback configuration lets two KCL
+loggers through at INFO, and of their records only those that say a lease
+moved are relayed (:data:`LEASE_MOVES`; the rest of their INFO is a report
+every assignment round): the leader's "Leases taken from worker W are : [...]"
+(a rebalance) and "Assigning lease : S to worker : W", and the losing
+worker's "Worker W lost lease with key S" (the lease went to another owner)
+and "... because it is expired" (this worker's renewals came too late).
 
 It imports nothing heavy: it lives as long as the daemon, one per host.
 If it is killed, the JVM gets SIGKILL too (``PR_SET_PDEATHSIG``), as on a
@@ -35,13 +62,24 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from typing import BinaryIO
 
 from copier.adapters.journal import DEBUG, ERROR, INFO, WARNING, journal_wanted
 from copier.kcl.classarchive import publish
 
-__all__ = ["DaemonEnd", "Relay", "end_of", "main", "priority_of", "supervise"]
+__all__ = [
+    "LEASE_MOVES",
+    "STACK_TRACES",
+    "STARTUP_S",
+    "DaemonEnd",
+    "Relay",
+    "end_of",
+    "main",
+    "priority_of",
+    "supervise",
+]
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # Debugging signals the JVM acts on without stopping (SIGQUIT: a thread dump).
@@ -52,6 +90,22 @@ _LOGBACK_RECORD = re.compile(r"^\S+ \S+ +\w+ +\[[^\]]*\] (\S+) - (.*)$")  # date
 _LOGBACK_LEVELS = {b"TRACE": DEBUG, b"DEBUG": DEBUG, b"INFO": INFO, b"WARN": WARNING, b"ERROR": ERROR}
 _JSON_LEVELS = {"debug": DEBUG, "info": INFO, "warning": WARNING, "warn": WARNING, "error": ERROR}
 _JSON_LEVELS.update({"critical": 2, "fatal": 2, "exception": ERROR})
+# The first line of a Java exception: its class (dotted), its message after ": " (``Caused by: `` first, for a cause).
+_THROWABLE = re.compile(rb"^(Caused by: )?[A-Za-z_$][\w$]*(\.[\w$]+)+(: |\r?\n|$)")
+# KCL warnings that a start says and that need nothing done then (see the module docstring): filed at info.
+_STARTUP_WARNINGS = (
+    # the leader's first rounds, before any worker has reported its metrics
+    b"LeaseAssignmentManager - Not able to assign all expiredOrUnAssignedLeases",
+    # off EC2, ECS and EKS (no instance metadata): leases are balanced without CPU metrics
+    b"WorkerMetricsSelector - Did not find an operating range metadata provider.",
+)
+STARTUP_S = 60.0
+#: Of these loggers' INFO records (logback.xml lets them through), only those saying a lease moved are relayed.
+LEASE_MOVES = {
+    b"VarianceBasedLeaseAssignmentDecider": (b"Assigning lease : ", b"Leases taken from worker : "),
+    b"DynamoDBLeaseRenewer": (b" lost lease with key ", b"because it is expired", b"could not renew lease"),
+}
+_RECORD_PARTS = re.compile(rb"^\S+ \S+ +(\w+) +\[[^\]]*\] \S*?([\w$]+) - (.*)$", re.S)  # level, class, message
 REASON_CHARS = 400  # the reason line quotes at most this much of the error it names
 PR_SET_PDEATHSIG = 1
 RELAY_DRAIN_S = 5.0  # after the JVM's exit, how long its last lines may take to arrive
@@ -78,19 +132,34 @@ class Relay:
     keeps the last error it saw with its root cause (the reason the caller gives when the daemon ends on its
     own; "Unable to initialize ..." wins over any later error)."""
 
-    def __init__(self, out: BinaryIO, prefix: bool) -> None:
+    def __init__(self, out: BinaryIO, prefix: bool, stack_traces: bool = False, startup_s: float = STARTUP_S) -> None:
+        """``stack_traces``: relay the daemon's Java exceptions whole (else their first lines: the docstring);
+        ``startup_s``: how long the daemon's start lasts at most, for the warnings it says then."""
         self.out = out
         self.prefix = prefix
+        self.stack_traces = stack_traces
         self.priority = INFO
         self.last_error: list[str] | None = None  # [the record, its innermost "Caused by"]
         self.gave_up: list[str] | None = None
+        self.left_out = 0  # lines of Java exceptions not relayed
         self._current: list[str] | None = None
+        self._java = False  # the record being relayed is the daemon's own (logback's), not a processor's
+        self._throwable = False  # ... and an exception of it is being relayed
+        self._dropping = False  # the record being read is a chatty logger's report, not relayed
+        self._starting_until = time.monotonic() + startup_s  # 0 once a processor has spoken
         self._lock = threading.Lock()
 
     def line(self, line: bytes) -> None:
         """Relay one line (with its newline, if it had one)."""
         level = priority_of(line)
         if level is not None:
+            self._java = not line.startswith(b"{")
+            self._throwable = False
+            self._dropping = self._java and level == INFO and not self.stack_traces and not _a_lease_move(line)
+            if not self._java:
+                self._starting_until = 0.0
+            elif level == WARNING and time.monotonic() < self._starting_until and _expected_at_start(line):
+                level, line = INFO, line.replace(b" WARN  [", b" INFO  [", 1)  # its text says what it is filed at
             self.priority = level
             self._current = [_reason_text(line)] if level <= ERROR else None
             if self._current is not None:
@@ -99,8 +168,22 @@ class Relay:
                     self.gave_up = self._current
         elif self._current is not None and line.lstrip().startswith(b"Caused by: "):
             self._current[1:] = [_reason_text(line.lstrip()[len(b"Caused by: ") :])]
+        if self._dropping:  # an assignment round's report (the record and its continuation lines)
+            return
+        if level is None and self._java and not self.stack_traces and self._left_out(line):
+            self.left_out += 1
+            return
         prefix = b"<%d>" % self.priority if self.prefix else b""
         self._write(prefix + (line if line.endswith(b"\n") else line + b"\n"))
+
+    def _left_out(self, line: bytes) -> bool:
+        """Is this continuation of a daemon's record a part of a Java exception past its first lines (a stack
+        frame, a suppressed exception, the rest of a long message)? Its first line and each ``Caused by``
+        are kept."""
+        if _THROWABLE.match(line):
+            self._throwable = True
+            return False
+        return self._throwable or line.lstrip().startswith(b"at ")
 
     @property
     def reason(self) -> str | None:
@@ -121,6 +204,20 @@ class Relay:
         """Relay ``stream`` until it closes (the daemon and all its children are gone or closed it)."""
         for line in iter(stream.readline, b""):
             self.line(line)
+
+
+def _expected_at_start(line: bytes) -> bool:
+    return any(warning in line for warning in _STARTUP_WARNINGS)
+
+
+def _a_lease_move(line: bytes) -> bool:
+    """Is this INFO record of the daemon's one to relay: any logger's but :data:`LEASE_MOVES`', and of those the
+    records that say a lease moved ("are : []": a rebalance that took nothing)?"""
+    match = _RECORD_PARTS.match(line)
+    if match is None or match.group(2) not in LEASE_MOVES:
+        return True
+    message = match.group(3).rstrip()
+    return any(phrase in message for phrase in LEASE_MOVES[match.group(2)]) and not message.endswith(b"are : []")
 
 
 def _reason_text(line: bytes) -> str:
@@ -173,9 +270,9 @@ def _die_with_parent() -> None:
         pass
 
 
-def supervise(command: Sequence[str], out: BinaryIO, prefix: bool) -> int:
+def supervise(command: Sequence[str], out: BinaryIO, prefix: bool, stack_traces: bool = False) -> int:
     """Run ``command`` (the daemon's java command line) to its end; ``copier run``'s exit status."""
-    relay = Relay(out, prefix)
+    relay = Relay(out, prefix, stack_traces)
     requested: list[int] = []
     started: list[subprocess.Popen[bytes]] = []
 
@@ -215,13 +312,18 @@ def supervise(command: Sequence[str], out: BinaryIO, prefix: bool) -> int:
     return end.status
 
 
+STACK_TRACES = "--stack-traces"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m copier.kcl.supervisor JAVA ARGS...`` (what ``copier run`` execs)."""
+    """``python -m copier.kcl.supervisor [--stack-traces] JAVA ARGS...`` (what ``copier run`` execs)."""
     command = list(sys.argv[1:] if argv is None else argv)
+    stack_traces = command[:1] == [STACK_TRACES]
+    command = command[1:] if stack_traces else command
     if not command:
-        sys.stderr.write("usage: python -m copier.kcl.supervisor JAVA [ARGS...]\n")
+        sys.stderr.write(f"usage: python -m copier.kcl.supervisor [{STACK_TRACES}] JAVA [ARGS...]\n")
         return 2
-    return supervise(command, sys.stderr.buffer, journal_wanted())
+    return supervise(command, sys.stderr.buffer, journal_wanted(), stack_traces)
 
 
 if __name__ == "__main__":

@@ -36,27 +36,31 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from copier.adapters.localkeys import DUMMY_ENV  # the credentials of local runs (re-exported here)
+
 if TYPE_CHECKING:
     from hypercorn.config import Config
 
-__all__ = ["DEFAULT_PORT", "DUMMY_ENV", "MOTO_LOCK", "LocalBackend", "SerializedApp", "main", "make_app", "spawned"]
+__all__ = [
+    "DEFAULT_PORT",
+    "DUMMY_ENV",
+    "MOTO_LOCK",
+    "LocalBackend",
+    "SerializedApp",
+    "add_arguments",
+    "main",
+    "make_app",
+    "spawned",
+]
 
 DEFAULT_PORT = 4566
 
-#: Credentials for local runs: the backend checks none, and no real ones belong in a test or demo.
-DUMMY_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_REGION": "us-east-1",
-}
 STARTUP_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
 EXIT_START_FAILED = 1
@@ -326,20 +330,33 @@ def _port(text: str) -> int:
     return value
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``copier local-backend [--port N]``: serve on 127.0.0.1 until SIGTERM or SIGINT.
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``copier local-backend``."""
+    from copier.local.streams import parse_streams
+
+    parser.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"port to bind (default {DEFAULT_PORT})")
+    parser.add_argument(
+        "--streams",
+        type=parse_streams,
+        default=[],
+        metavar="NAME:SHARDS,...",
+        help="Kinesis streams to create at the start, e.g. staging:4,target:2 (the backend keeps everything in "
+        "memory: they, and all else, are gone when it stops)",
+    )
+    parser.add_argument(
+        "--region", default="us-east-1", help="the region of those streams: the properties' regionName (us-east-1)"
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    """``copier local-backend [--port N] [--streams NAME:SHARDS,...]``: serve on 127.0.0.1 until SIGTERM or
+    SIGINT, with the streams created first.
 
     Prints exactly one line to stdout, ``READY http://127.0.0.1:N``, once the
-    server answers, so a parent process can wait for it; everything else goes
-    to stderr. Returns 0 after a clean stop, 1 if the server cannot start.
+    server answers and the streams exist, so a parent process can wait for
+    it; everything else goes to stderr. Returns 0 after a clean stop, 1 if the
+    server cannot start or a stream cannot be created.
     """
-    parser = argparse.ArgumentParser(
-        prog="copier local-backend",
-        description="Serve a local AWS backend (moto: Kinesis, DynamoDB, ...) on 127.0.0.1 over HTTP/1.1 and h2c.",
-    )
-    parser.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"port to bind (default {DEFAULT_PORT})")
-    args = parser.parse_args(argv)
-
     # Block the stop signals in this thread before any other thread exists (threads
     # inherit the mask), then wait for them synchronously: no handler can run in the
     # middle of start() or stop(), and a signal that arrives during start() is kept.
@@ -355,6 +372,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stderr.write(f"copier local-backend: cannot serve on 127.0.0.1:{args.port}: {error}\n")
             return EXIT_START_FAILED
         try:
+            if args.streams and not _create_streams(backend.endpoint, args.region, args.streams):
+                return EXIT_START_FAILED
             print(f"READY {backend.endpoint}", file=protocol_out, flush=True)
             received = signal.sigwait(stop_signals)
             _log.info("local backend: %s received, stopping", signal.Signals(received).name)
@@ -364,3 +383,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         sys.stdout = protocol_out
         signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+
+
+def _create_streams(endpoint: str, region: str, specs: list[tuple[str, int]]) -> bool:
+    """The streams of ``--streams`` made, and said on stderr; False (said) if the backend refused one."""
+    import botocore.exceptions
+
+    from copier.local.streams import create_streams
+
+    try:
+        create_streams(endpoint, region, specs)
+    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as error:
+        sys.stderr.write(f"copier local-backend: cannot create the streams: {error}\n")
+        return False
+    made = ", ".join(f"{name} ({shards} shard{'s' if shards > 1 else ''})" for name, shards in specs)
+    sys.stderr.write(
+        f"copier local-backend: created {made} in {region}; everything lives in this process's memory, "
+        "gone when it stops\n"
+    )
+    return True

@@ -9,11 +9,12 @@ spawning ``copier process`` children); nothing here is faked.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
@@ -25,7 +26,7 @@ from copier.core.config import Config, load_config
 from copier.core.positions import Position
 from copier.core.state import ShardState, shard_key
 
-__all__ = ["LocalPipeline", "Worker", "child_pids", "local_properties"]
+__all__ = ["LocalPipeline", "Worker", "child_pids", "local_properties", "shard_owner"]
 
 # KCL settings that make a local run start in seconds instead of minutes
 # (measured: the defaults take about two minutes to the first record).
@@ -106,6 +107,22 @@ def local_properties(
     ]
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def shard_owner(state: ShardState, by_jvm: Mapping[int, str], parent_of: Callable[[int], int | None]) -> str | None:
+    """The name of the worker whose processor holds the shard (``by_jvm``: each live worker's daemon JVM), or
+    None while it is between owners: nobody took it yet, its lease is released or a successor announced
+    (the KCL is moving it: one processor lets go, the next takes over), or its processor or that processor's
+    worker is gone. Counted this way, the shards each worker holds and those between owners add up to all of
+    them at every moment, also while the KCL moves leases about.
+
+    A state item's owner is ``host:pid:nonce`` of a ``copier process``
+    child; its parent is the worker's JVM, the child of ``copier run``.
+    """
+    if state.owner is None or state.lease_until_ms == 0 or state.successor is not None:
+        return None
+    parent = parent_of(int(state.owner.split(":")[1]))
+    return by_jvm.get(parent) if parent is not None else None
 
 
 def _parent_pid(pid: int) -> int | None:
@@ -192,6 +209,10 @@ class LocalPipeline:
     copier: dict[str, str] = field(default_factory=dict)
     workers: list[Worker] = field(default_factory=list)
     producers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    # staging_records(): where each shard's count stopped ("" or absent: not read yet; None: closed, read to its
+    # end) and the records counted so far
+    _read_to: dict[str, str | None] = field(default_factory=dict, init=False, repr=False)
+    _counted: int = field(default=0, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -244,10 +265,29 @@ class LocalPipeline:
         self.workers.append(worker)
         return worker
 
+    @property
+    def spark_scratch(self) -> Path:
+        """Where the producers' Spark keeps its temporary files (removed by :meth:`stop_all`)."""
+        return self.workdir / "spark-tmp"
+
     def start_producer(self, input_dir: Path, checkpoint: Path, *options: str) -> subprocess.Popen[bytes]:
-        """``copier produce --once`` on ``input_dir`` (a Spark job, local mode), logging to the workdir."""
+        """``copier produce --once`` on ``input_dir`` (a Spark job, local mode), logging to the workdir.
+
+        Spark's scratch files go to :attr:`spark_scratch`, not /tmp: a job SIGKILLed (as the demo does) never
+        removes its own (``spark-*``, ``blockmgr-*``, ``artifacts-*``, ``liblz4-java-*.so``), and each demo
+        left them behind in /tmp.
+        """
         log = (self.workdir / "producer.log").open("ab")
-        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+        scratch = self.spark_scratch
+        scratch.mkdir(exist_ok=True)
+        env = {
+            **os.environ,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_LOCAL_DIRS": str(scratch),  # block manager and spark-* directories
+            "TMPDIR": str(scratch),  # the Python side's temporary files
+            # the driver JVM's own (lz4's native library, artifact directories): after any options of the caller's
+            "SPARK_SUBMIT_OPTS": f"{os.environ.get('SPARK_SUBMIT_OPTS', '')} -Djava.io.tmpdir={scratch}".strip(),
+        }
         command = [self.copier_bin, "produce", "--properties", str(self.properties), "--input", str(input_dir)]
         command += ["--checkpoint", str(checkpoint), "--once", *options]
         proc = subprocess.Popen(
@@ -263,12 +303,13 @@ class LocalPipeline:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
 
-    def verify(self, manifest_ids: list[str]) -> subprocess.CompletedProcess[str]:
-        """``copier verify`` against a manifest of the produced IDs (written to the workdir)."""
+    def verify(self, manifest_ids: list[str], *options: str) -> subprocess.CompletedProcess[str]:
+        """``copier verify`` against a manifest of the produced IDs (written to the workdir), with ``options``
+        (``--json``)."""
         manifest = self.workdir / "manifest.txt"
         manifest.write_text("\n".join(manifest_ids) + "\n")
         return subprocess.run(
-            [self.copier_bin, "verify", "--properties", str(self.properties), "--manifest", str(manifest)],
+            [self.copier_bin, "verify", "--properties", str(self.properties), "--manifest", str(manifest), *options],
             capture_output=True,
             text=True,
             timeout=600,
@@ -302,13 +343,33 @@ class LocalPipeline:
         return {shard: Position.parse(records[-1]["SequenceNumber"]) for shard, records in self._staging_pages()}
 
     def staging_records(self) -> int:
-        """How many records the staging stream holds (reads the whole stream)."""
-        return sum(len(records) for _, records in self._staging_pages())
+        """How many records the staging stream holds, read on from where the last call stopped in each shard
+        (the demo asks every 2 s while the producer writes: reading the whole stream each time would load the
+        backend the workers share)."""
+        for shard in self.kinesis.list_shards(StreamName=self.staging)["Shards"]:
+            shard_id = shard["ShardId"]
+            iterator = self._read_to.get(shard_id, "")
+            if iterator is None:
+                continue  # a closed shard read to its end
+            if not iterator:
+                iterator = self.kinesis.get_shard_iterator(
+                    StreamName=self.staging, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON"
+                )["ShardIterator"]
+            while iterator:
+                page = self.kinesis.get_records(ShardIterator=iterator, Limit=10000)
+                self._counted += len(page["Records"])
+                iterator = page.get("NextShardIterator")  # None at a closed shard's end
+                if not page["Records"]:
+                    break  # the shard's tip: the next call goes on from here
+            self._read_to[shard_id] = iterator
+        return self._counted
 
     def stop_all(self) -> None:
-        """Stop every producer and worker this pipeline started (workers all at once)."""
+        """Stop every producer and worker this pipeline started (workers all at once), and remove the Spark
+        scratch files the producers left."""
         for proc in self.producers:
             self.kill_producer(proc)
+        shutil.rmtree(self.spark_scratch, ignore_errors=True)
         self.stop_workers([w for w in self.workers if not w.log.closed])
 
     def stop_workers(self, workers: list[Worker]) -> list[int]:
@@ -317,21 +378,14 @@ class LocalPipeline:
             worker.terminate()
         return [worker.stop() for worker in workers]
 
-    def owners(self) -> dict[str, str | None]:
+    def owners(self, states: dict[str, ShardState] | None = None) -> dict[str, str | None]:
         """Each open staging shard's owner, as the name of the live worker whose processor holds it (None:
-        nobody's, or a processor whose worker is gone).
-
-        A state item's owner is ``host:pid:nonce`` of a ``copier process``
-        child; its parent is the worker's JVM, the child of ``copier run``.
-        """
-        by_jvm = {w.jvm_pid: w.name for w in self.workers if w.alive}
-        out: dict[str, str | None] = {}
-        for shard_id, state in self.shard_states().items():
-            if state.closed:
-                continue
-            parent = _parent_pid(int(state.owner.split(":")[1])) if state.owner else None
-            out[shard_id] = by_jvm.get(parent) if parent is not None else None
-        return out
+        between owners, see :func:`shard_owner`); ``states``: the shards' states if just read."""
+        by_jvm = {pid: w.name for w in self.workers if w.alive and (pid := w.jvm_pid) is not None}
+        states = self.shard_states() if states is None else states
+        return {
+            shard_id: shard_owner(state, by_jvm, _parent_pid) for shard_id, state in states.items() if not state.closed
+        }
 
     def shards_owned(self) -> dict[str, int]:
         """How many open shards each live worker's processors own, by worker name."""
@@ -353,9 +407,10 @@ class LocalPipeline:
         keys = {shard_key(self.staging, shard_id): shard_id for shard_id in shards}
         return {keys[key]: state for key, state in self.store.get_many(keys).items()}
 
-    def counters(self) -> dict[str, int]:
+    def counters(self, states: dict[str, ShardState] | None = None) -> dict[str, int]:
+        """The state items' counters summed over the staging shards; ``states``: the shards' states if just read."""
         total: dict[str, int] = {}
-        for state in self.shard_states().values():
+        for state in (self.shard_states() if states is None else states).values():
             for name, value in state.counters.items():
                 total[name] = total.get(name, 0) + value
         return total

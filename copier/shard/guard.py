@@ -76,16 +76,15 @@ class StreamGuard:
             if problem is None:
                 if self._blocking:
                     self._blocking = None
-                    s.metrics.stalled = False
+                    s.stalls.over()
                     s.log.warning("stream_settings_ok", detail="forwarding again")
                 return
             self._blocking = "staging" if staging is not None and staging.auto else "target"
             assert s.state is not None
             if staging is not None and staging.auto and "auto_seen_ms" not in s.state.counters:
                 s.write(replace(s.state, counters={**s.state.counters, "auto_seen_ms": s.clock.now_ms()}))
-            s.metrics.stalled = True
-            s.metrics.stall_reason = "stream_settings"
+            s.stalls.begin("stream_settings", self._blocking, problem)
             s.emit()
             s.log.error("stream_settings_block", detail=problem)
-            s.write(s.state)  # the lease is kept: nobody else would do better
+            s.write(s.state)  # the lease is kept (nobody else would do better), and the stall recorded
             s.clock.sleep_ms(s.config.max_backoff_millis)

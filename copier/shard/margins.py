@@ -4,14 +4,21 @@ every verification read allow.
 At least ``copier.clockSkewMillis``; more when the bounds measured against
 the ``Date`` of AWS answers (``copier.core.clockcheck``, written into every state
 write) say the clocks can differ by more. Said in the log when a margin
-widens and when the measured bound moves.
+widens and when the measured bound moves, with the cause the numbers show
+(``ClockSnapshot.cause``): a warning to fix the time sync only when they
+prove this host's clock off by more than its share of the skew (half of
+``copier.clockSkewMillis``, the protocol's assumption); a bound that is only
+the measurement's error (the interval contains 0: slow round trips, or few
+answers yet) widens the margin all the same, said at info. Before issue 45
+every widening said "fix the hosts' time sync", on a clean start too
+(the first answers leave the interval about a second wide).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from copier.core.clockcheck import ClockBounds
+from copier.core.clockcheck import ClockBounds, ClockSnapshot
 from copier.core.ports import Clock
 
 __all__ = ["ClockMargins"]
@@ -52,16 +59,27 @@ class ClockMargins:
         margin = max(skew, (skew // 2 if own is None else own) + (skew // 2 if other_bound is None else other_bound))
         if margin > skew and margin != self._widened:
             self._widened = margin
-            self.session.log.warning(
+            snap = self.bounds.snapshot() if self.bounds is not None else None
+            skewed = self._skewed(snap)
+            own_words = "this host's clock is not measured yet" if snap is None else snap.explained()
+            (self.session.log.warning if skewed else self.session.log.info)(
                 "clock_margin_widened",
                 margin_ms=margin,
                 configured_ms=skew,
                 own_bound_ms=own,
                 other_bound_ms=other_bound,
-                detail="the measured clock offsets could exceed copier.clockSkewMillis: leases are given that "
-                "much more time (fix the hosts' time sync)",
+                cause=snap.cause if snap is not None else None,
+                detail=f"the measured clock bounds could exceed copier.clockSkewMillis, so leases are given that "
+                f"much more time; {own_words}"
+                + ("; fix this host's time sync (chronyc tracking, timedatectl)" if skewed else "")
+                + ("" if other_bound is None else "; the other host's bound is in its own clock_bound line"),
             )
         return margin
+
+    def _skewed(self, snap: ClockSnapshot | None) -> bool:
+        """Do the numbers prove this host's clock off by more than its share of the configured skew?"""
+        shown = snap.shown_skew_ms if snap is not None else None
+        return shown is not None and shown > self.skew_ms // 2
 
     def start(self) -> tuple[int, int]:
         """This host's clock reading and the bound on its offset from AWS time *at that moment*: read around
@@ -84,14 +102,16 @@ class ClockMargins:
         if bounds is None or not bounds.changed_since_report():
             return
         snap = bounds.snapshot()
-        half = self.skew_ms // 2
         log = self.session.log
-        level = log.warning if snap.bound_ms is not None and snap.bound_ms > half else log.info
-        level(
+        skewed = self._skewed(snap)
+        (log.warning if skewed else log.info)(
             "clock_bound",
             offset_ms=snap.offset_ms,
             error_ms=snap.error_ms,
             bound_ms=snap.bound_ms,
             samples=snap.samples,
             steps=snap.steps,
+            cause=snap.cause,
+            detail=snap.explained() + (", more than half of copier.clockSkewMillis: fix this host's time sync "
+                                       "(chronyc tracking, timedatectl)" if skewed else ""),
         )

@@ -26,7 +26,7 @@ from copier.core.positions import Position
 from copier.core.state import ShardState, StateConflict
 from copier.shard.session import ShardSession
 
-__all__ = ["RELEASE_POLL_MS", "Ownership"]
+__all__ = ["HOW", "RELEASE_POLL_MS", "Ownership", "how_taken"]
 
 # How often a successor waiting out a lease reads the state item again: a release ends its wait then. One
 # strongly consistent read a second per waiting processor, only while it waits.
@@ -36,12 +36,36 @@ RELEASE_POLL_MS = 1000
 RELEASE_ATTEMPTS = 3
 
 
+#: What each way of getting a shard says of the lease move that led to it (``how_taken``).
+HOW = {
+    "new": "the shard had no owner before",
+    "released": "its owner gave the shard up (a graceful stop, or the daemon told it the KCL lease moved)",
+    "waited": "its owner still held the lease when the KCL gave the shard to this worker (a KCL rebalance, or the "
+    "owner's KCL lease ran out while it worked): the lease was waited out",
+    "expired": "its owner's lease had run out (it stopped without releasing the shard, or was idle: an idle owner "
+    "writes nothing, so its lease is not renewed)",
+}
+
+
+def how_taken(seen: ShardState | None, waited_ms: int | None, now_ms: int) -> dict[str, object]:
+    """How a takeover got the shard, from the state it replaced (``seen``) and how long it waited out a lease
+    (None: it did not): the ``took_over`` line's ``how`` and the numbers that go with it."""
+    if seen is None or seen.owner is None:
+        return {"how": "new", "detail": HOW["new"]}
+    if seen.lease_until_ms == 0:
+        return {"how": "released", "waited_ms": waited_ms, "detail": HOW["released"]}
+    if waited_ms is not None:
+        return {"how": "waited", "waited_ms": waited_ms, "detail": HOW["waited"]}
+    return {"how": "expired", "expired_ms_ago": now_ms - seen.lease_until_ms, "detail": HOW["expired"]}
+
+
 class Ownership:
     """The state item's ownership transitions for one processor."""
 
     def __init__(self, session: ShardSession) -> None:
         self.s = session
         self._gave_up: ShardState | None = None  # the state its last release wrote
+        self.how: dict[str, object] = {}  # how the last takeover got the shard (``how_taken``), for its log line
 
     @property
     def given_up(self) -> bool:
@@ -64,6 +88,8 @@ class Ownership:
         """
         s = self.s
         told: tuple[str | None, int] | None = None  # the lease last reported waiting for
+        began = s.clock.now_ms()
+        waited = False
         while True:
             seen = self.read()
             now = s.clock.now_ms()
@@ -75,6 +101,7 @@ class Ownership:
                     continue  # the item changed meanwhile: read it again
                 seen = announced
                 wait = seen.lease_until_ms + margin - now
+                waited = True
                 if told != (seen.owner, seen.epoch):
                     told = (seen.owner, seen.epoch)
                     s.log.info("waiting_for_lease", owner=seen.owner, epoch=seen.epoch, wait_ms=wait)
@@ -87,9 +114,11 @@ class Ownership:
                 current = self.read()
                 if current is not None and current.owner == s.owner and current.epoch == new.epoch:
                     s.state = current  # our own write went through before an ambiguous failure
+                    self.how = how_taken(seen, now - began if waited else None, now)
                     return seen
                 continue
             s.state = new
+            self.how = how_taken(seen, now - began if waited else None, now)
             return seen
 
     def _announced(self, seen: ShardState) -> ShardState | None:
@@ -171,6 +200,7 @@ class Ownership:
             lease_until_ms=now + s.config.lease_millis,
             updated_ms=now,
             clock_bound_ms=s.margins.own_bound(),
+            **s.stalls.fields(),  # a stall an earlier owner recorded is not this one's
         )
 
     def release(self, retry: bool = True, why: str = "shutdown_requested") -> Position | None:

@@ -327,12 +327,12 @@ class ChunkPipeline:
         )
         if plan.before_start:  # counted only by an application with a start (copier.core.startpoint)
             commit = commit.with_counts(before_start=plan.before_start)
+        s.stalls.over()  # everything landed: the commit says the shard moves again
         try:
             s.write(commit)
         except FencedError:
             self._fenced_after_putting(index, plan.send, now)
             raise
-        s.metrics.stalled = False
         s.log.debug(
             "committed",
             batch=index,

@@ -17,6 +17,8 @@ window, and the ways every part talks to AWS:
   host's measured clock bound; a conditional failure is a fence.
 * :meth:`ensure_lease` / :meth:`keep_lease`: before a put the lease must
   outlive it; while reading it is renewed once half of it is gone.
+* ``stalls``: a stall, said in the journal, the metrics and, with the owner
+  writes, the state item (``copier.shard.stalls``).
 
 It is also what the forwarder is given (``copier.shard.forward.PutSession``).
 """
@@ -29,7 +31,7 @@ from typing import Any, TypeVar
 
 from copier.adapters.metrics import MetricsEmitter, ShardMetrics
 from copier.core.audittypes import digest_name
-from copier.core.clockcheck import ClockBounds, ClockSnapshot, blames_the_clock, clock_note
+from copier.core.clockcheck import ClockBounds, ClockSnapshot, blames_the_clock
 from copier.core.config import Config
 from copier.core.errors import AwsError, FatalAwsError, FencedError, IncompatibleStateError, TransientAwsError
 from copier.core.identity import content_digest, identity_of
@@ -44,6 +46,7 @@ from copier.core.window import DedupWindow
 from copier.shard.margins import ClockMargins
 from copier.shard.progress import ProgressLine
 from copier.shard.retention import MIN_RETENTION_MS, Retentions
+from copier.shard.stalls import StallWatch
 
 __all__ = ["MIN_RETENTION_MS", "ShardSession"]
 
@@ -83,6 +86,7 @@ class ShardSession:
         self.state: ShardState | None = None  # the item as this processor last wrote (or read) it as owner
         self.fenced = False
         self.window = DedupWindow(config.dedup_window_ms, config.dedup_window_max_events)
+        self.stalls = StallWatch(self)
         self._retentions = Retentions(streams, clock)
         self._progress = ProgressLine(config.progress_interval_seconds, clock)
 
@@ -153,7 +157,7 @@ class ShardSession:
         attempt = 0
         while True:
             try:
-                return fn()
+                result = fn()
             except (TransientAwsError, FatalAwsError) as exc:
                 if isinstance(exc, FatalAwsError) and self.host_wide(exc):
                     raise
@@ -164,6 +168,9 @@ class ShardSession:
                     level = self.log.warning if attempt >= 3 else self.log.info
                     level("retrying", call=what, code=exc.code, attempt=attempt)
                     self.clock.sleep_ms(backoff_ms(attempt, self.config.max_backoff_millis))
+            else:
+                self.stalls.passed(what)
+                return result
             attempt += 1
 
     def clock_snapshot(self) -> ClockSnapshot | None:
@@ -181,13 +188,21 @@ class ShardSession:
         return error.host_wide and not self.blames_clock(error)
 
     def write(self, new: ShardState) -> ShardState:
-        """Write as owner; on success the new state is ours. FencedError goes up."""
+        """Write as owner, with the lease renewed, this host's clock bound and the stall as it is now; on success
+        the new state is ours. FencedError goes up."""
         owner = self.state
         assert owner is not None
         now = self.clock.now_ms()
         lease = max(now + self.config.lease_millis, owner.lease_until_ms)
         bound = self.margins.own_bound()
-        new = replace(new, version=owner.version + 1, lease_until_ms=lease, updated_ms=now, clock_bound_ms=bound)
+        new = replace(
+            new,
+            version=owner.version + 1,
+            lease_until_ms=lease,
+            updated_ms=now,
+            clock_bound_ms=bound,
+            **self.stalls.fields(),
+        )
         try:
             self.retrying("write_state", lambda: self.store.write(self.key, owner, new))
         except FencedError:
@@ -317,28 +332,5 @@ class ShardSession:
         return self.margins.latest_aws_ms()
 
     def on_stall(self, call: str, error: AwsError, attempt: int) -> None:
-        """AWS refuses the request as final: the shard stalls, said each time with why (``reason``: "clock"
-        when AWS refused it for this host's clock, the clock's measured offset with it; else "rejected")."""
-        clock = self.blames_clock(error)
-        self.metrics.stalled = True
-        self.metrics.stall_reason = "clock" if clock else "rejected"
-        self.emit()
-        said: dict[str, Any] = {}
-        detail = "AWS rejects this shard's request; retrying every copier.maxBackoffMillis, nothing is skipped"
-        if clock:
-            snapshot = self.clock_snapshot()
-            said = {"clock_offset_ms": snapshot.offset_ms, "clock_error_ms": snapshot.error_ms} if snapshot else {}
-            detail = (
-                f"AWS refuses this host's requests for their time: {clock_note(snapshot)}. The shard is kept and "
-                "retried every copier.maxBackoffMillis; nothing is skipped"
-            )
-        self.log.error(
-            "shard_stalled",
-            call=call,
-            code=error.code,
-            error=str(error),
-            attempt=attempt,
-            reason=self.metrics.stall_reason,
-            **said,
-            detail=detail,
-        )
+        """AWS refuses the request as final: the shard stalls (``copier.shard.stalls.StallWatch.refused``)."""
+        self.stalls.refused(call, error, attempt)

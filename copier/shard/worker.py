@@ -97,6 +97,7 @@ def open_shard(s: ShardSession, ownership: Ownership, inflight: InFlight) -> boo
         previous_epoch=seen.epoch if seen else None,
         position=str(s.state.position) if s.state.position else None,
         batches=s.state.batches,
+        **ownership.how,  # why the shard changed owner, as far as the state item shows
     )
     try:
         inflight.verify(seen)

@@ -47,9 +47,10 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from copier.adapters.localkeys import command_config
 from copier.core.audit import explain, explain_unkeyed
 from copier.core.audittypes import AuditReport, DuplicateReport, OutOfOrder, Unkeyed, UnkeyedCopy, show
-from copier.core.config import DedupKey, load_config
+from copier.core.config import DedupKey
 from copier.core.identity import EventValue
 
 __all__ = ["add_arguments", "expand", "main", "run_audit"]
@@ -395,7 +396,7 @@ def main(args: argparse.Namespace) -> int:
     from copier.core.verifyreport import VerifyResult, render_json, render_text
     from copier.spark.progress import StageLines, console_bar
 
-    config = load_config(args.properties)
+    config = command_config(args.properties)
     reports = read_reports(args.reports) if args.reports else []
     bar = console_bar()  # Spark's own bar on a terminal; whole lines in a log (copier.spark.progress)
     builder = SparkSession.builder.appName("copier-audit").config("spark.ui.showConsoleProgress", str(bar).lower())

@@ -20,6 +20,7 @@ patches of one concern:
 * :mod:`~copier.local.moto_patches.resharding`: routing, SplitShard, MergeShards, reading a closed shard.
 * :mod:`~copier.local.moto_patches.stream_settings`: record size limits, record distribution strategy.
 * :mod:`~copier.local.moto_patches.dynamodb`: idempotent index creation.
+* :mod:`~copier.local.moto_patches.regions`: a region moto does not list served, not answered with a 500.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from collections.abc import Callable
 import moto
 
 from copier.local.moto_patches.dynamodb import patch_duplicate_gsi_create
+from copier.local.moto_patches.regions import patch_any_region
 from copier.local.moto_patches.resharding import patch_get_records, patch_merge, patch_routing, patch_split
 from copier.local.moto_patches.sequence_numbers import patch_sequence_numbers
 from copier.local.moto_patches.stream_settings import patch_record_distribution, patch_record_limits
@@ -47,6 +49,7 @@ PATCHES: tuple[Callable[[], None], ...] = (
     patch_duplicate_gsi_create,
     patch_record_limits,
     patch_record_distribution,
+    patch_any_region,
 )
 
 _apply_lock = threading.Lock()
