@@ -110,6 +110,7 @@ def test_a_missing_state_table_is_named_with_the_command_that_creates_it(pipelin
     assert result.returncode == 3, result
     assert f"the state table {table} does not exist (region us-east-1, endpoint {pipeline.endpoint})" in result.stderr
     assert f"copier init --properties {props}" in result.stderr
+    assert result.stderr.count("ResourceNotFoundException") == 1, "seen: AWS's code said twice on the one line"
     assert copier("init", "--properties", str(props)).returncode == 0
     after = copier("check-config", str(props))
     assert after.returncode == 0 and f"state table {table}: exists" in after.stdout
@@ -134,6 +135,30 @@ def test_export_takes_times_as_it_writes_them_as_iso_and_relative() -> None:
     assert _instant_ms("-2h", now_ms=10_000_000) == 10_000_000 - 7_200_000
     assert _instant_ms("-30m", now_ms=10_000_000) == 10_000_000 - 1_800_000
     assert _instant_ms("-1d", now_ms=100_000_000) == 100_000_000 - 86_400_000
+
+
+def test_since_and_until_take_now_in_export_and_repair() -> None:
+    """Seen: `copier repair --until now` refused. Both commands parse their times with the one parser."""
+    import argparse
+
+    from copier.commands import repair
+    from copier.commands.export import _instant_ms
+
+    assert _instant_ms("now", now_ms=10_000_000) == _instant_ms(" NOW ", now_ms=10_000_000) == 10_000_000
+    parser = argparse.ArgumentParser()
+    repair.add_arguments(parser)
+    args = parser.parse_args(["--properties", "p", "--since=-1h", "--until", "now"])
+    assert 0 < args.until - args.since <= 3_700_000
+
+
+def test_a_dry_run_repairs_last_progress_line_says_no_count_before_nothing_put() -> None:
+    """Seen: `repair: 0 dry run: nothing put`."""
+    from copier.adapters.progress import RunProgress
+    from copier.commands import repair
+
+    progress = RunProgress("repair", tty=False)
+    assert progress.text(*repair.closing(0, True)) == "repair: dry run: nothing put"
+    assert progress.text(*repair.closing(7, False)) == "repair: 7 lost events put"
 
 
 def test_export_of_a_stream_that_cannot_be_listed_leaves_no_directory(tmp_path: Path) -> None:

@@ -171,7 +171,7 @@ def test_behind_is_what_staging_holds_after_the_position_whoever_owns_the_shard(
     shards = [{"ShardId": "s-0", "SequenceNumberRange": {"StartingSequenceNumber": "1"}}]
     gone = ShardState(epoch=2, owner="host:9:dead", lease_until_ms=now - 20_000, behind_ms=0, updated_ms=now - 28_800)
     reports = {"w-dead": now - 600_000, "w-live": now - 1_000}
-    limits = Thresholds(max_unowned_ms=20_000)
+    limits = Thresholds(max_unowned_ms=10_000)
     stuck = judge(True, gone, KclLease("w-dead"), reports, Waiting(now - 28_800, 0), now, 61_000, limits)
     (row,) = rows(shards, {"s-0": gone}, now, health={"s-0": stuck})
     assert (row.behind, row.lag_ms, row.worker, row.lease) == (
@@ -181,7 +181,7 @@ def test_behind_is_what_staging_holds_after_the_position_whoever_owns_the_shard(
         "expired 20.0s ago",
     )
     assert row.problems == (
-        "no live owner for 28.8s: its KCL lease is held by w-dead, which last reported 10m00s ago (dead)",
+        "no live owner for at least 20.0s: its KCL lease is held by w-dead, which last reported 10m00s ago (dead)",
     )
     idle = ShardState(epoch=2, owner="host:9:live", lease_until_ms=now - 3_600_000, updated_ms=now - 3_600_000)
     fine = judge(True, idle, KclLease("w-live"), reports, Waiting(), now, 61_000, limits)

@@ -56,6 +56,37 @@ def test_a_shard_never_taken_over_is_a_failure() -> None:
     assert not demo._show_takeovers(Nobody(), ["shardId-0"], "b", clock.start - 100, 1, clock, lambda: None)
 
 
+def test_the_kill_line_names_every_shard_the_killed_worker_held_or_was_moving() -> None:
+    """Seen: progress `a:3 b:0, moving 1`, then the kill line named two shards of four (the other two were
+    between owners at that reading) and their takeover was never reported. Every shard the kill concerns is
+    named, and each is waited for until a live worker holds it."""
+    owners = {"shardId-0": None, "shardId-1": "a", "shardId-2": "a", "shardId-3": None, "shardId-4": "b"}
+    held, moving = demo.killed_shards(owners, "a")
+    assert (held, moving) == (["shardId-1", "shardId-2"], ["shardId-0", "shardId-3"])
+    assert demo.kill_line("a", held, moving) == (
+        "SIGKILLed worker a (daemon and processors), owner of shardId-1, shardId-2; "
+        "moving at the kill: shardId-0, shardId-3; starting c"
+    )
+
+
+def test_a_shard_not_seen_taken_over_is_named(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    class Nobody:
+        def owners(self) -> dict[str, str | None]:
+            return {"shardId-0": "c", "shardId-3": None}
+
+    ticks = itertools.count(0, 20)
+    monkeypatch.setattr(demo.time, "monotonic", lambda: float(next(ticks)))
+    monkeypatch.setattr(demo.time, "sleep", lambda s: None)
+    clock = demo._Clock()
+    done = demo._show_takeovers(Nobody(), ["shardId-0", "shardId-3"], "a", clock.start, 60, clock, lambda: None)
+    lines = [line.split("] ")[1] for line in capsys.readouterr().out.splitlines()]
+    assert not done
+    assert lines[0].startswith("shardId-0: taken over by worker c")
+    assert lines[1].startswith("shardId-3: not seen taken over ")
+
+
 def _summary(lines: list[str]) -> dict[str, str]:
     """The summary's rows by name: ``lost`` -> ``1``."""
     rows = lines[lines.index("summary") + 1 :]

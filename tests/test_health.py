@@ -29,22 +29,35 @@ def test_a_worker_is_alive_while_its_reports_are_within_the_kcl_leaders_two_inte
     assert (dead.alive, dead.problems) == (False, ()), "dead for seconds: not yet a problem (the next test)"
 
 
-def test_a_shard_without_a_live_owner_is_a_problem_only_once_that_outlasts_the_threshold() -> None:
-    """A lease move or a restart takes seconds: counted from the last sign of life (the owner's last report,
-    or the state item's last write, whichever is later); without any, at once."""
-    written = ShardState(epoch=2, owner="h:1:a", updated_ms=NOW - 30_000)
-    assert health(written, KclLease("w1"), w1=600_000).problems == ()
-    assert health(written, KclLease(None)).problems == ()
-    old = ShardState(epoch=2, owner="h:1:a", updated_ms=NOW - 90_000)
-    assert health(old, KclLease(None)).problems == ("no live owner for 1m30s: its KCL lease has no owner",)
-    assert health(old, KclLease("w9")).problems == (
-        "no live owner for 1m30s: its KCL lease is held by w9, which does not report (stopped)",
-    )
+def test_a_shard_without_a_live_owner_is_a_problem_only_once_its_owner_is_known_gone_for_the_threshold() -> None:
+    """A lease move or a restart takes seconds: counted from the instant the owner is known gone (its worker's
+    last report plus the expiry, or copier's lease expiry, whichever is later), said as a bound."""
+    written = ShardState(epoch=2, owner="h:1:a", lease_until_ms=NOW - 20_000, updated_ms=NOW - 30_000)
+    assert health(written, KclLease("w1"), w1=60_000).problems == (), "known gone 20 s ago"
+    assert health(written, KclLease("w1"), w1=90_000).problems == (), "copier's lease ran out only 20 s ago"
+    old = ShardState(epoch=2, owner="h:1:a", lease_until_ms=NOW - 3_600_000, updated_ms=NOW - 3_600_000)
+    assert health(old, KclLease("w9"), w9=90_000).problems == (
+        "no live owner for at least 1m24s: its KCL lease is held by w9, which last reported 1m30s ago (dead)",
+    ), "the report 90 s old plus the expiry (6 s): not the idle shard's hour-old write"
+    assert health(old, KclLease(None)).problems == ("no live owner: its KCL lease has no owner",)
     assert health(None, None).problems == (
         "no live owner: no KCL lease (the KCL has not listed the shard yet, or its lease table was lost)",
     )
     unknown = judge(True, old, KclLease("w9"), None, None, NOW, EXPIRY, LIMITS)
     assert (unknown.alive, unknown.problems) == (None, ()), "workers' reports unreadable: said once, not per shard"
+
+
+def test_after_a_graceful_stop_no_duration_is_made_up_and_idle_and_busy_shards_are_judged_alike() -> None:
+    """The only worker stopped 4 s ago (its report gone with it; the KCL lease still names it): an idle shard
+    whose last write is minutes old is not 'unowned for 3m45s', and a shard that committed just before the
+    stop is a problem as soon as copier's lease of it has run out, as the idle one is."""
+    idle = ShardState(epoch=1, owner="h:1:a", lease_until_ms=NOW - 220_000, updated_ms=NOW - 225_000)
+    problems = health(idle, KclLease("w1")).problems
+    assert problems == ("no live owner: its KCL lease is held by w1, which does not report (stopped)",)
+    busy = ShardState(epoch=1, owner="h:1:b", lease_until_ms=NOW - 1_000, updated_ms=NOW - 5_000)
+    assert health(busy, KclLease("w1")).problems == problems
+    leased = ShardState(epoch=1, owner="h:1:b", lease_until_ms=NOW + 5_000, updated_ms=NOW - 5_000)
+    assert health(leased, KclLease("w1")).problems == (), "its copier owner may still be writing"
 
 
 def test_a_shard_copier_ended_needs_no_owner_and_is_not_read() -> None:

@@ -172,7 +172,7 @@ def test_a_kcl_value_the_daemon_cannot_parse_stops_check_config_and_run_naming_i
     path = _variant(tmp_path, "shardSyncIntervalMillis = 1s")
     line = _line_of(path, "shardSyncIntervalMillis")
     expected = (
-        f"copier: error: {path}:{line}: shardSyncIntervalMillis: '1s': not a whole number: the KCL daemon would "
+        f"copier: {path}:{line}: shardSyncIntervalMillis: '1s': not a whole number: the KCL daemon would "
         "read it as 0 without a word; give digits only (in milliseconds: 1000)"
     )
     for command in (["check-config", "--offline", str(path)], ["run", "--properties", str(path)]):
@@ -209,8 +209,9 @@ def test_check_config_warns_of_a_lease_that_does_not_hold_on_a_loaded_host_with_
     short = _variant(tmp_path, "copier.leaseMillis = 3000")
     result = _copier("check-config", "--offline", str(short))
     assert result.returncode == 0
+    (line,) = [n for n, text in enumerate(short.read_text().splitlines(), 1) if text.startswith("copier.leaseMillis")]
     assert result.stderr.splitlines() == [
-        f"copier: warning: {short}: the copier lease (3000 ms: copier.leaseMillis, by default "
+        f"copier: warning: {short}:{line}: the copier lease (3000 ms: copier.leaseMillis, by default "
         "failoverTimeMillis) is not well above "
         "copier.putTimeoutMillis + copier.clockSkewMillis: a lease should be at least putTimeoutMillis + "
         "max(clockSkewMillis, 1000 ms: a clock bound measured from few answers) + 1000 ms (a renewal's write on a "

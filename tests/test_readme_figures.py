@@ -116,3 +116,16 @@ def test_readme_quotes_no_figure_of_the_demo_which_prints_its_own() -> None:
     for part in (demo, quick):
         assert not re.search(r"\d+(\.\d+)? ?s\b|\d+(-| to )\d+ minutes|two to four", part), part
     assert "117.5" not in readme
+
+
+def test_operations_says_how_the_kcl_3_leader_assigns_leases_with_the_settings_that_govern_it() -> None:
+    """Seen: docs/operations.md said the KCL "moves leases to" a new worker and "spreads leases evenly over
+    hosts", and a second worker joining an idle application got no shard for 3 minutes: the KCL 3.x leader
+    balances load, not lease counts. The guide names the settings that govern it, each a key the daemon reads."""
+    from copier.core.kclkeys import KCL_KEYS
+
+    guide = text("docs/operations.md")
+    assert "spreads leases evenly" not in guide and "moves leases to it" not in guide
+    for key in ("leaseAssignmentIntervalMillis", "varianceBalancingFrequency", "reBalanceThresholdPercentage"):
+        assert f"`{key}`" in guide and key in KCL_KEYS, key
+    assert "An idle application's leases carry no throughput" in guide

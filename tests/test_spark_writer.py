@@ -17,6 +17,7 @@ from typing import Any
 import botocore.exceptions
 import pytest
 
+from copier.commands import produce
 from copier.core import kpl
 from copier.core.config import parse_config
 from copier.core.errors import ConfigError, FatalAwsError
@@ -24,6 +25,7 @@ from copier.spark import (
     InvalidRowError,
     PutBudgetExhausted,
     RecordTooLargeError,
+    Tally,
     WriterSettings,
     encode_row,
     event_id_of,
@@ -384,10 +386,12 @@ def test_too_large_row_fails_the_job_naming_the_event(spark: Any, staging: tuple
 def test_foreach_batch_writes_every_row_of_a_streaming_query(
     spark: Any, staging: tuple[Any, str], endpoint: str, tmp_path: Path
 ) -> None:
-    """A file-source streaming query with trigger availableNow lands every row through foreach_batch."""
+    """A file-source streaming query with trigger availableNow lands every row through foreach_batch, and its
+    tally (``copier produce``'s summary line) counts them: seen, produce printed nothing of its own."""
     kinesis, stream = staging
     source = tmp_path / "in"
     source.mkdir()
+    tally = Tally()
     for f in range(3):
         lines = [json.dumps({"id": f"s-{f}-{i}", "n": i, "body": "x" * 20}) for i in range(100)]
         (source / f"part-{f}.json").write_text("\n".join(lines) + "\n")
@@ -395,7 +399,7 @@ def test_foreach_batch_writes_every_row_of_a_streaming_query(
         spark.readStream.schema("id STRING, n LONG, body STRING")
         .option("maxFilesPerTrigger", 1)
         .json(str(source))
-        .writeStream.foreachBatch(foreach_batch(WriterSettings(stream, REGION, endpoint, id_column="id")))
+        .writeStream.foreachBatch(foreach_batch(WriterSettings(stream, REGION, endpoint, id_column="id"), tally))
         .trigger(availableNow=True)
         .option("checkpointLocation", str(tmp_path / "checkpoint"))
         .start()
@@ -408,3 +412,5 @@ def test_foreach_batch_writes_every_row_of_a_streaming_query(
     payloads = _payloads(kinesis, stream)
     assert len(payloads) == 300
     assert {p["eventId"] for p in payloads} == {f"s-{f}-{i}" for f in range(3) for i in range(100)}
+    assert (tally.records, tally.batches) == (300, 3)
+    assert produce.summary(tally, stream) == f"produce: 300 records written to {stream} in 3 micro-batches"

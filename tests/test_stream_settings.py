@@ -90,6 +90,21 @@ def test_the_verdicts_name_each_setting_and_what_copier_does_under_it() -> None:
     assert "reads 8 open shards" in next(v.text for v in calm if v.level == "warning")
 
 
+def test_one_open_shard_is_said_in_the_singular() -> None:
+    """Seen: `1 open shards` in check-config's line about a stream."""
+    one = judge(
+        StreamSettings("s", 24 * HOUR_MS, open_shards=1),
+        StreamSettings("t", 24 * HOUR_MS, distribution=AUTO, open_shards=1),
+        None,
+        ordering="none",
+        window_ms=HOUR_MS,
+        digest_ttl_floor_ms=48 * HOUR_MS,
+    )
+    texts = " | ".join(v.text for v in one)
+    assert "1 open shards" not in texts and "staging s: " in texts and ", 1 open shard, " in texts, texts
+    assert "reads 1 open shard of it" in texts, texts
+
+
 def test_blocking_is_staging_auto_or_an_ordered_auto_target() -> None:
     assert blocking(StreamSettings("s", distribution=AUTO), None, "none") is not None
     assert blocking(None, StreamSettings("t", distribution=AUTO), "partitionKey") is not None

@@ -45,7 +45,8 @@ def naming_the_resource(error: AwsError, what: str, where: str, step: str) -> Aw
     what to do (``step``); AWS's own message ("Requested resource not found") names none of them."""
     if error.code != "ResourceNotFoundException":
         return error
-    return FatalAwsError(error.operation, error.code, f"{what} does not exist ({where}): {step} (AWS said: {error})")
+    said = error.message  # the operation and code are the new error's own: not said twice
+    return FatalAwsError(error.operation, error.code, f"{what} does not exist ({where}): {step} (AWS said: {said})")
 
 
 def place(region: str, endpoint: str | None) -> str:

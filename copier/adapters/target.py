@@ -29,6 +29,7 @@ from copier.adapters.aws import convert_aws_error
 from copier.adapters.sessions import host_session, share_loader
 from copier.core.config import Config
 from copier.core.errors import AwsError
+from copier.core.streamsettings import open_shards
 
 __all__ = ["check_target", "target_session"]
 
@@ -85,5 +86,5 @@ def check_target(config: Config) -> str:
     key = f", encrypted with {summary['KeyId']}" if encryption == "KMS" and summary.get("KeyId") else ""
     return (
         f"target {config.target_stream_name} in {config.target_region} reachable {who}: "
-        f"{summary.get('StreamStatus', '?')}, {summary.get('OpenShardCount', '?')} open shards{key}"
+        f"{summary.get('StreamStatus', '?')}, {open_shards(summary.get('OpenShardCount'))}{key}"
     )

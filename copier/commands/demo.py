@@ -84,7 +84,25 @@ def _show_takeovers(
         if waiting:
             time.sleep(1.0)
     progress()
+    for shard in sorted(waiting):
+        clock.say(f"{shard}: not seen taken over {time.monotonic() - since:.1f}s after the kill")
     return not waiting
+
+
+def killed_shards(owners: Mapping[str, str | None], victim: str) -> tuple[list[str], list[str]]:
+    """The shards a kill of ``victim`` concerns, from one reading of the owners: those it holds, and those
+    moving (between two owners: the KCL moves leases about, and which two a move is between does not show),
+    which it may have been handing on or taking over. Both must be seen taken over by a live worker."""
+    held = sorted(shard for shard, owner in owners.items() if owner == victim)
+    moving = sorted(shard for shard, owner in owners.items() if owner is None)
+    return held, moving
+
+
+def kill_line(victim: str, held: list[str], moving: list[str]) -> str:
+    """What the kill line says: every shard the killed worker held, and every one moving at that moment."""
+    of = f"owner of {', '.join(held)}" if held else "owner of no shard"
+    between = f"; moving at the kill: {', '.join(moving)}" if moving else ""
+    return f"SIGKILLed worker {victim} (daemon and processors), {of}{between}; starting c"
 
 
 LEGEND = (
@@ -247,12 +265,12 @@ def main(args: argparse.Namespace) -> int:
             clock.say("no worker took a shard; see the worker logs in " + str(workdir))
             return 3
         victim = pipeline.busiest_worker()
-        moved = sorted(s for s, owner in pipeline.owners().items() if owner == victim.name)
+        held, moving = killed_shards(pipeline.owners(), victim.name)
         victim.kill_host()
         killed = time.monotonic()
-        clock.say(f"SIGKILLed worker {victim.name} (daemon and processors), owner of {', '.join(moved)}; starting c")
+        clock.say(kill_line(victim.name, held, moving))
         pipeline.start_worker("c")
-        if not _show_takeovers(pipeline, moved, victim.name, killed, args.timeout, clock, progress):
+        if not _show_takeovers(pipeline, held + moving, victim.name, killed, args.timeout, clock, progress):
             clock.say("the killed worker's shards were not taken over in time; see the worker logs in " + str(workdir))
             return 3
         if not pipeline.wait(lambda: producer.poll() is not None, args.timeout, progress):

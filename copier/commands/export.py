@@ -66,8 +66,10 @@ def _instant(text: str) -> Instant:
 
 def _instant_ms(text: str, now_ms: int | None = None) -> int:
     """A time in epoch milliseconds, given as export writes them (``1700000000123``), as ISO 8601 (UTC when
-    no zone is given), or relative to now (``-2h``, ``-30m``, ``-45s``, ``-1d``)."""
+    no zone is given), relative to now (``-2h``, ``-30m``, ``-45s``, ``-1d``), or ``now``."""
     text = text.strip()
+    if text.lower() == "now":
+        return int(dt.datetime.now(dt.UTC).timestamp() * 1000) if now_ms is None else now_ms
     if text.isdigit():
         return int(text)
     if text.startswith("-") and text[-1:] in _UNITS_MS and text[1:-1].isdigit():
@@ -77,7 +79,7 @@ def _instant_ms(text: str, now_ms: int | None = None) -> int:
         moment = dt.datetime.fromisoformat(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"not a time: {text!r} (epoch milliseconds, ISO 8601 such as 2026-11-23T10:00:00Z, or -2h/-30m/-1d)"
+            f"not a time: {text!r} (epoch milliseconds, ISO 8601 such as 2026-11-23T10:00:00Z, -2h/-30m/-1d, or now)"
         ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=dt.UTC)
@@ -91,7 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", required=True, metavar="DIR", help="directory for the files (created)")
     parser.add_argument("--gzip", action="store_true", help="write .jsonl.gz files")
-    when = "epoch ms, ISO 8601 or relative (-2h, -30m, -1d)"
+    when = "epoch ms, ISO 8601, relative (-2h, -30m, -1d) or now"
     parser.add_argument(
         "--since", type=_instant, metavar="TIME", help=f"only records that arrived at or after ({when})"
     )

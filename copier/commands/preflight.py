@@ -63,7 +63,11 @@ def lint(config: Config, host: bool = True) -> list[tuple[str, str]]:
                     "us-east-1, eu-west-2, cn-north-1, us-gov-west-1: botocore's partitions.json)",
                 )
             )
-    return [(f"{level}: {config.path}:{line}: {key}: {text}", level) for level, line, key, text in found]
+    # an error in the form of copier's own (a ConfigError: ``path:line: key: problem``), a warning so marked
+    return [
+        (f"{'' if level == 'error' else f'{level}: '}{config.path}:{line}: {key}: {text}", level)
+        for level, line, key, text in found
+    ]
 
 
 def _endpoints(config: Config) -> dict[str, tuple[list[str], str, list[str]]]:
@@ -114,6 +118,7 @@ def _nothing_here(config: Config, error: AwsError) -> AwsError:
     from copier.adapters.awsauth import listed_regions
     from copier.adapters.awserrors import place
     from copier.adapters.kinesis import KinesisStreams
+    from copier.adapters.localkeys import on_this_machine
     from copier.core.startfaults import region_note
 
     try:
@@ -123,12 +128,13 @@ def _nothing_here(config: Config, error: AwsError) -> AwsError:
             return error
         where = place(config.region, config.state_endpoint)
         note = region_note(config.region, listed_regions())
+        # a local backend has one account, whatever the keys (copier signs with dummy ones there)
+        account = "" if on_this_machine(config) else " Or are the credentials another account's?"
         return FatalAwsError(
             error.operation,
             error.code,
             f"neither the staging stream {config.stream_name} nor the state table {config.state_table_name} "
-            f"exists ({where}): is regionName right?{'' if note is None else f' {note}'} Or are the credentials "
-            "another account's?",
+            f"exists ({where}): is regionName right?{'' if note is None else f' {note}'}{account}",
         )
     except AwsError:
         return error
@@ -199,8 +205,19 @@ def _file_warnings(config: Config, lines: list[tuple[str, str]]) -> None:
 
     for text, level in lines:
         say(text, level)
-    for warning in config_warnings(config) + daemon_warnings(config):
+    for warning in config_warnings(config, _key_lines(config.path)) + daemon_warnings(config):
         say(f"warning: {warning}", "warning")
+
+
+def _key_lines(path: str) -> dict[str, int]:
+    """Each key's line in the file (the last time it is given, the one that counts); none if it is unreadable."""
+    from copier.core.properties import parse_properties
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    return {key: number for key, (number, _) in parse_properties(text).items()}
 
 
 def check_config(config: Config, offline: bool) -> int:

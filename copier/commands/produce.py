@@ -26,7 +26,7 @@ from copier.core.config import Config
 from copier.core.limits import MAX_RECORD_BYTES
 
 if TYPE_CHECKING:
-    from copier.spark import WriterSettings
+    from copier.spark import Tally, WriterSettings
 
 __all__ = ["add_arguments", "build_query", "main"]
 
@@ -95,8 +95,8 @@ def staging_record_limit(settings: WriterSettings) -> int:
         return MAX_RECORD_BYTES
 
 
-def build_query(spark: Any, args: argparse.Namespace, config: Config) -> Any:
-    """The streaming query, not yet started: file source -> foreach_batch writer."""
+def build_query(spark: Any, args: argparse.Namespace, config: Config, tally: Tally | None = None) -> Any:
+    """The streaming query, not yet started: file source -> foreach_batch writer (counting into ``tally``)."""
     from copier.spark import WriterSettings, foreach_batch
 
     settings = WriterSettings.from_config(
@@ -109,7 +109,7 @@ def build_query(spark: Any, args: argparse.Namespace, config: Config) -> Any:
     settings = replace(settings, max_record_bytes=staging_record_limit(settings))
     schema = args.schema or spark.read.json(args.input).schema
     stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", args.max_files_per_trigger).json(args.input)
-    write = foreach_batch(settings)
+    write = foreach_batch(settings, tally)
     if args.partitions:
         partitions = args.partitions
 
@@ -126,10 +126,23 @@ def main(args: argparse.Namespace) -> int:
     # Read before Spark starts: its JVM and Python workers inherit the dummy keys of a local run (their
     # environment is fixed when they start), which sign the workers' puts (copier.adapters.localkeys).
     config = command_config(args.properties)
+    from copier.spark import Tally
+
     spark = _session(args.master)
+    tally = Tally()
     try:
-        query = build_query(spark, args, config).start()
+        query = build_query(spark, args, config, tally).start()
         query.awaitTermination()
     finally:
         spark.stop()
+    sys.stderr.write(summary(tally, config.stream_name) + "\n")
     return 0
+
+
+def summary(tally: Tally, stream: str) -> str:
+    """The one line a finished run prints. Duplicates written on purpose (a micro-batch written again after a
+    restart from the checkpoint) are among the records: the writer cannot tell a replayed batch's rows from new
+    ones, and the copier drops them downstream."""
+    batches = "micro-batch" if tally.batches == 1 else "micro-batches"
+    records = "record" if tally.records == 1 else "records"
+    return f"produce: {tally.records} {records} written to {stream} in {tally.batches} {batches}"

@@ -74,7 +74,7 @@ READ_ATTEMPTS = 10  # reading an envelope's record back from staging, through th
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``copier redrive``."""
     parser.add_argument("--properties", required=True, metavar="FILE", help="the copier's properties file")
-    when = "epoch ms, ISO 8601 or relative (-2h, -30m, -1d)"
+    when = "epoch ms, ISO 8601, relative (-2h, -30m, -1d) or now"
     parser.add_argument(
         "--since", type=_instant_ms, metavar="TIME", help=f"only events that arrived in staging at or after ({when})"
     )

@@ -65,7 +65,7 @@ EXAMPLES = 5  # what the summary lists of the events put
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``copier repair``."""
     parser.add_argument("--properties", required=True, metavar="FILE", help="the copier's properties file")
-    when = "epoch ms, ISO 8601 or relative (-2h, -30m, -1d)"
+    when = "epoch ms, ISO 8601, relative (-2h, -30m, -1d) or now"
     parser.add_argument(
         "--since",
         type=_instant_ms,
@@ -289,6 +289,11 @@ def _place(text: str) -> tuple[str, int, int]:
         return shard, -1, -1
 
 
+def closing(put: int, dry_run: bool) -> tuple[int, int | None, str]:
+    """The last progress line's arguments: a dry run puts nothing, so it shows no count before saying so."""
+    return (0, 0, "dry run: nothing put") if dry_run else (put, None, "lost events put")
+
+
 def main(args: argparse.Namespace) -> int:
     """``copier repair``; see the module docstring for the exit statuses."""
     from copier.adapters.logs import configure_logging
@@ -324,6 +329,6 @@ def main(args: argparse.Namespace) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    progress.finish(run.put, None, "dry run: nothing put" if args.dry_run else "lost events put")
+    progress.finish(*closing(run.put, args.dry_run))
     print("\n".join(run.summary(final)), flush=True)
     return run.exit_status(final)

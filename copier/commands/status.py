@@ -88,8 +88,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_seconds,
         default=limits.max_unowned_ms,
         metavar="SECONDS",
-        help=f"a problem when a shard has had no live owner for longer (default {limits.max_unowned_ms // 1000}: "
-        "a lease move or a restart takes seconds)",
+        help=f"a problem when a shard has had no live owner for longer, counted from when its owner is known gone "
+        f"(default {limits.max_unowned_ms // 1000}: a lease move or a restart takes seconds)",
     )
 
 

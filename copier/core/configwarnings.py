@@ -22,6 +22,8 @@ time at all (``leaseMillis <= putTimeoutMillis + clockSkewMillis``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from copier.core.clockcheck import DATE_RESOLUTION_MS
 from copier.core.config import Config
 
@@ -36,14 +38,16 @@ def lease_floor(config: Config) -> int:
     return config.put_timeout_millis + max(config.clock_skew_millis, DATE_RESOLUTION_MS) + RENEWAL_MS + FORWARD_MS
 
 
-def config_warnings(config: Config) -> list[str]:
-    """What in ``config`` is valid but will not hold, each with the rule and its numbers."""
+def config_warnings(config: Config, lines: Mapping[str, int] | None = None) -> list[str]:
+    """What in ``config`` is valid but will not hold, each with the rule and its numbers, at the line of the key
+    to change when the file gives it (``lines``: each key's line, as the file was read)."""
     out = []
     floor = lease_floor(config)
     if config.lease_millis < floor:
         skew = config.clock_skew_millis
+        where = _at(config.path, lines or {}, "copier.leaseMillis", "failoverTimeMillis")
         out.append(
-            f"{config.path}: the copier lease ({config.lease_millis} ms: copier.leaseMillis, by default "
+            f"{where}: the copier lease ({config.lease_millis} ms: copier.leaseMillis, by default "
             f"failoverTimeMillis) is not well above "
             f"copier.putTimeoutMillis + copier.clockSkewMillis: a lease should be at least putTimeoutMillis + "
             f"max(clockSkewMillis, 1000 ms: a clock bound measured from few answers) + 1000 ms (a renewal's write "
@@ -52,3 +56,9 @@ def config_warnings(config: Config) -> list[str]:
             f"a renewal and a slow one lets the lease run short; set copier.leaseMillis = {floor} or more"
         )
     return out
+
+
+def _at(path: str, lines: Mapping[str, int], *keys: str) -> str:
+    """``path:line`` of the first of ``keys`` the file gives (the one that sets the value), else ``path``."""
+    line = next((lines[key] for key in keys if key in lines), None)
+    return path if line is None else f"{path}:{line}"

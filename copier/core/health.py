@@ -23,9 +23,22 @@ read in one pass, never from the journal (it is on other hosts):
 * **Is it stalled?** What its owner wrote in the state item
   (``copier.shard.stalls``): why, and since when.
 
+How long a shard has had no live owner is known only as a bound. Its
+owner was alive at its last report (``lut``), but a stopped worker's
+report, a lease with no owner, or an idle shard's copier lease (renewed
+only by writes) says nothing of when it went away. The rule: the owner is
+*known gone* from the later of its worker's last report plus the expiry
+above (when the KCL's leader counts it dead) and copier's lease expiry
+(when it can no longer write); ``no live owner for at least ...`` counts
+from that instant. When its worker has no report (stopped, or no owner),
+no instant is known: the line says ``no live owner`` with no duration, and
+it is a problem as soon as copier's lease of the shard has run out (at once
+for an idle shard): a lease move names a live owner within seconds, so an
+owner nobody can date is not one in the middle of a move.
+
 A *problem* (a line of ``--check``) is a stall; a shard that needs an owner
-and has had none, or a dead one, for longer than ``max_unowned_ms`` (a
-lease move takes seconds); a record that has waited longer than
+and has had none, or a dead one, for longer than ``max_unowned_ms`` after
+its owner is known gone (above); a record that has waited longer than
 ``max_lag_ms``; or a shard whose staging could not be read. A shard copier
 has ended (SHARD_END) needs neither owner nor reading.
 """
@@ -43,6 +56,7 @@ __all__ = [
     "KclLease",
     "Thresholds",
     "Waiting",
+    "gone_since",
     "judge",
     "reading_from",
     "span",
@@ -155,7 +169,7 @@ def judge(
     seen = reports.get(worker) if reports is not None and worker is not None else None
     alive = None if worker is None or reports is None else seen is not None and now_ms - seen <= expiry_ms
     if reports is not None and not alive:
-        problems += _unowned(lease, worker, seen, state, now_ms, limits)
+        problems += _unowned(lease, worker, seen, state, now_ms, expiry_ms, limits)
     if state is not None and state.stall_reason:
         since = state.stall_since_ms
         how_long = f" for {span(now_ms - since)}" if since else ""
@@ -181,13 +195,16 @@ def _unowned(
     seen: int | None,
     state: ShardState | None,
     now_ms: int,
+    expiry_ms: int,
     limits: Thresholds,
 ) -> list[str]:
-    """A shard without a live owner, once that has lasted ``max_unowned_ms``: since the owner's last report, or
-    the state item's last write, whichever is later (unknown: at once)."""
-    since = max(filter(None, (seen, state.updated_ms if state is not None else None)), default=None)
-    if since is not None and now_ms - since <= limits.max_unowned_ms:
+    """A shard without a live owner, once that has lasted ``max_unowned_ms`` (see the module's docstring: from
+    the instant its owner is known gone, or at once when nothing bounds it)."""
+    gone = gone_since(seen, state, expiry_ms)
+    if gone is not None and now_ms - gone <= limits.max_unowned_ms:
         return []  # a lease move, a restart: the KCL hands it on within seconds
+    if gone is None and state is not None and state.lease_until_ms > now_ms:
+        return []  # its copier owner may still be writing
     if lease is None:
         why = "no KCL lease (the KCL has not listed the shard yet, or its lease table was lost)"
     elif worker is None:
@@ -196,5 +213,14 @@ def _unowned(
         why = f"its KCL lease is held by {worker}, which does not report (stopped)"
     else:
         why = f"its KCL lease is held by {worker}, which last reported {span(now_ms - seen)} ago (dead)"
-    for_ = f" for {span(now_ms - since)}" if since is not None else ""
+    for_ = f" for at least {span(now_ms - gone)}" if gone is not None else ""
     return [f"no live owner{for_}: {why}"]
+
+
+def gone_since(seen: int | None, state: ShardState | None, expiry_ms: int) -> int | None:
+    """The instant from which a shard's owner is known gone: when the KCL's leader counts its worker dead (its
+    last report plus the expiry) or when copier's lease of it ran out, whichever is later; None when its worker
+    never reported (a stopped worker's report is gone, a lease with no owner has none): nothing bounds it."""
+    if seen is None:
+        return None
+    return max(seen + expiry_ms, state.lease_until_ms if state is not None else 0)

@@ -36,6 +36,7 @@ from typing import Any
 from copier.core.limits import MAX_RECORD_BYTES
 
 __all__ = [
+    "open_shards",
     "AUTO",
     "PARTITION_KEY",
     "SUMMARY_MAX_AGE_S",
@@ -127,6 +128,13 @@ def _mib(size: int) -> str:
     return f"{size / 1024 / 1024:g} MiB"
 
 
+def open_shards(count: int | None, unknown: str = "?") -> str:
+    """``1 open shard``, ``4 open shards``; ``unknown`` in place of a count not known (None)."""
+    if count is None:
+        return f"{unknown} open shards"
+    return f"{count} open shard{'' if count == 1 else 's'}"
+
+
 def judge(
     staging: StreamSettings,
     target: StreamSettings,
@@ -147,7 +155,7 @@ def judge(
             Verdict(
                 s.name,
                 "ok",
-                f"{role} {s.name}: {s.mode}, {s.open_shards if s.open_shards is not None else '?'} open shards, "
+                f"{role} {s.name}: {s.mode}, {open_shards(s.open_shards)}, "
                 f"RecordDistributionStrategy {s.distribution}, MaxRecordSize {_mib(s.max_record_bytes)}, "
                 f"retention {retention}, encryption {s.encryption}{key}",
             )
@@ -175,13 +183,13 @@ def judge(
                 )
             )
         else:
-            shards = target.open_shards if target.open_shards is not None else "every"
+            shards = open_shards(target.open_shards, unknown="every")
             out.append(
                 Verdict(
                     target.name,
                     "warning",
                     f"target {target.name} has RecordDistributionStrategy AUTO: verifying an ambiguous put reads "
-                    f"{shards} open shards of it, not only the ones its keys hash to",
+                    f"{shards} of it, not only the ones its keys hash to",
                 )
             )
     if target.max_record_bytes < staging.max_record_bytes:

@@ -60,6 +60,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from copier.core.errors import FatalAwsError
@@ -77,6 +78,7 @@ __all__ = [
     "InvalidRowError",
     "PutBudgetExhausted",
     "RecordTooLargeError",
+    "Tally",
     "WriterSettings",
     "canonical_json",
     "default_client",
@@ -107,29 +109,45 @@ def _partition_id() -> int | None:
     return None if context is None else int(context.partitionId())
 
 
-def write_partition(settings: WriterSettings, ranges: ShardMap | None, rows: Iterable[Any]) -> None:
+def write_partition(
+    settings: WriterSettings, ranges: ShardMap | None, rows: Iterable[Any], written: Any = None
+) -> None:
     """Write one Spark partition's rows (runs on an executor, with a client of its own).
 
     Rows are encoded and sent in chunks; a bad or too large row raises before
     its chunk is sent, so nothing after an error is skipped silently: the
-    task fails and its retry writes the partition again.
+    task fails and its retry writes the partition again. ``written``: a Spark
+    accumulator the rows landed are added to once all have (Spark applies a
+    task's update of an action once, a retried task's only once).
     """
     partition = _partition_id()
     client = make_client(settings)
     chunk: list[Entry] = []
     size = 0
+    count = 0
     for position, row in enumerate(rows):
         entry = encode_row(row, settings, position, partition)
         chunk.append(entry)
         size += len(entry.data)
+        count = position + 1
         if len(chunk) >= _FLUSH_RECORDS or size >= _FLUSH_BYTES:
             send(client, settings, chunk, ranges)
             chunk, size = [], 0
     if chunk:
         send(client, settings, chunk, ranges)
+    if written is not None:
+        written.add(count)
 
 
-def write_dataframe(df: DataFrame, settings: WriterSettings) -> None:
+@dataclass
+class Tally:
+    """What a writer has written, on the driver: rows landed and micro-batches (``copier produce``'s summary)."""
+
+    records: int = 0
+    batches: int = 0
+
+
+def write_dataframe(df: DataFrame, settings: WriterSettings, tally: Tally | None = None) -> None:
     """Write a batch DataFrame to the staging stream; raises (the Spark job fails) unless every row landed."""
     for column in (settings.id_column, settings.partition_key_column):
         if column is not None and column not in df.columns:
@@ -137,18 +155,22 @@ def write_dataframe(df: DataFrame, settings: WriterSettings) -> None:
     ranges = open_shard_ranges(make_client(settings), settings.stream_name) if settings.aggregate else None
     if ranges is not None and not ranges.ranges:
         raise FatalAwsError("ListShards", "NoOpenShards", f"{settings.stream_name} has no open shard")
-    df.foreachPartition(functools.partial(write_partition, settings, ranges))
+    written = df.sparkSession.sparkContext.accumulator(0) if tally is not None else None
+    df.foreachPartition(functools.partial(write_partition, settings, ranges, written=written))
+    if tally is not None and written is not None:
+        tally.records += written.value
+        tally.batches += 1
 
 
-def _write_batch(settings: WriterSettings, df: DataFrame, batch_id: int) -> None:
+def _write_batch(settings: WriterSettings, tally: Tally | None, df: DataFrame, batch_id: int) -> None:
     log.info("writing micro-batch %d to %s", batch_id, settings.stream_name)
-    write_dataframe(df, settings)
+    write_dataframe(df, settings, tally)
 
 
-def foreach_batch(settings: WriterSettings) -> Callable[[DataFrame, int], None]:
+def foreach_batch(settings: WriterSettings, tally: Tally | None = None) -> Callable[[DataFrame, int], None]:
     """A function for ``df.writeStream.foreachBatch``: each micro-batch written with :func:`write_dataframe`.
 
     A micro-batch replayed after a failure carries the same event IDs
     (explicit or derived), so its duplicates are recognised downstream.
     """
-    return functools.partial(_write_batch, settings)
+    return functools.partial(_write_batch, settings, tally)
