@@ -125,9 +125,16 @@ def test_status_check_tells_a_healthy_a_stalled_and_an_unowned_shard_apart(pipel
     put(pipeline, staging, 2, "d")  # waits for an owner
     kcl.report("worker-live")
 
-    result = status(props, "--check", "--max-unowned", "0")
+    # the dead worker's shard is unowned once copier's lease of it has run out too (copier.core.health.gone_since):
+    # asked again until then, however long the machine took to get here
+    deadline = time.monotonic() + 60
+    while True:
+        result = status(props, "--check", "--max-unowned", "0")
+        lines = result.stdout.splitlines()
+        if len(lines) == 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert result.returncode == 1, result.stderr
-    lines = result.stdout.splitlines()
     assert len(lines) == 2, lines
     assert lines[0].startswith(f"{SHARDS[1]}: stalled for ")
     assert ": rejected: PutRecords: ValidationException: " in lines[0], lines[0]
