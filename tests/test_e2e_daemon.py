@@ -15,6 +15,7 @@ import functools
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -94,6 +95,37 @@ def test_two_workers_a_sigkill_and_a_split_lose_and_duplicate_nothing(tmp_path: 
             pipeline.stop_all()
 
 
+def on_independent(
+    tmp_path: Path, independent: Endpoints, monkeypatch: pytest.MonkeyPatch, name: str, **kcl: str
+) -> LocalPipeline:
+    """A pipeline on kinesis-mock and dynalite with the local-only steps: the KCL's lease table made with its
+    index first (dynalite cannot add it) and COPIER_LOCAL_BACKEND=independent (dynalite has no TTL)."""
+    monkeypatch.setenv(ENV_MARK, "independent")
+    application = f"copier-e2e-{name}"
+    create_lease_table(independent.dynamodb, application)
+    return LocalPipeline(
+        independent.kinesis,
+        tmp_path,
+        staging=f"staging-e2e-{name}",
+        target=f"target-e2e-{name}",
+        application=application,
+        dynamodb_endpoint=independent.dynamodb,
+        kcl=dict(kcl),
+    )
+
+
+def exactly_once_after_a_takeover(pipeline: LocalPipeline, produced: Any) -> dict[str, Any]:
+    """Waits for the target to catch up, then: copier verify clean and a shard changed hands; the shard states."""
+    caught_up = pipeline.wait(lambda: pipeline.caught_up(produced.last), 240)
+    states = pipeline.shard_states()
+    assert caught_up, {k: (str(s.position), s.owner) for k, s in states.items()}
+    verify = pipeline.verify(produced.manifest)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert CLEAN in verify.stdout
+    assert any(s.epoch >= 2 for s in states.values()), "a shard changed hands after the SIGKILL"
+    return states
+
+
 def test_on_kinesis_mock_and_dynalite_a_killed_worker_and_a_split_lose_and_duplicate_nothing(
     tmp_path: Path, independent: Endpoints, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -101,17 +133,7 @@ def test_on_kinesis_mock_and_dynalite_a_killed_worker_and_a_split_lose_and_dupli
     with the lean client against kinesis-mock and dynalite, one worker's JVM SIGKILLed, a staging shard split,
     and copier verify finds the target exactly once. The local-only steps: the KCL's lease table made with its
     index first (dynalite cannot add it), and COPIER_LOCAL_BACKEND=independent (dynalite has no TTL)."""
-    monkeypatch.setenv(ENV_MARK, "independent")
-    application = "copier-e2e-independent"
-    create_lease_table(independent.dynamodb, application)
-    pipeline = LocalPipeline(
-        independent.kinesis,
-        tmp_path,
-        staging="staging-e2e-independent",
-        target="target-e2e-independent",
-        application=application,
-        dynamodb_endpoint=independent.dynamodb,
-    )
+    pipeline = on_independent(tmp_path, independent, monkeypatch, "independent")
     try:
         pipeline.create(staging_shards=2, target_shards=2)
         produced = produce(pipeline.kinesis, pipeline.staging, 600, run="e2e", seed=5)
@@ -123,13 +145,7 @@ def test_on_kinesis_mock_and_dynalite_a_killed_worker_and_a_split_lose_and_dupli
         children = pipeline.split(first)
         assert len(children) == 2
         produce(pipeline.kinesis, pipeline.staging, 600, run="e2e", seed=6, start=600, out=produced)
-        caught_up = pipeline.wait(lambda: pipeline.caught_up(produced.last), 240)
-        states = pipeline.shard_states()
-        assert caught_up, {k: (str(s.position), s.owner) for k, s in states.items()}
-        verify = pipeline.verify(produced.manifest)
-        assert verify.returncode == 0, verify.stdout + verify.stderr
-        assert CLEAN in verify.stdout
-        assert any(s.epoch >= 2 for s in states.values()), "a shard changed hands after the SIGKILL"
+        states = exactly_once_after_a_takeover(pipeline, produced)
         for child in children:
             assert states[child].counters.get("forwarded", 0) > 0, f"{child} was copied"
     finally:
@@ -145,18 +161,8 @@ def test_under_fanout_on_kinesis_mock_a_killed_worker_and_its_replacement_lose_a
     application, copier.core.retrieval) shows it read by fan-out: a polling daemon registers none. No split:
     kinesis-mock 0.6.2 never ends a closed shard's subscription (docs/operations.md, "Polling or enhanced
     fan-out")."""
-    monkeypatch.setenv(ENV_MARK, "independent")
-    application = "copier-e2e-fanout"
-    create_lease_table(independent.dynamodb, application)
-    pipeline = LocalPipeline(
-        independent.kinesis,
-        tmp_path,
-        staging="staging-e2e-fanout",
-        target="target-e2e-fanout",
-        application=application,
-        kcl={"retrievalMode": "FANOUT"},
-        dynamodb_endpoint=independent.dynamodb,
-    )
+    pipeline = on_independent(tmp_path, independent, monkeypatch, "fanout", retrievalMode="FANOUT")
+    application = pipeline.application
     try:
         assert pipeline.config.retrieval_mode == "FANOUT"
         pipeline.create(staging_shards=2, target_shards=2)
@@ -171,13 +177,7 @@ def test_under_fanout_on_kinesis_mock_a_killed_worker_and_its_replacement_lose_a
         pipeline.start_worker("c")
         write(400, seed=9, start=500, out=produced)
         assert produced.duplicates > 0, "the producer wrote duplicates"
-        caught_up = pipeline.wait(lambda: pipeline.caught_up(produced.last), 240)
-        states = pipeline.shard_states()
-        assert caught_up, {k: (str(s.position), s.owner) for k, s in states.items()}
-        verify = pipeline.verify(produced.manifest)
-        assert verify.returncode == 0, verify.stdout + verify.stderr
-        assert CLEAN in verify.stdout
-        assert any(s.epoch >= 2 for s in states.values()), "a shard changed hands after the SIGKILL"
+        states = exactly_once_after_a_takeover(pipeline, produced)
         assert sum(s.counters.get("duplicates", 0) for s in states.values()) > 0, "producer duplicates dropped"
 
         arn = pipeline.kinesis.describe_stream_summary(StreamName=pipeline.staging)["StreamDescriptionSummary"]
