@@ -168,3 +168,22 @@ def test_the_lease_table_is_made_with_the_index_the_kcl_looks_for(independent: E
     (index,) = table["GlobalSecondaryIndexes"]
     assert index["IndexName"] == LEASE_INDEX and index["Projection"] == {"ProjectionType": "KEYS_ONLY"}
     assert [k["AttributeName"] for k in index["KeySchema"]] == ["leaseOwner", "leaseKey"]
+
+
+def test_the_emulator_refuses_only_what_an_aws_account_would(independent: Endpoints) -> None:
+    """kinesis-mock's own defaults (50 shards, closed ones counted; 10 on-demand streams) stopped a chaos run at
+    its twelfth seed; the backend is started with AWS's large-region account defaults instead."""
+    kinesis = client("kinesis", independent.kinesis)
+    provisioned, on_demand = "limit-test-provisioned", [f"limit-test-on-demand-{n}" for n in range(11)]
+    try:
+        kinesis.create_stream(StreamName=provisioned, ShardCount=120)  # over kinesis-mock's 50 in one stream
+        for name in on_demand:  # over kinesis-mock's 10 on-demand streams
+            kinesis.create_stream(StreamName=name, StreamModeDetails={"StreamMode": "ON_DEMAND"})
+        summary = kinesis.describe_stream_summary(StreamName=provisioned)["StreamDescriptionSummary"]
+        assert summary["OpenShardCount"] == 120
+    finally:
+        for name in [provisioned, *on_demand]:
+            try:
+                kinesis.delete_stream(StreamName=name, EnforceConsumerDeletion=True)
+            except kinesis.exceptions.ResourceNotFoundException:
+                pass

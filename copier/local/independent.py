@@ -76,6 +76,11 @@ LEASE_INDEX = "LeaseOwnerToLeaseKeyIndex"  # the KCL 3.x index on its lease tabl
 
 HOST = "127.0.0.1"
 DEFAULT_PORT_OF_MOTO = 4566  # copier.local.backend.DEFAULT_PORT (not imported: that module imports this one)
+#: kinesis-mock's own account limits are far below AWS's (50 shards, closed ones counted, and 10 on-demand
+#: streams for the whole emulator): a chaos run's twelfth seed met them. These are AWS's defaults in its large
+#: regions (us-east-1, us-west-2, eu-west-1: 20,000 shards; 50 on-demand streams), so the emulator refuses
+#: only what an account would.
+ACCOUNT_LIMITS = {"SHARD_LIMIT": "20000", "ON_DEMAND_STREAM_COUNT_LIMIT": "50"}
 START_TIMEOUT_S = 60.0  # kinesis-mock takes about 1 s of CPU to start; a loaded 2-core machine stretches it
 STOP_TIMEOUT_S = 10.0
 _PLACEHOLDER_PORT = "1"  # rewritten to 0 (ephemeral) by the preload
@@ -215,6 +220,7 @@ def servers() -> Iterator[Endpoints]:
                 "LOAD_DATA_IF_EXISTS": "false",
                 "SHOULD_PERSIST_DATA": "false",
                 "LOG_LEVEL": os.environ.get("KINESIS_MOCK_LOG_LEVEL", "ERROR"),
+                **ACCOUNT_LIMITS,
                 **{name: "0ms" for name in _ZERO_DELAYS},
             }
             started.append(_Server("kinesis-mock", [str(_kinesis_mock())], kinesis_env, workdir))
