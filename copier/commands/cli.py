@@ -100,7 +100,9 @@ def _processor_clients(config: Config, clock_bounds: Any) -> tuple[Any, Any]:
     from copier.adapters.awsauth import endpoint_for, lean_credentials, lean_reason
     from copier.adapters.awsjson import JsonClient, usable
     from copier.adapters.kinesis import KinesisStreams
+    from copier.adapters.summaryshare import SummaryShare
 
+    share = SummaryShare.for_host(config)  # one DescribeStreamSummary answer per stream for the host's processors
     calls = [
         ("kinesis", config.region, config.kinesis_endpoint),
         ("kinesis", config.target_region, config.target_endpoint),
@@ -114,12 +116,13 @@ def _processor_clients(config: Config, clock_bounds: Any) -> tuple[Any, Any]:
         url = config.state_endpoint or endpoint_for("dynamodb", config.region)
         assert url is not None  # lean_reason checked it
         client = JsonClient("dynamodb", config.region, url, credentials, 5.0, 10.0, clock_bounds.observe)
-        return LeanStateStore(config, client), KinesisStreams(config, clock_bounds=clock_bounds, lean=credentials)
+        streams = KinesisStreams(config, clock_bounds=clock_bounds, lean=credentials, share=share)
+        return LeanStateStore(config, client), streams
     from copier.adapters.dynamo import DynamoStateStore
 
     structlog.get_logger().info("botocore_clients", reason=reason)
     store = DynamoStateStore(config, clock_bounds=clock_bounds)
-    return store, KinesisStreams(config, clock_bounds=clock_bounds)
+    return store, KinesisStreams(config, clock_bounds=clock_bounds, share=share)
 
 
 def cmd_process(args: argparse.Namespace) -> int:
