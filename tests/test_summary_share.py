@@ -167,3 +167,25 @@ def test_the_shared_answer_survives_its_encoding_and_anything_else_is_asked_agai
     text = answer.encode()
     for broken in (text[: len(text) // 2], "[]", '{"settings": null}', text.replace("100.0", '"x"')):
         assert Answer.decode(broken) is None
+
+
+def test_check_config_under_a_throttled_describe_stream_summary_lets_the_start_go_on(
+    fake: FakeAws, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """check-config is the service's ExecStartPre: a DescribeStreamSummary throttled at a fleet's start (the
+    account's 20 a second) is a warning and exit 0, as for ``copier run``, not exit 3 and a host that does not
+    start (restarted by systemd every 5 s, each start spending the budget again). No ``ok:`` line: not every
+    check passed."""
+    from copier.commands.preflight import check_config
+
+    table = {"Table": {"TableName": "table", "TableStatus": "ACTIVE"}}
+    ttl = {"TimeToLiveDescription": {"TimeToLiveStatus": "ENABLED", "AttributeName": "expires_at"}}
+    fake.replies = [json_reply(200, table), json_reply(200, ttl)]
+    fake.replies += [json_reply(400, THROTTLED) for _ in range(10)]
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEYS.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", KEYS.secret_key)
+    config = load_config(write_properties(tmp_path / "p.properties", fake.url, "staging", "target", "table"))
+    assert check_config(config, offline=False) == 0
+    out, err = capsys.readouterr()
+    assert "could not be checked" in err and "LimitExceededException" in err
+    assert ": ok: " not in out
