@@ -119,7 +119,7 @@ def test_the_share_is_not_used_when_its_directory_is_open_to_other_users(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Another user could write answers there (a limit that dead-letters records): no share, each processor asks
-    alone. A private directory is shared."""
+    alone. A private directory is shared by the processors of one daemon (their parent), not another's."""
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     import tempfile
 
@@ -127,6 +127,11 @@ def test_the_share_is_not_used_when_its_directory_is_open_to_other_users(
     config = load_config(write_properties(tmp_path / "p.properties", "http://127.0.0.1:9/", "s", "t", "table"))
     share = SummaryShare.for_host(config)
     assert share is not None and share.directory.parent == tmp_path / f"copier-{os.getuid()}"
+    again = SummaryShare.for_host(config)
+    assert again is not None and again.directory == share.directory, "the processors of one daemon share"
+    monkeypatch.setattr(os, "getppid", lambda: os.getpid())
+    other = SummaryShare.for_host(config)
+    assert other is not None and other.directory != share.directory, "another daemon's run starts with none"
     os.chmod(share.directory.parent, 0o777)
     assert SummaryShare.for_host(config) is None
 

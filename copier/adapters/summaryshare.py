@@ -1,9 +1,13 @@
-"""A host's DescribeStreamSummary answers, one file a stream, shared by the processors of one application.
+"""A host's DescribeStreamSummary answers, one file a stream, shared by the processors of one daemon.
 
 The rules (who asks, when) are ``copier.core.summaryage``; this is their
-I/O. A directory per application and endpoint under the host's temporary
-directory (``$TMPDIR/copier-<uid>/summaries-<digest>``, made private to
-the user), in it for each stream:
+I/O. A directory under the host's temporary directory
+(``$TMPDIR/copier-<uid>/summaries-<digest>``, made private to the user) for
+the processors of one KCL daemon (their parent process: a host's ``copier
+run``) and one application and endpoints. Scoped to the daemon, not the host,
+so that a new run never acts on a previous run's answer (a stream deleted and
+created again under its name, a test session's streams of the same names):
+it starts with none. In it, for each stream:
 
 * ``<stream>.json``: the last :class:`~copier.core.summaryage.Answer`,
   replaced atomically (written beside, renamed): a reader sees the old
@@ -42,11 +46,14 @@ class SummaryShare:
 
     @classmethod
     def for_host(cls, config: Config) -> SummaryShare | None:
-        """The share of every processor of this application (its staging and target endpoints) run by this
-        user on this host; None when no private directory can be had (each processor then asks alone)."""
+        """The share of the processors of this daemon (the parent process: the KCL daemon that started this
+        ``copier process``; a wrapper that does not ``exec`` it gets a share of its own) for this application
+        and its staging and target endpoints, run by this user; None when no private directory can be had
+        (each processor then asks alone)."""
         where = "\n".join(
             str(part)
             for part in (
+                os.getppid(),
                 config.application_name,
                 config.region,
                 config.kinesis_endpoint,
