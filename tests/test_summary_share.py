@@ -82,20 +82,20 @@ def test_a_throttled_call_is_asked_again_by_one_processor_after_the_retry_interv
 ) -> None:
     """The call fails (LimitExceededException): every processor goes on at once with the last answer it knows
     (none yet: None), and the host asks again only SUMMARY_RETRY_S later, once, not at every chunk of every
-    processor."""
-    fake.replies = [json_reply(400, THROTTLED) for _ in range(3)]  # the lean client's 3 attempts
-    fake.replies += [json_reply(200, SUMMARY)]
+    processor, nor at once within the call (one attempt: a retry would only spend more of the account's 20 a
+    second)."""
+    fake.replies = [json_reply(400, THROTTLED), json_reply(200, SUMMARY)]
     host = Host(fake, tmp_path, SummaryShare(tmp_path))
     processors = [host.processor() for _ in range(4)]
     for p in processors:
         assert p.settings("target") is None
-    assert described(fake) == 3, "one call (three attempts), for the host"
+    assert described(fake) == 1, "one call, one attempt, for the host"
     host.now += SUMMARY_RETRY_S / 2
     assert [p.settings("target") for p in processors] == [None] * 4
-    assert described(fake) == 3
+    assert described(fake) == 1
     host.now += SUMMARY_RETRY_S
     found = [p.settings("target") for p in processors]
-    assert described(fake) == 4 and all(s is not None and s.max_record_bytes == 2048 * 1024 for s in found)
+    assert described(fake) == 2 and all(s is not None and s.max_record_bytes == 2048 * 1024 for s in found)
 
 
 def test_a_processor_never_waits_for_another_asking_now(fake: FakeAws, tmp_path: Path) -> None:
