@@ -92,9 +92,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     return status if status != 0 else run_daemon(loaded[0], args.properties)
 
 
-def _processor_clients(config: Config, clock_bounds: Any) -> tuple[Any, Any]:
+def _processor_clients(config: Config, clock_bounds: Any, shared: bool = False) -> tuple[Any, Any]:
     """The processor's state store and streams: on the lean path (``copier.adapters.awsauth``: no botocore,
-    a third of the memory) wherever it does what botocore would, else botocore's, saying why once."""
+    a third of the memory) wherever it does what botocore would, else botocore's, saying why once.
+    ``shared``: DescribeStreamSummary answers shared with the other processors of this daemon (``copier
+    process``); a command an operator runs (redrive, repair) asks for itself, so that a setting changed just
+    before it (a limit raised to redrive what it refused) is what it acts on."""
     import structlog
 
     from copier.adapters.awsauth import endpoint_for, lean_credentials, lean_reason
@@ -102,7 +105,7 @@ def _processor_clients(config: Config, clock_bounds: Any) -> tuple[Any, Any]:
     from copier.adapters.kinesis import KinesisStreams
     from copier.adapters.summaryshare import SummaryShare
 
-    share = SummaryShare.for_host(config)  # one DescribeStreamSummary answer per stream for the host's processors
+    share = SummaryShare.for_host(config) if shared else None  # one answer per stream for the daemon's processors
     calls = [
         ("kinesis", config.region, config.kinesis_endpoint),
         ("kinesis", config.target_region, config.target_endpoint),
@@ -158,7 +161,7 @@ def cmd_process(args: argparse.Namespace) -> int:
 
     configure_logging(config.log_level)
     clock_bounds = ClockBounds()  # this host's clock against AWS, from every answer the store and streams receive
-    store, streams = _processor_clients(config, clock_bounds)
+    store, streams = _processor_clients(config, clock_bounds, shared=True)
 
     emitter = emitter_for(config)
 
