@@ -92,8 +92,9 @@ class Streams(Protocol):
         ...
 
     def settings(self, stream: str, refresh: bool = False) -> StreamSettings | None:
-        """The stream's settings (DescribeStreamSummary, cached up to ``SUMMARY_MAX_AGE_S``; None when they cannot
-        be read); ``refresh``: ask again unless asked within ``SUMMARY_RETRY_S``."""
+        """The stream's settings (DescribeStreamSummary, up to ``SUMMARY_MAX_AGE_S`` old, an answer the host's
+        processors may share: ``copier.core.summaryage``; the last known, or None, when they cannot be read,
+        never waiting on another processor's call); ``refresh``: at most ``SUMMARY_RETRY_S`` old."""
         ...
 
     def read_source(self, stream: str, shard_id: str, first: Position, last: Position) -> Iterator[list[SourceRecord]]:
