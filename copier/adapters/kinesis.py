@@ -306,15 +306,10 @@ class KinesisStreams:
         except AwsError as exc:
             return Waiting(error=f"{exc.operation}: {exc.code}: {exc.message}")
 
-    def parents(self, stream: str, shard_id: str, ancestor: bool = False) -> list[str]:
-        """The parent shard IDs of a shard (one after a split, two after a merge).
-
-        ListShards is cached for a few seconds: a takeover walks a lineage,
-        asking about several shards in a row. A shard the daemon handed out
-        exists, so one not listed yet is a transient error; an ``ancestor``
-        not listed has expired with the stream's retention (ListShards lists
-        closed shards only within it), and so have its parents: none.
-        """
+    def shard_entry(self, stream: str, shard_id: str) -> dict[str, Any] | None:
+        """A shard's ListShards entry, None when not listed. ListShards is cached for a few seconds
+        (``LINEAGE_MAX_AGE_S``): a takeover reads its own range and walks a lineage, asking about several
+        shards in a row. A shard the cached listing does not name is asked about once more, fresh."""
         now = self._monotonic()
         cached = self._lineage.get(stream)
         for attempt in (1, 2):
@@ -323,7 +318,20 @@ class KinesisStreams:
                 self._lineage[stream] = cached
             for shard in cached[1]:
                 if shard["ShardId"] == shard_id:
-                    return [p for p in (shard.get("ParentShardId"), shard.get("AdjacentParentShardId")) if p]
+                    return shard
+        return None
+
+    def parents(self, stream: str, shard_id: str, ancestor: bool = False) -> list[str]:
+        """The parent shard IDs of a shard (one after a split, two after a merge), from :meth:`shard_entry`.
+
+        A shard the daemon handed out exists, so one not listed yet is a
+        transient error; an ``ancestor`` not listed has expired with the
+        stream's retention (ListShards lists closed shards only within it),
+        and so have its parents: none.
+        """
+        shard = self.shard_entry(stream, shard_id)
+        if shard is not None:
+            return [p for p in (shard.get("ParentShardId"), shard.get("AdjacentParentShardId")) if p]
         if ancestor:
             return []
         # The KCL handed this shard out, so it exists: ListShards has not caught up yet.

@@ -110,6 +110,13 @@ class Streams(Protocol):
         stream's retention removed is not there. ``keep_alive`` is called before every page."""
         ...
 
+    def shard_entry(self, stream: str, shard_id: str) -> dict[str, Any] | None:
+        """A shard's ListShards entry (its hash key range, its parents), None when ListShards does not list it.
+        An entry never changes: it may come from a listing a few seconds old that lists the shard, so that a
+        takeover's own range and lineage cost one ListShards (a listing is a call per 1,000 shards, and a
+        stream takes 1,000 a second)."""
+        ...
+
     def parents(self, stream: str, shard_id: str, ancestor: bool = False) -> list[str]:
         """The parent shard IDs of a shard (one after a split, two after a merge). ``ancestor``: a shard of
         the lineage, not the processor's own: one no longer listed has expired, and has none."""

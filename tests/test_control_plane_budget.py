@@ -1,5 +1,7 @@
-"""One DescribeStreamSummary answer per stream for a host's processors, refreshed at jittered times, never waited
-for (``copier.core.summaryage``, ``copier.adapters.summaryshare``; docs/operations.md, "The AWS API budget").
+"""copier's control-plane calls against the account's, stream's and shard's budgets (docs/operations.md, "The AWS
+API budget"): one DescribeStreamSummary answer per stream for a host's processors, refreshed at jittered times,
+never waited for (``copier.core.summaryage``, ``copier.adapters.summaryshare``); a takeover's range and lineage
+from one ListShards (a listing is one call per 1,000 shards, and a stream takes 1,000 a second).
 
 The processors are ``KinesisStreams`` of the lean path against a fake AWS
 endpoint on 127.0.0.1 that answers every DescribeStreamSummary and counts
@@ -20,6 +22,7 @@ from copier.adapters.awsauth import Credentials, StaticCredentials
 from copier.adapters.kinesis import KinesisStreams
 from copier.adapters.summaryshare import SummaryShare
 from copier.core.config import load_config
+from copier.core.errors import TransientAwsError
 from copier.core.streamsettings import SUMMARY_MAX_AGE_S, SUMMARY_RETRY_S, StreamSettings
 from copier.core.summaryage import JITTER, Answer, expiry, fresh, latest, may_ask
 from tests.support.fakeaws import FakeAws, clean_aws_env, fake_aws, json_reply
@@ -194,3 +197,44 @@ def test_check_config_under_a_throttled_describe_stream_summary_lets_the_start_g
     out, err = capsys.readouterr()
     assert "could not be checked" in err and "LimitExceededException" in err
     assert ": ok: " not in out
+
+
+LINEAGE_SHARD = "shardId-000000000002"
+LISTING = {
+    "Shards": [
+        {"ShardId": "shardId-000000000000", "HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": "9"}},
+        {
+            "ShardId": LINEAGE_SHARD,
+            "ParentShardId": "shardId-000000000000",
+            "HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": "4"},
+        },
+    ]
+}
+
+
+def listed(fake: FakeAws) -> int:
+    return sum(1 for r in fake.received if r.headers.get("X-Amz-Target", "").endswith("ListShards"))
+
+
+def test_the_range_and_the_lineage_of_a_takeover_come_from_one_listing(fake: FakeAws, tmp_path: Path) -> None:
+    """The shard's own entry (its range) and its parents, asked within seconds: one ListShards. (Each asked its
+    own: two, and a third for the lineage before the start.)"""
+    fake.replies = [json_reply(200, LISTING) for _ in range(4)]
+    streams = Host(fake, tmp_path, None).processor()
+    entry = streams.shard_entry("staging", LINEAGE_SHARD)
+    assert entry is not None and entry["HashKeyRange"]["EndingHashKey"] == "4"
+    assert streams.parents("staging", LINEAGE_SHARD) == ["shardId-000000000000"]
+    assert streams.parents("staging", "shardId-000000000000", ancestor=True) == []
+    assert listed(fake) == 1
+
+
+def test_a_shard_the_cached_listing_does_not_name_is_asked_about_fresh(fake: FakeAws, tmp_path: Path) -> None:
+    """A shard created since the cached listing (a split seconds ago) is looked for in a new one; one that is
+    still not listed is None (its own: a transient error, as the KCL handed it out)."""
+    fake.replies = [json_reply(200, LISTING) for _ in range(5)]
+    streams = Host(fake, tmp_path, None).processor()
+    assert streams.shard_entry("staging", LINEAGE_SHARD) is not None
+    assert streams.shard_entry("staging", "shardId-000000000007") is None
+    assert listed(fake) == 2
+    with pytest.raises(TransientAwsError):
+        streams.parents("staging", "shardId-000000000007")
