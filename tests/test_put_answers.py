@@ -364,3 +364,48 @@ def test_without_a_dead_letter_stream_a_lowered_limit_still_stalls_the_shard() -
     world.clock.advance(MINUTE)
     world.worker(cfg=config(deadLetterStreamName="dlq")).process(records)
     assert ids_in(world.streams) == Counter({"a": 1, "big": 1})
+
+
+# -- a record limit copier cannot read (issue 47) -----------------------------------------------------------
+
+HALF_OVER = MAX_RECORD_BYTES * 3 // 2  # 1.5 MiB: over the default limit, within a raised one
+
+
+def test_a_record_over_1_mib_is_forwarded_when_the_targets_limit_cannot_be_read_and_the_target_takes_it() -> None:
+    """DescribeStreamSummary fails for the target (throttled: no answer yet) and the target in fact takes 10 MiB
+    records: a 1.5 MiB record is forwarded to it, as it would be with the limit known. (The unknown limit was
+    taken as 1 MiB: the record was dead-lettered on a guess.)"""
+    world = dlq_world()
+    world.streams.max_record_bytes["target"] = 10 * MAX_RECORD_BYTES
+    world.streams.unreadable.add("target")
+    owner = world.worker()
+    with capture_logs() as logs:
+        owner.process([at(world, 1, "a"), at(world, 2, "big", size=HALF_OVER)])
+    assert [json.loads(d)["eventId"] for d in world.streams.data("target")] == ["a", "big"]
+    assert world.streams.data("dlq") == []
+    assert "rerouted" not in [e["event"] for e in logs]
+
+
+def test_a_record_the_unread_limit_refuses_waits_for_the_limit_and_is_dead_lettered_for_the_real_reason() -> None:
+    """The target's limit cannot be read and really is 1 MiB: the 1.5 MiB record is tried, refused whole, and the
+    shard waits (retrying, the limit asked again) until the limit can be read; then it is dead-lettered with the
+    target's real limit as its reason, and the chunk's other record reaches the target once."""
+    world = World(cfg=config(deadLetterStreamName="dlq"))
+    world.streams.max_record_bytes["dlq"] = 10 * MAX_RECORD_BYTES  # the envelope keeps the payload
+    world.streams.unreadable.add("target")
+    refusals = [0]
+
+    def readable_after_two() -> None:
+        refusals[0] += 1
+        if refusals[0] == 2:
+            world.streams.unreadable.discard("target")
+
+    world.streams.on_refused = readable_after_two
+    give_up_after(world)
+    owner = world.worker()
+    with capture_logs():
+        owner.process([at(world, 1, "a"), at(world, 2, "big", size=HALF_OVER)])
+    assert refusals[0] >= 2, "the put was tried: the target decided"
+    assert world.target_ids() == Counter({"a": 1}) and ids_in(world.streams) == Counter({"a": 1, "big": 1})
+    (envelope,) = [json.loads(d) for d in world.streams.data("dlq")]
+    assert f"limit of {MAX_RECORD_BYTES} bytes" in envelope["reason"]

@@ -591,3 +591,15 @@ def test_an_envelopes_bytes_are_read_back_through_a_throttle_and_only_a_record_g
     answers[:] = [FatalAwsError("GetShardIterator", "InvalidArgumentException", "past the trim horizon")]
     assert run._staged("staging", SHARD, Position(7)) is None
     assert run._staged("another-stream", SHARD, Position(7)) is None
+
+
+def test_a_run_whose_target_settings_cannot_be_read_sends_nothing_and_says_why() -> None:
+    """The target's DescribeStreamSummary fails (throttled): the run does not start, rather than guess the
+    target's record limit (before: a record over 1 MiB was said to fail again, under a limit never read)."""
+    world = ReshardedDeadLetters()
+    world.streams.unreadable.add("target")
+    run = RedriveRun(world.config, Selection(), world.store, world.streams, FakeReader(world.streams))
+    problem = run.blocked()
+    assert problem is not None and "settings cannot be read" in problem
+    world.streams.unreadable.discard("target")
+    assert run.blocked() is None

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import json
+import random
 import sys
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -34,6 +35,7 @@ from copier.adapters.awsjson import DECODING_ERRORS, CredentialSource, JsonClien
 from copier.adapters.kinesisanswers import put_results
 from copier.adapters.kinesisread import GET_RECORDS_LIMIT, KinesisReads
 from copier.adapters.leankinesis import LeanKinesis
+from copier.adapters.summaryshare import SummaryShare
 from copier.core.clockcheck import ClockBounds
 from copier.core.config import Config
 from copier.core.errors import AmbiguousPutError, AwsError, FatalAwsError, TransientAwsError
@@ -42,7 +44,8 @@ from copier.core.plan import SourceRecord
 from copier.core.ports import Found, Identity
 from copier.core.positions import Position
 from copier.core.shardmap import ShardMap
-from copier.core.streamsettings import SUMMARY_MAX_AGE_S, SUMMARY_RETRY_S, StreamSettings
+from copier.core.streamsettings import StreamSettings
+from copier.core.summaryage import Answer, fresh, latest, may_ask
 
 __all__ = ["GET_RECORDS_LIMIT", "KinesisStreams", "PutEntry", "paged_shards"]
 
@@ -51,6 +54,7 @@ PutEntry = tuple[str, bytes, str | None]  # (partition key, data, data in base64
 SHARD_MAP_MAX_AGE_S = 300.0
 LINEAGE_MAX_AGE_S = 5.0
 HOUR_MS = 3_600_000
+_NO_ANSWER = Answer()
 
 
 def _botocore_error(exc: BaseException) -> bool:
@@ -90,10 +94,12 @@ class KinesisStreams:
         monotonic: Callable[[], float] = time.monotonic,
         clock_bounds: ClockBounds | None = None,
         lean: CredentialSource | None = None,
+        share: SummaryShare | None = None,
     ) -> None:
         """``lean``: the lean path's credentials (``copier.adapters.awsauth``): every call through
         ``copier.adapters.awsjson``, botocore never imported; None: botocore's clients, and the lean client
-        for the puts wherever no proxy is configured."""
+        for the puts wherever no proxy is configured. ``share``: the host's DescribeStreamSummary answers
+        (``copier.adapters.summaryshare``; None: this process asks alone)."""
         self.config = config
         put_timeout = config.put_timeout_millis / 1000
         clock = clock_bounds
@@ -133,8 +139,8 @@ class KinesisStreams:
                 self._fast = JsonClient.for_botocore(self._put, credentials, 5.0, put_timeout, on_answer)
         self._monotonic = monotonic
         self._maps: dict[str, tuple[float, ShardMap]] = {}
-        self._summaries: dict[str, tuple[float, StreamSettings]] = {}
-        self._summary_failed: dict[str, float] = {}
+        self._summaries: dict[str, Answer] = {}
+        self._share = share
         self._lineage: dict[str, tuple[float, list[dict[str, Any]]]] = {}
         self._reads = KinesisReads(self._call, self._staging, self._read, sleep)
 
@@ -238,24 +244,42 @@ class KinesisStreams:
         return StreamSettings.from_summary(stream, answer["StreamDescriptionSummary"])
 
     def settings(self, stream: str, refresh: bool = False) -> StreamSettings | None:
-        """The stream's settings from DescribeStreamSummary, cached for ``SUMMARY_MAX_AGE_S`` (a change is
-        seen within that; ``refresh``: within ``SUMMARY_RETRY_S``, when records suggest one); the last known
-        ones, or None, when they cannot be read (the caller falls back and says so), asked again at most
-        every ``SUMMARY_RETRY_S`` (DescribeStreamSummary allows 20 calls a second per account)."""
+        """The stream's settings from DescribeStreamSummary, as old as ``copier.core.summaryage`` allows (a
+        change is seen within ``SUMMARY_MAX_AGE_S``; ``refresh``: within ``SUMMARY_RETRY_S``, when records
+        suggest one). One answer per stream is shared by the host's processors (``share``), asked for by the
+        first to find it stale while the others go on with the answer they have: never waiting on the call
+        (DescribeStreamSummary allows 20 calls a second per account). The last known settings, or None, when
+        they cannot be read (the caller falls back and says so), asked again after ``SUMMARY_RETRY_S``."""
         now = self._monotonic()
-        cached = self._summaries.get(stream)
-        failed = self._summary_failed.get(stream)
-        age = SUMMARY_RETRY_S if refresh else SUMMARY_MAX_AGE_S
-        stale = cached is None or now - cached[0] > age
-        if stale and (failed is None or now - failed > SUMMARY_RETRY_S):
-            try:
-                cached = (now, self.describe(stream))
-            except AwsError:
-                self._summary_failed[stream] = now  # asked again after SUMMARY_RETRY_S, not on every batch
-            else:
-                self._summaries[stream] = cached
-                self._summary_failed.pop(stream, None)
-        return cached[1] if cached is not None else None
+        held = self._summaries.get(stream, _NO_ANSWER)
+        if fresh(held, now, refresh):
+            return held.settings
+        if self._share is not None:
+            held = latest(held, self._share.read(stream))  # another processor's answer, if later
+        if not fresh(held, now, refresh) and may_ask(held, now):
+            held = self._ask(stream, held, now, refresh)
+        self._summaries[stream] = held
+        return held.settings
+
+    def _ask(self, stream: str, held: Answer, now: float, refresh: bool) -> Answer:
+        """DescribeStreamSummary for the host, when no other processor of it is asking (then: ``held``)."""
+        if self._share is None:
+            return self._answer(stream, held, now)
+        with self._share.turn(stream) as mine:
+            if not mine:
+                return held
+            shared = self._share.read(stream)  # answered while this one waited for its turn?
+            if shared is not None and (fresh(shared, now, refresh) or not may_ask(shared, now)):
+                return shared
+            answer = self._answer(stream, held, now)
+            self._share.write(stream, answer)
+            return answer
+
+    def _answer(self, stream: str, held: Answer, now: float) -> Answer:
+        try:
+            return held.answered(self.describe(stream), now, random.random())  # noqa: S311 - jitter, not secrecy
+        except AwsError:
+            return held.failed(now)
 
     def retention(self, stream: str) -> int | None:
         """The stream's retention period (ms) (see :meth:`settings`); None when it cannot be read."""
@@ -282,15 +306,10 @@ class KinesisStreams:
         except AwsError as exc:
             return Waiting(error=f"{exc.operation}: {exc.code}: {exc.message}")
 
-    def parents(self, stream: str, shard_id: str, ancestor: bool = False) -> list[str]:
-        """The parent shard IDs of a shard (one after a split, two after a merge).
-
-        ListShards is cached for a few seconds: a takeover walks a lineage,
-        asking about several shards in a row. A shard the daemon handed out
-        exists, so one not listed yet is a transient error; an ``ancestor``
-        not listed has expired with the stream's retention (ListShards lists
-        closed shards only within it), and so have its parents: none.
-        """
+    def shard_entry(self, stream: str, shard_id: str) -> dict[str, Any] | None:
+        """A shard's ListShards entry, None when not listed. ListShards is cached for a few seconds
+        (``LINEAGE_MAX_AGE_S``): a takeover reads its own range and walks a lineage, asking about several
+        shards in a row. A shard the cached listing does not name is asked about once more, fresh."""
         now = self._monotonic()
         cached = self._lineage.get(stream)
         for attempt in (1, 2):
@@ -299,7 +318,20 @@ class KinesisStreams:
                 self._lineage[stream] = cached
             for shard in cached[1]:
                 if shard["ShardId"] == shard_id:
-                    return [p for p in (shard.get("ParentShardId"), shard.get("AdjacentParentShardId")) if p]
+                    return shard
+        return None
+
+    def parents(self, stream: str, shard_id: str, ancestor: bool = False) -> list[str]:
+        """The parent shard IDs of a shard (one after a split, two after a merge), from :meth:`shard_entry`.
+
+        A shard the daemon handed out exists, so one not listed yet is a
+        transient error; an ``ancestor`` not listed has expired with the
+        stream's retention (ListShards lists closed shards only within it),
+        and so have its parents: none.
+        """
+        shard = self.shard_entry(stream, shard_id)
+        if shard is not None:
+            return [p for p in (shard.get("ParentShardId"), shard.get("AdjacentParentShardId")) if p]
         if ancestor:
             return []
         # The KCL handed this shard out, so it exists: ListShards has not caught up yet.

@@ -8,7 +8,11 @@ answers in the shape botocore's parser gives them (record data as bytes), and
 what botocore's standard retry mode retries (no connection, no answer, a 5xx,
 throttling, an answer that cannot be read: :func:`_retried`) retried a few
 times with backoff (a read cannot duplicate anything); any other error
-answer, an expired iterator among them, goes to the caller at once. Every
+answer, an expired iterator among them, goes to the caller at once.
+DescribeStreamSummary is made once: its 20 calls a second are the
+account's, a throttled one retried at once only spends more of them, and
+its caller goes on with the last answer it has and asks again later
+(``copier.core.summaryage``: ``SUMMARY_RETRY_S``). Every
 answer is checked for the fields copier reads before it is returned
 (``copier.adapters.kinesisanswers``). Puts do not come here:
 ``KinesisStreams`` sends them itself, exactly once each.
@@ -30,6 +34,7 @@ from copier.core.errors import AwsError
 __all__ = ["LeanKinesis"]
 
 READ_ATTEMPTS = 3
+SUMMARY_ATTEMPTS = 1  # DescribeStreamSummary: see the module docstring
 
 
 def _retried(error: AwsError) -> bool:
@@ -45,14 +50,18 @@ class LeanKinesis:
         self._sleep = sleep
 
     def _call(
-        self, operation: str, params: dict[str, Any], check: Callable[[dict[str, Any]], dict[str, Any]]
+        self,
+        operation: str,
+        params: dict[str, Any],
+        check: Callable[[dict[str, Any]], dict[str, Any]],
+        attempts: int = READ_ATTEMPTS,
     ) -> dict[str, Any]:
         body = json.dumps(params).encode()
-        for attempt in range(READ_ATTEMPTS):
+        for attempt in range(attempts):
             try:
                 return reading(operation, check, self.client.call(operation, body))
             except AwsError as exc:
-                if attempt == READ_ATTEMPTS - 1 or not _retried(exc):
+                if attempt == attempts - 1 or not _retried(exc):
                     raise
                 self._sleep(random.uniform(0, 0.1 * 2**attempt))  # noqa: S311 - jitter, not secrecy
         raise AssertionError("unreachable")
@@ -61,7 +70,7 @@ class LeanKinesis:
         return self._call("ListShards", params, shards_page)
 
     def describe_stream_summary(self, **params: Any) -> dict[str, Any]:
-        return self._call("DescribeStreamSummary", params, stream_summary)
+        return self._call("DescribeStreamSummary", params, stream_summary, SUMMARY_ATTEMPTS)
 
     def get_shard_iterator(self, **params: Any) -> dict[str, Any]:
         return self._call("GetShardIterator", params, shard_iterator)

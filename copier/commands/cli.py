@@ -92,15 +92,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     return status if status != 0 else run_daemon(loaded[0], args.properties)
 
 
-def _processor_clients(config: Config, clock_bounds: Any) -> tuple[Any, Any]:
+def _processor_clients(config: Config, clock_bounds: Any, shared: bool = False) -> tuple[Any, Any]:
     """The processor's state store and streams: on the lean path (``copier.adapters.awsauth``: no botocore,
-    a third of the memory) wherever it does what botocore would, else botocore's, saying why once."""
+    a third of the memory) wherever it does what botocore would, else botocore's, saying why once.
+    ``shared``: DescribeStreamSummary answers shared with the other processors of this daemon (``copier
+    process``); a command an operator runs (redrive, repair) asks for itself, so that a setting changed just
+    before it (a limit raised to redrive what it refused) is what it acts on."""
     import structlog
 
     from copier.adapters.awsauth import endpoint_for, lean_credentials, lean_reason
     from copier.adapters.awsjson import JsonClient, usable
     from copier.adapters.kinesis import KinesisStreams
+    from copier.adapters.summaryshare import SummaryShare
 
+    share = SummaryShare.for_host(config) if shared else None  # one answer per stream for the daemon's processors
     calls = [
         ("kinesis", config.region, config.kinesis_endpoint),
         ("kinesis", config.target_region, config.target_endpoint),
@@ -114,12 +119,13 @@ def _processor_clients(config: Config, clock_bounds: Any) -> tuple[Any, Any]:
         url = config.state_endpoint or endpoint_for("dynamodb", config.region)
         assert url is not None  # lean_reason checked it
         client = JsonClient("dynamodb", config.region, url, credentials, 5.0, 10.0, clock_bounds.observe)
-        return LeanStateStore(config, client), KinesisStreams(config, clock_bounds=clock_bounds, lean=credentials)
+        streams = KinesisStreams(config, clock_bounds=clock_bounds, lean=credentials, share=share)
+        return LeanStateStore(config, client), streams
     from copier.adapters.dynamo import DynamoStateStore
 
     structlog.get_logger().info("botocore_clients", reason=reason)
     store = DynamoStateStore(config, clock_bounds=clock_bounds)
-    return store, KinesisStreams(config, clock_bounds=clock_bounds)
+    return store, KinesisStreams(config, clock_bounds=clock_bounds, share=share)
 
 
 def cmd_process(args: argparse.Namespace) -> int:
@@ -155,7 +161,7 @@ def cmd_process(args: argparse.Namespace) -> int:
 
     configure_logging(config.log_level)
     clock_bounds = ClockBounds()  # this host's clock against AWS, from every answer the store and streams receive
-    store, streams = _processor_clients(config, clock_bounds)
+    store, streams = _processor_clients(config, clock_bounds, shared=True)
 
     emitter = emitter_for(config)
 

@@ -36,7 +36,8 @@ Exit statuses (every command):
      check-config, run: an endpoint the start needs does not answer a connection (the backend is down, the
      region's endpoint does not resolve, a firewall): one line naming the endpoint and region, within seconds
   4  copier check-config: copier would not forward under the streams' settings (the line says which)
-     copier redrive: it would not send under them (the dead-letter stream or target ignoring partition keys)
+     copier redrive: it would not send under them (the dead-letter stream or target ignoring partition keys),
+     or the target's settings cannot be read now (its record limit is not guessed): run it again
   128+N  copier run: the daemon was killed by signal N (137: SIGKILL, e.g. the kernel's OOM killer)
   130  copier redrive, copier repair: interrupted (Ctrl-C, SIGTERM) after the chunk in flight: run it again
 """

@@ -234,8 +234,15 @@ def check_config(config: Config, offline: bool) -> int:
             from copier.adapters.target import check_target
 
             print(f"{config.path}: {check_target(config)}")
-        check_state_table(config)
-        verdicts = stream_verdicts(config)
+        try:
+            check_state_table(config)
+            verdicts = stream_verdicts(config)
+        except FatalAwsError:
+            raise
+        except AwsError as exc:  # throttled (the account's 20 DescribeStreamSummary a second) or a 5xx: passing
+            sys.stderr.write(f"{config.path}: warning: {_UNCHECKED}: {exc}\n")
+            print(f"{config.path}: {describe_retrieval(config)}")
+            return 0  # the service's ExecStartPre: a passing fault must not hold the host's start (no ok line)
         for verdict in verdicts:
             out = sys.stdout if verdict.level == "ok" else sys.stderr
             prefix = "" if verdict.level == "ok" else f"{verdict.level}: "
@@ -257,6 +264,12 @@ def describe_retrieval(config: Config) -> str:
     from copier.core.retrieval import retrieval_summary
 
     return retrieval_summary(config.retrieval_mode, config.stream_name, config.consumer_name, config.retrieval_explicit)
+
+
+_UNCHECKED = (
+    "the state table and streams could not be checked (a passing fault: the processors read the streams' "
+    "settings as they forward, and the daemon retries the table)"
+)
 
 
 def check_before_run(config: Config) -> None:
@@ -282,7 +295,7 @@ def check_before_run(config: Config) -> None:
         raise
     # (a state table whose TTL is off raises StateTableError, not an AwsError: exit 3 as well)
     except AwsError as exc:  # a passing fault of a backend that answers: the daemon retries it
-        say(f"warning: the state table and streams could not be checked: {exc}", "warning")
+        say(f"warning: {_UNCHECKED}: {exc}", "warning")
     say(describe_retrieval(config))  # once the start goes on: a failing start stays one line
 
 

@@ -153,12 +153,20 @@ class RedriveRun:
 
     def blocked(self) -> str | None:
         """Why copier would not forward from the dead-letter stream now (its records scattered over shards
-        whose windows do not see each other, or an AUTO target under ``ordering = partitionKey``)."""
+        whose windows do not see each other, an AUTO target under ``ordering = partitionKey``, or a target
+        whose settings cannot be read: its record limit decides which dead-lettered records it takes, and a
+        run does not guess it, nor try a record a 1 MiB target would refuse for as long as the run lasts)."""
         dlq = self.config.dead_letter_stream_name
         assert dlq is not None
-        return blocking(
-            self.streams.settings(dlq), self.streams.settings(self.config.target_stream_name), self.config.ordering
-        )
+        name = self.config.target_stream_name
+        target = self.streams.settings(name)
+        if target is None:
+            return (
+                f"the target stream {name}'s settings cannot be read (DescribeStreamSummary failed: throttled, "
+                "the account's 20 calls a second, or denied): its record limit decides which dead-lettered "
+                "records it takes. Nothing was sent; run the redrive again"
+            )
+        return blocking(self.streams.settings(dlq), target, self.config.ordering)
 
     def run(self) -> RedriveTally:
         """Take every dead-letter shard over, then send from each, parents first; a run fenced anywhere stops

@@ -92,8 +92,9 @@ class Streams(Protocol):
         ...
 
     def settings(self, stream: str, refresh: bool = False) -> StreamSettings | None:
-        """The stream's settings (DescribeStreamSummary, cached up to ``SUMMARY_MAX_AGE_S``; None when they cannot
-        be read); ``refresh``: ask again unless asked within ``SUMMARY_RETRY_S``."""
+        """The stream's settings (DescribeStreamSummary, up to ``SUMMARY_MAX_AGE_S`` old, an answer the host's
+        processors may share: ``copier.core.summaryage``; the last known, or None, when they cannot be read,
+        never waiting on another processor's call); ``refresh``: at most ``SUMMARY_RETRY_S`` old."""
         ...
 
     def read_source(self, stream: str, shard_id: str, first: Position, last: Position) -> Iterator[list[SourceRecord]]:
@@ -107,6 +108,13 @@ class Streams(Protocol):
         """A staging shard's records as the daemon delivers them from AT_TIMESTAMP ``since_ms`` up to (without) the
         first that arrived at or after ``until_ms``, page by page, at most one GetRecords a second; what the
         stream's retention removed is not there. ``keep_alive`` is called before every page."""
+        ...
+
+    def shard_entry(self, stream: str, shard_id: str) -> dict[str, Any] | None:
+        """A shard's ListShards entry (its hash key range, its parents), None when ListShards does not list it.
+        An entry never changes: it may come from a listing a few seconds old that lists the shard, so that a
+        takeover's own range and lineage cost one ListShards (a listing is a call per 1,000 shards, and a
+        stream takes 1,000 a second)."""
         ...
 
     def parents(self, stream: str, shard_id: str, ancestor: bool = False) -> list[str]:

@@ -26,6 +26,10 @@ What copier does, per stream and strategy (docs/protocol.md, "Stream settings"):
 * **record limits**: a record the target's limit cannot take goes to the
   dead-letter stream (or stalls the shard without one); an envelope over the
   dead-letter stream's own limit keeps the payload's SHA-256 instead of it.
+  A limit copier cannot read (DescribeStreamSummary throttled or denied, and
+  no earlier answer) is never guessed: :func:`planned_limit` plans under the
+  most any stream takes, the put is tried and the stream decides; one it
+  refuses is re-planned once the limit can be read (``copier.core.replan``).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from copier.core.limits import MAX_RECORD_BYTES
+from copier.core.limits import MAX_RECORD_BYTES, MAX_STREAM_RECORD_BYTES
 
 __all__ = [
     "open_shards",
@@ -45,6 +49,7 @@ __all__ = [
     "Verdict",
     "blocking",
     "judge",
+    "planned_limit",
 ]
 
 # How old a stream's settings may be when copier acts on them. DescribeStreamSummary allows 20 calls a second per
@@ -122,6 +127,15 @@ def blocking(staging: StreamSettings | None, target: StreamSettings | None, orde
             "target is USER_PARTITION_KEY again, or copier.ordering = none"
         )
     return None
+
+
+def planned_limit(settings: StreamSettings | None) -> int:
+    """The record limit a chunk is planned under for a stream: its own, as DescribeStreamSummary last gave it;
+    unknown (never read), the most any stream takes (``UpdateMaxRecordSize``'s 10 MiB), never the 1 MiB
+    default. A guess would dead-letter a record the stream may take (its limit raised); the put decides
+    instead: a record over the real limit is refused whole (``ValidationException``) and re-planned under
+    the limit read again, the shard waiting for it meanwhile (``copier.shard.pipeline.Replanner``)."""
+    return settings.max_record_bytes if settings is not None else MAX_STREAM_RECORD_BYTES
 
 
 def _mib(size: int) -> str:

@@ -35,14 +35,15 @@ class StreamGuard:
         self._blocking: str | None = None  # "staging" or "target": the stream whose setting stopped forwarding
 
     def own_range(self) -> tuple[int, int]:
-        """This staging shard's hash key range, from ListShards (closed shards keep theirs), read once. A
-        shard ListShards does not list gets an empty range: every record counts as outside it (reported),
-        never none."""
+        """This staging shard's hash key range, from ListShards (closed shards keep theirs), read once (from the
+        listing the takeover's lineage walk took, when it is seconds old: ``Streams.shard_entry``). A shard
+        ListShards does not list gets an empty range: every record counts as outside it (reported), never
+        none."""
         s = self.s
         if self._range is None:
-            listed = s.retrying("list_staging_shards", lambda: s.streams.shards(s.config.stream_name))
-            mine = next((x for x in listed if x["ShardId"] == s.shard_id and "HashKeyRange" in x), None)
-            if mine is None:
+            stream = s.config.stream_name
+            mine = s.retrying("list_staging_shards", lambda: s.streams.shard_entry(stream, s.shard_id))
+            if mine is None or "HashKeyRange" not in mine:
                 s.log.warning(
                     "shard_range_unknown",
                     detail="ListShards does not list this shard: every record is taken as put here against its "

@@ -35,13 +35,13 @@ from copier.core.clockcheck import ClockBounds, ClockSnapshot, blames_the_clock
 from copier.core.config import Config
 from copier.core.errors import AwsError, FatalAwsError, FencedError, IncompatibleStateError, TransientAwsError
 from copier.core.identity import content_digest, identity_of
-from copier.core.limits import MAX_RECORD_BYTES, UTF16_UNITS
+from copier.core.limits import UTF16_UNITS
 from copier.core.plan import Outgoing, PlanSettings
 from copier.core.ports import Clock, Identity, Streams
 from copier.core.retry import backoff_ms
 from copier.core.shardmap import shards_covering
 from copier.core.state import ShardState, StateStore, shard_key
-from copier.core.streamsettings import StreamSettings
+from copier.core.streamsettings import StreamSettings, planned_limit
 from copier.core.window import DedupWindow
 from copier.shard.margins import ClockMargins
 from copier.shard.progress import ProgressLine
@@ -98,10 +98,10 @@ class ShardSession:
 
     def settings(self, refresh: bool = False, now: bool = False) -> PlanSettings:
         """What decides what a record becomes now: the configuration, and the target's and dead-letter
-        stream's record limits as DescribeStreamSummary gives them (cached; 1 MiB when unknown, so a
-        record is dead-lettered rather than refused). A put was refused, and a limit may have been lowered
-        since the cached answer: ``refresh`` asks again unless asked within ``SUMMARY_RETRY_S``, ``now``
-        asks now (the last answer when that fails)."""
+        stream's record limits as DescribeStreamSummary gives them (cached; when never read, the most a
+        stream takes: the put decides, never a guess, ``copier.core.streamsettings.planned_limit``). A put
+        was refused, and a limit may have been lowered since the cached answer: ``refresh`` asks again
+        unless asked within ``SUMMARY_RETRY_S``, ``now`` asks now (the last answer when that fails)."""
         target = self._stream_settings(self.config.target_stream_name, refresh, now)
         dlq_name = self.config.dead_letter_stream_name
         dlq = self._stream_settings(dlq_name, refresh, now) if dlq_name else None
@@ -112,8 +112,8 @@ class ShardSession:
             stream_name=self.config.stream_name,
             shard_id=self.shard_id,
             target_stream=self.config.target_stream_name,
-            max_record_bytes=target.max_record_bytes if target is not None else MAX_RECORD_BYTES,
-            dead_letter_max_bytes=dlq.max_record_bytes if dlq is not None else MAX_RECORD_BYTES,
+            max_record_bytes=planned_limit(target),
+            dead_letter_max_bytes=planned_limit(dlq),
         )
 
     def _stream_settings(self, stream: str, refresh: bool, now: bool) -> StreamSettings | None:

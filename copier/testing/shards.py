@@ -141,6 +141,10 @@ class ShardLayout:
             (ranges[i][2], ranges[i + 1][2]) for i in range(len(ranges) - 1) if ranges[i][1] + 1 == ranges[i + 1][0]
         ]
 
+    def shard_entry(self, stream: str, shard_id: str) -> dict[str, Any] | None:
+        """The shard's entry as ListShards gives it (None: not listed)."""
+        return next((s for s in self.shards(stream) if s["ShardId"] == shard_id), None)
+
     def parents(self, stream: str, shard_id: str, ancestor: bool = False) -> list[str]:
         """As ListShards tells: a shard in ``unlisted`` has expired (an ancestor: no parents; the processor's
         own shard: not listed yet, a transient error)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any
 
-from copier.core.errors import FatalAwsError
+from copier.core.errors import FatalAwsError, TransientAwsError
 from copier.core.limits import MAX_PARTITION_KEY_CHARS, MAX_RECORD_BYTES, record_size
 from copier.core.plan import SourceRecord
 from copier.core.ports import Found, Identity
@@ -65,7 +65,9 @@ class InMemoryStreams(ShardLayout):
       each landed entry goes to an open shard drawn by ``scatter`` (default: round robin);
       ``auto_until[stream]``, if set, is when the stream is switched back (on the fake clock);
       :meth:`settings` reports the strategy and the record limit as DescribeStreamSummary would; with
-      ``cache_settings`` from a cache as old as the real adapter's may be (a switch seen minutes late).
+      ``cache_settings`` from a cache as old as the real adapter's may be (a switch seen minutes late); a
+      stream in ``unreadable`` cannot be described (DescribeStreamSummary throttled or denied): :meth:`describe`
+      raises, :meth:`settings` answers the last answer it cached, or None, as the adapter does.
     * Layout: :meth:`set_ranges` gives a stream shards of chosen hash key ranges instead of even ones.
     """
 
@@ -103,6 +105,7 @@ class InMemoryStreams(ShardLayout):
         self.cache_settings = False  # answer settings() as KinesisStreams does: from a cache (SUMMARY_MAX_AGE_S)
         self._summaries: dict[str, tuple[int, StreamSettings]] = {}
         self.described: dict[str, int] = {}  # DescribeStreamSummary calls per stream
+        self.unreadable: set[str] = set()  # streams whose DescribeStreamSummary fails (LimitExceededException)
         self._turn = 0
         self.scatter: Callable[[int], int] = self._round_robin  # open shards -> the index of the one to take
 
@@ -110,7 +113,7 @@ class InMemoryStreams(ShardLayout):
         self._turn += 1
         return self._turn % n
 
-    def settings(self, stream: str, refresh: bool = False) -> StreamSettings:
+    def settings(self, stream: str, refresh: bool = False) -> StreamSettings | None:
         """What DescribeStreamSummary says of the stream; with ``cache_settings``, what it said up to
         ``SUMMARY_MAX_AGE_S`` ago (``refresh``: ``SUMMARY_RETRY_S``), as ``KinesisStreams.settings`` answers."""
         now = self.clock.now_ms()
@@ -121,6 +124,8 @@ class InMemoryStreams(ShardLayout):
         max_age_ms = int((SUMMARY_RETRY_S if refresh else SUMMARY_MAX_AGE_S) * 1000)
         if self.cache_settings and cached is not None and now - cached[0] <= max_age_ms:
             return cached[1]
+        if stream in self.unreadable:
+            return cached[1] if cached is not None else None
         settings = self._describe(stream)
         self._summaries[stream] = (now, settings)
         return settings
@@ -135,6 +140,8 @@ class InMemoryStreams(ShardLayout):
 
     def _describe(self, stream: str) -> StreamSettings:
         self.described[stream] = self.described.get(stream, 0) + 1
+        if stream in self.unreadable:
+            raise TransientAwsError("DescribeStreamSummary", "LimitExceededException", "Rate exceeded for stream")
         return StreamSettings(
             name=stream,
             retention_ms=self._kept_ms(stream),

@@ -7,6 +7,7 @@ import http.server
 import json
 import socketserver
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TypeVar
@@ -29,17 +30,18 @@ def serving(server: S, poll_s: float = 0.5) -> Iterator[S]:
 
 
 class _Front(http.server.BaseHTTPRequestHandler):
-    """Forwards each request to ``server.backend``, except the DynamoDB operations in ``server.refused``, which
-    it answers as an endpoint without them does (400 UnknownOperationException)."""
+    """Forwards each request to ``server.backend``, except the operations in ``server.refused``, which it answers
+    400 with ``server.code`` (UnknownOperationException: as an endpoint without them does)."""
 
     server: RefusingFront
 
     def do_POST(self) -> None:  # noqa: N802 (http.server's name)
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         operation = self.headers.get("X-Amz-Target", "").rpartition(".")[2]
+        self.server.calls[operation] += 1
         if operation in self.server.refused:
             self.server.seen.append(operation)
-            answer = json.dumps({"__type": "com.amazon.coral.service#UnknownOperationException"}).encode()
+            answer = json.dumps({"__type": f"com.amazon.coral.service#{self.server.code}"}).encode()
             self._reply(400, [("Content-Type", "application/x-amz-json-1.0")], answer)
             return
         backend = http.client.HTTPConnection(self.server.backend, timeout=30)
@@ -69,16 +71,19 @@ _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer",
 
 
 class RefusingFront(http.server.ThreadingHTTPServer):
-    """An HTTP front on 127.0.0.1 for the local backend (``host:port``) that refuses some DynamoDB operations,
-    as an endpoint that does not have them does (``seen``: the refused calls, in order)."""
+    """An HTTP front on 127.0.0.1 for the local backend (``host:port``) that refuses some operations, as an
+    endpoint that does not have them does, or with ``code`` (``LimitExceededException``: a throttle the backend
+    never answers); ``seen``: the refused calls, in order; ``calls``: every call, by operation."""
 
     daemon_threads = True
 
-    def __init__(self, backend: str, refused: set[str]) -> None:
+    def __init__(self, backend: str, refused: set[str], code: str = "UnknownOperationException") -> None:
         super().__init__(("127.0.0.1", 0), _Front)
         self.backend = backend
         self.refused = refused
+        self.code = code
         self.seen: list[str] = []
+        self.calls: Counter[str] = Counter()
 
     @property
     def url(self) -> str:

@@ -1,0 +1,240 @@
+"""copier's control-plane calls against the account's, stream's and shard's budgets (docs/operations.md, "The AWS
+API budget"): one DescribeStreamSummary answer per stream for a host's processors, refreshed at jittered times,
+never waited for (``copier.core.summaryage``, ``copier.adapters.summaryshare``); a takeover's range and lineage
+from one ListShards (a listing is one call per 1,000 shards, and a stream takes 1,000 a second).
+
+The processors are ``KinesisStreams`` of the lean path against a fake AWS
+endpoint on 127.0.0.1 that answers every DescribeStreamSummary and counts
+them (the local backend cannot count calls per process); each processor's
+clock is a shared fake monotonic clock, as ``CLOCK_MONOTONIC`` is one clock
+for a host's processes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from copier.adapters.awsauth import Credentials, StaticCredentials
+from copier.adapters.kinesis import KinesisStreams
+from copier.adapters.summaryshare import SummaryShare
+from copier.core.config import load_config
+from copier.core.errors import TransientAwsError
+from copier.core.streamsettings import SUMMARY_MAX_AGE_S, SUMMARY_RETRY_S, StreamSettings
+from copier.core.summaryage import JITTER, Answer, expiry, fresh, latest, may_ask
+from tests.support.fakeaws import FakeAws, clean_aws_env, fake_aws, json_reply
+from tests.support.props import write_properties
+
+KEYS = Credentials("AKIDEXAMPLE", "secret")
+SUMMARY = {"StreamDescriptionSummary": {"RetentionPeriodHours": 24, "MaxRecordSizeInKiB": 2048, "OpenShardCount": 1}}
+THROTTLED = {"__type": "LimitExceededException", "message": "Rate exceeded for stream"}
+SETTINGS = StreamSettings("target", max_record_bytes=2048 * 1024)
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    clean_aws_env(monkeypatch, tmp_path)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeAws]:
+    with fake_aws() as served:
+        yield served
+
+
+class Host:
+    """Processors of one host: ``KinesisStreams`` sharing ``share`` (None: each asks alone) and one clock."""
+
+    def __init__(self, fake: FakeAws, tmp_path: Path, share: SummaryShare | None) -> None:
+        self.config = load_config(write_properties(tmp_path / "p.properties", fake.url, "staging", "target", "table"))
+        self.share = share
+        self.now = 1000.0
+
+    def processor(self) -> KinesisStreams:
+        return KinesisStreams(self.config, monotonic=lambda: self.now, lean=StaticCredentials(KEYS), share=self.share)
+
+
+def described(fake: FakeAws) -> int:
+    return sum(1 for r in fake.received if r.headers.get("X-Amz-Target", "").endswith("DescribeStreamSummary"))
+
+
+def test_a_hosts_processors_ask_once_per_stream_per_interval_however_many_they_are(
+    fake: FakeAws, tmp_path: Path
+) -> None:
+    """16 processors asking for two streams at every chunk for an hour make at most one call per stream per
+    refresh interval between them (at least half of SUMMARY_MAX_AGE_S), not 16. (Each asked alone: 16 times
+    as many, 0.0029 calls a second per shard and stream.)"""
+    fake.replies = [json_reply(200, SUMMARY) for _ in range(400)]
+    host = Host(fake, tmp_path, SummaryShare(tmp_path / "share"))
+    (tmp_path / "share").mkdir()
+    processors = [host.processor() for _ in range(16)]
+    hour = 3600
+    while host.now < 1000 + hour:
+        for p in processors:
+            assert p.settings("staging") is not None and p.settings("target") is not None
+        host.now += 7
+    bound = 2 * (hour / (SUMMARY_MAX_AGE_S * (1 - JITTER)) + 1)
+    assert 2 <= described(fake) <= bound
+
+
+def test_a_throttled_call_is_asked_again_by_one_processor_after_the_retry_interval_and_nobody_waits(
+    fake: FakeAws, tmp_path: Path
+) -> None:
+    """The call fails (LimitExceededException): every processor goes on at once with the last answer it knows
+    (none yet: None), and the host asks again only SUMMARY_RETRY_S later, once, not at every chunk of every
+    processor, nor at once within the call (one attempt: a retry would only spend more of the account's 20 a
+    second)."""
+    fake.replies = [json_reply(400, THROTTLED), json_reply(200, SUMMARY)]
+    host = Host(fake, tmp_path, SummaryShare(tmp_path))
+    processors = [host.processor() for _ in range(4)]
+    for p in processors:
+        assert p.settings("target") is None
+    assert described(fake) == 1, "one call, one attempt, for the host"
+    host.now += SUMMARY_RETRY_S / 2
+    assert [p.settings("target") for p in processors] == [None] * 4
+    assert described(fake) == 1
+    host.now += SUMMARY_RETRY_S
+    found = [p.settings("target") for p in processors]
+    assert described(fake) == 2 and all(s is not None and s.max_record_bytes == 2048 * 1024 for s in found)
+
+
+def test_a_processor_never_waits_for_another_asking_now(fake: FakeAws, tmp_path: Path) -> None:
+    """While another processor of the host holds the turn to ask (its call under way), a processor goes on with
+    the answer it has, stale or none, and makes no call of its own."""
+    fake.replies = [json_reply(200, SUMMARY) for _ in range(4)]
+    share = SummaryShare(tmp_path)
+    host = Host(fake, tmp_path, share)
+    first, second = host.processor(), host.processor()
+    assert first.settings("target") is not None
+    host.now += SUMMARY_MAX_AGE_S + 1
+    with share.turn("target") as mine:
+        assert mine
+        assert first.settings("target") is not None, "the stale answer, not a wait"
+        assert second.settings("target") is not None, "the host's answer, stale, read from the share"
+    assert described(fake) == 1
+    assert first.settings("target") is not None and described(fake) == 2
+
+
+def test_the_share_is_not_used_when_its_directory_is_open_to_other_users(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another user could write answers there (a limit that dead-letters records): no share, each processor asks
+    alone. A private directory is shared by the processors of one daemon (their parent), not another's."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    config = load_config(write_properties(tmp_path / "p.properties", "http://127.0.0.1:9/", "s", "t", "table"))
+    share = SummaryShare.for_host(config)
+    assert share is not None and share.directory.parent == tmp_path / f"copier-{os.getuid()}"
+    again = SummaryShare.for_host(config)
+    assert again is not None and again.directory == share.directory, "the processors of one daemon share"
+    monkeypatch.setattr(os, "getppid", lambda: os.getpid())
+    other = SummaryShare.for_host(config)
+    assert other is not None and other.directory != share.directory, "another daemon's run starts with none"
+    os.chmod(share.directory.parent, 0o777)
+    assert SummaryShare.for_host(config) is None
+
+
+def test_answers_expire_between_half_and_all_of_the_max_age_so_hosts_started_together_drift_apart() -> None:
+    """The expiry is drawn when the answer comes: a switch is seen within SUMMARY_MAX_AGE_S, and two hosts that
+    asked together do not ask together again."""
+    assert expiry(100.0, 0.0) == 100.0 + SUMMARY_MAX_AGE_S
+    assert expiry(100.0, 0.999) == pytest.approx(100.0 + SUMMARY_MAX_AGE_S * (1 - JITTER * 0.999))
+    answers = {expiry(0.0, draw / 10) for draw in range(10)}
+    assert len(answers) == 10 and all(SUMMARY_MAX_AGE_S * (1 - JITTER) < t <= SUMMARY_MAX_AGE_S for t in answers)
+
+
+def test_freshness_retry_and_which_answer_is_later() -> None:
+    """``refresh`` accepts SUMMARY_RETRY_S of age; an answer from the future is stale; a failed call holds the
+    host back SUMMARY_RETRY_S; of two answers the later wins, and of two received together the one that failed."""
+    answer = Answer().answered(SETTINGS, 100.0, 0.0)
+    assert fresh(answer, 100.0 + SUMMARY_MAX_AGE_S, refresh=False)
+    assert not fresh(answer, 101.0 + SUMMARY_MAX_AGE_S, refresh=False)
+    assert fresh(answer, 100.0 + SUMMARY_RETRY_S, refresh=True)
+    assert not fresh(answer, 101.0 + SUMMARY_RETRY_S, refresh=True)
+    assert not fresh(answer, 99.0, refresh=False), "from the future: a clock that restarted"
+    assert not fresh(Answer(), 100.0, refresh=False)
+    failed = answer.failed(200.0)
+    assert failed.settings == SETTINGS
+    assert not may_ask(failed, 200.0 + SUMMARY_RETRY_S - 1) and may_ask(failed, 200.0 + SUMMARY_RETRY_S)
+    assert latest(answer, failed) is failed and latest(failed, answer) is failed
+    assert latest(answer, None) is answer
+    newer = Answer().answered(SETTINGS, 150.0, 0.5)
+    assert latest(failed, newer) is newer
+
+
+def test_the_shared_answer_survives_its_encoding_and_anything_else_is_asked_again() -> None:
+    """What the share keeps decodes to the same answer; a file cut short, or another shape, is no answer."""
+    answer = Answer().answered(SETTINGS, 100.0, 0.3).failed(120.0)
+    assert Answer.decode(answer.encode()) == answer
+    assert Answer.decode(Answer().encode()) == Answer()
+    text = answer.encode()
+    for broken in (text[: len(text) // 2], "[]", '{"settings": null}', text.replace("100.0", '"x"')):
+        assert Answer.decode(broken) is None
+
+
+def test_check_config_under_a_throttled_describe_stream_summary_lets_the_start_go_on(
+    fake: FakeAws, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """check-config is the service's ExecStartPre: a DescribeStreamSummary throttled at a fleet's start (the
+    account's 20 a second) is a warning and exit 0, as for ``copier run``, not exit 3 and a host that does not
+    start (restarted by systemd every 5 s, each start spending the budget again). No ``ok:`` line: not every
+    check passed."""
+    from copier.commands.preflight import check_config
+
+    table = {"Table": {"TableName": "table", "TableStatus": "ACTIVE"}}
+    ttl = {"TimeToLiveDescription": {"TimeToLiveStatus": "ENABLED", "AttributeName": "expires_at"}}
+    fake.replies = [json_reply(200, table), json_reply(200, ttl)]
+    fake.replies += [json_reply(400, THROTTLED) for _ in range(10)]
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEYS.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", KEYS.secret_key)
+    config = load_config(write_properties(tmp_path / "p.properties", fake.url, "staging", "target", "table"))
+    assert check_config(config, offline=False) == 0
+    out, err = capsys.readouterr()
+    assert "could not be checked" in err and "LimitExceededException" in err
+    assert ": ok: " not in out
+
+
+LINEAGE_SHARD = "shardId-000000000002"
+LISTING = {
+    "Shards": [
+        {"ShardId": "shardId-000000000000", "HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": "9"}},
+        {
+            "ShardId": LINEAGE_SHARD,
+            "ParentShardId": "shardId-000000000000",
+            "HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": "4"},
+        },
+    ]
+}
+
+
+def listed(fake: FakeAws) -> int:
+    return sum(1 for r in fake.received if r.headers.get("X-Amz-Target", "").endswith("ListShards"))
+
+
+def test_the_range_and_the_lineage_of_a_takeover_come_from_one_listing(fake: FakeAws, tmp_path: Path) -> None:
+    """The shard's own entry (its range) and its parents, asked within seconds: one ListShards. (Each asked its
+    own: two, and a third for the lineage before the start.)"""
+    fake.replies = [json_reply(200, LISTING) for _ in range(4)]
+    streams = Host(fake, tmp_path, None).processor()
+    entry = streams.shard_entry("staging", LINEAGE_SHARD)
+    assert entry is not None and entry["HashKeyRange"]["EndingHashKey"] == "4"
+    assert streams.parents("staging", LINEAGE_SHARD) == ["shardId-000000000000"]
+    assert streams.parents("staging", "shardId-000000000000", ancestor=True) == []
+    assert listed(fake) == 1
+
+
+def test_a_shard_the_cached_listing_does_not_name_is_asked_about_fresh(fake: FakeAws, tmp_path: Path) -> None:
+    """A shard created since the cached listing (a split seconds ago) is looked for in a new one; one that is
+    still not listed is None (its own: a transient error, as the KCL handed it out)."""
+    fake.replies = [json_reply(200, LISTING) for _ in range(5)]
+    streams = Host(fake, tmp_path, None).processor()
+    assert streams.shard_entry("staging", LINEAGE_SHARD) is not None
+    assert streams.shard_entry("staging", "shardId-000000000007") is None
+    assert listed(fake) == 2
+    with pytest.raises(TransientAwsError):
+        streams.parents("staging", "shardId-000000000007")
