@@ -71,7 +71,7 @@ def test_write_units_come_from_the_measured_cost_table(tmp_path: Path) -> None:
 
 def test_cpu_and_memory_come_from_the_measured_rows(tmp_path: Path) -> None:
     """A host's CPU follows the measured µs an event of the workload's cell and the idle host's CPU, its memory
-    the measured processor and window figures: change them in a copy of benchmarks.json and the plan changes with them."""
+    the measured processor and window figures: change them in a copy of benchmarks.json, the plan follows."""
     before = _plan()
     cell = before.figures[0][0]  # e.g. cpu[payload_bytes=200, batch=100].uncoalesced_us_per_event
 
@@ -197,3 +197,24 @@ def test_fanout_reads_by_subscription() -> None:
     apis = {b.api for b in p.budgets}
     assert "GetRecords" not in apis and "SubscribeToShard" in apis
     assert {x.name for x in p.lines if x.own} >= {"fan-out consumer", "fan-out retrieval"}
+
+
+def test_a_host_loss_reads_the_target_over_the_verification_span(tmp_path: Path) -> None:
+    """A successor verifies a chunk in flight by reading its target shards from the chunk's start to its writer's
+    lease end plus the put timeout and the clock margin (copier.shard.inflight): a longer copier.leaseMillis reads
+    more of each target shard; each target shard is read by the lost host's processors in proportion."""
+    text = command.PROPERTIES.read_text(encoding="utf-8") + "\ncopier.leaseMillis = 20000\n"
+    (tmp_path / "p.properties").write_text(text, encoding="utf-8")
+    measured, prices, settings = command.load(command.BENCHMARKS, command.PRICES, command.PROPERTIES)
+    longer = command.load(command.BENCHMARKS, command.PRICES, tmp_path / "p.properties")[2]
+    assert (settings.verify_span_s, longer.verify_span_s) == (10 + 5 + 2, 20 + 5 + 2)
+    w = Workload(events_per_s=1e11 / DAY, record_bytes=2048, instance="m7a.4xlarge")
+    short, long = plan(w, settings, measured, prices), plan(w, longer, measured, prices)
+    assert short.host_loss is not None and long.host_loss is not None
+    assert long.host_loss.bytes_a_reader / short.host_loss.bytes_a_reader == pytest.approx(27 / 17)
+    loss = short.host_loss
+    assert loss.processors == short.shards_per_host
+    assert loss.readers_a_target_shard == pytest.approx(
+        short.shards_per_host * loss.target_shards_a_chunk / short.shards
+    )
+    assert loss.read_s >= loss.readers_a_target_shard * loss.bytes_a_reader / (2 * 1024**2)

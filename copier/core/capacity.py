@@ -36,9 +36,11 @@ from copier.core.capacitylines import (
     READ_UNIT_BYTES,
     STREAMS,
     Budget,
+    HostLoss,
     Line,
     budgets,
     cost_lines,
+    host_loss,
 )
 from copier.core.config import DEFAULTS
 from copier.core.errors import PlanError
@@ -120,6 +122,7 @@ class Settings:
     coalesce_s: float  # copier.coalesceMillis
     window_max_events: int  # copier.dedupWindowMaxEvents
     digest_ttl_hours: float  # copier.digestTtlHours
+    verify_span_s: float  # a verification read's span: copier's lease, the put timeout, twice the clock margin
 
 
 @dataclass(frozen=True)
@@ -189,6 +192,7 @@ class Plan:
     plain_us_per_event: float
     state_storage_gib: float
     takeover_read_units: float  # a shard's window loaded once
+    host_loss: HostLoss | None = None  # what verifying a lost host's chunks in flight reads of the target
     lines: list[Line] = field(default_factory=list)  # all regions
     budgets: list[Budget] = field(default_factory=list)
     figures: list[tuple[str, float]] = field(default_factory=list)  # (benchmarks.json field, value) used
@@ -235,6 +239,12 @@ def settings_from(values: Mapping[str, str]) -> Settings:
         coalesce_s=float(str(copier["copier.coalesceMillis"])) / 1000,
         window_max_events=int(str(copier["copier.dedupWindowMaxEvents"])),
         digest_ttl_hours=float(str(copier["copier.digestTtlHours"])),
+        verify_span_s=(
+            float(str(copier["copier.leaseMillis"]) or failover * 1000)
+            + float(str(copier["copier.putTimeoutMillis"]))
+            + 2 * float(str(copier["copier.clockSkewMillis"]))
+        )
+        / 1000,
     )
 
 
@@ -323,4 +333,9 @@ def _plan_at(w: Workload, s: Settings, m: Measured, prices: Mapping[str, Any]) -
     )
     batch, units = m.units_per_million(chunk)
     result.figures.append((f"cost.copier_units_per_million[{batch}]", units))
-    return replace(result, lines=cost_lines(result, s, units / 1e6, prices), budgets=budgets(result, s, units / 1e6))
+    return replace(
+        result,
+        lines=cost_lines(result, s, units / 1e6, prices),
+        budgets=budgets(result, s, units / 1e6),
+        host_loss=host_loss(result, s),
+    )

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from copier.core.limits import (
+    BIG_READ_BYTES,
     READ_BYTES_PER_SHARD_S,
     READ_CALLS_PER_SHARD_S,
     WRITE_BYTES_PER_SHARD_S,
@@ -27,7 +28,7 @@ from copier.core.streamsettings import SUMMARY_MAX_AGE_S
 if TYPE_CHECKING:
     from copier.core.capacity import Plan, Settings
 
-__all__ = ["FLAG_SHARE", "STREAMS", "Budget", "Line", "budgets", "cost_lines"]
+__all__ = ["FLAG_SHARE", "STREAMS", "Budget", "HostLoss", "Line", "budgets", "cost_lines", "host_loss"]
 
 # AWS's limits that copier.core.limits does not hold. Kinesis API reference, each action's page
 # (DescribeStreamSummary, DescribeStream, ListShards, GetShardIterator, SubscribeToShard):
@@ -36,6 +37,7 @@ DESCRIBE_STREAM_PER_ACCOUNT_S = 10
 LIST_SHARDS_PER_STREAM_S = 1000
 GET_SHARD_ITERATOR_PER_SHARD_S = 5
 SUBSCRIBE_PER_CONSUMER_SHARD_S = 1
+GET_RECORDS_MAX_RECORDS = 10_000  # a GetRecords page holds at most 10,000 records (and 10 MiB: BIG_READ_BYTES)
 SUBSCRIPTION_S = 300  # a SubscribeToShard subscription lasts 5 minutes, then the KCL subscribes again
 # DynamoDB service quotas page: per partition (an item collection's key), per on-demand table by default.
 PARTITION_WCU = 1000
@@ -81,6 +83,46 @@ class Budget:
     @property
     def flagged(self) -> bool:
         return self.share > FLAG_SHARE
+
+
+@dataclass(frozen=True)
+class HostLoss:
+    """What a host's loss costs each target shard's read budget, at most: every processor the host held had a
+    chunk in flight, and its successor verifies it (``copier.shard.inflight``) by reading the target shards the
+    chunk's keys hash to, over ``copier.core.capacity.Settings.verify_span_s``. The reads are shared with the
+    target's other consumers, which are throttled while they last."""
+
+    processors: int
+    target_shards_a_chunk: float  # distinct target shards a chunk's forwarded events hash to (keys at random)
+    readers_a_target_shard: float  # successors reading each target shard
+    bytes_a_reader: float
+    pages_a_reader: int
+
+    @property
+    def iterator_s(self) -> float:
+        """Seconds of a target shard's GetShardIterator budget (one call a reader)."""
+        return self.readers_a_target_shard / GET_SHARD_ITERATOR_PER_SHARD_S
+
+    @property
+    def read_s(self) -> float:
+        """Seconds of a target shard's GetRecords budget, by calls or by bytes, whichever is longer."""
+        calls = self.readers_a_target_shard * self.pages_a_reader / READ_CALLS_PER_SHARD_S
+        return max(calls, self.readers_a_target_shard * self.bytes_a_reader / READ_BYTES_PER_SHARD_S)
+
+
+def host_loss(p: Plan, s: Settings) -> HostLoss:
+    """:class:`HostLoss` for the plan's hosts (the target has the staging stream's shard count)."""
+    chunk = p.chunk_events * (1 - p.workload.duplicate_rate)
+    shards = p.shards * (1 - (1 - 1 / p.shards) ** chunk)  # expected distinct shards of ``chunk`` random keys
+    records = p.events_per_shard_s * (1 - p.workload.duplicate_rate) * s.verify_span_s
+    read = records * p.workload.record_bytes
+    return HostLoss(
+        processors=p.shards_per_host,
+        target_shards_a_chunk=shards,
+        readers_a_target_shard=p.shards_per_host * shards / p.shards,
+        bytes_a_reader=read,
+        pages_a_reader=max(1, math.ceil(max(records / GET_RECORDS_MAX_RECORDS, read / BIG_READ_BYTES))),
+    )
 
 
 def _lease_writes_s(p: Plan, s: Settings) -> float:

@@ -62,6 +62,8 @@ def as_dict(p: Plan) -> dict[str, Any]:
     found["usd_day"], found["own_usd_day"], found["kinesis_usd_day"] = p.usd_day, p.own_usd_day, p.kinesis_usd_day
     found["own_share_of_kinesis"] = p.own_usd_day / p.kinesis_usd_day
     found["start_summary_calls"] = p.start_summary_calls
+    if p.host_loss is not None:
+        found["host_loss"] |= {"iterator_s": p.host_loss.iterator_s, "read_s": p.host_loss.read_s}
     found["unknowns"] = list(UNKNOWNS)
     return found
 
@@ -83,6 +85,18 @@ def _summary(p: Plan) -> list[str]:
         f"{p.takeover_read_units:,.0f} read units a shard",
         f"a fleet start asks DescribeStreamSummary {p.start_summary_calls:,} times at once: "
         f"{p.start_summary_calls / DESCRIBE_STREAM_SUMMARY_PER_ACCOUNT_S:,.0f} s of the account's budget",
+    ] + _host_loss(p)
+
+
+def _host_loss(p: Plan) -> list[str]:
+    loss = p.host_loss
+    if loss is None:
+        return []
+    return [
+        f"a host loss, at most: {loss.processors:,} successors verify a chunk in flight each, reading "
+        f"{loss.target_shards_a_chunk:,.0f} target shards apiece ({loss.bytes_a_reader / 2**20:,.1f} MiB each); "
+        f"a target shard is read by {loss.readers_a_target_shard:,.1f} of them: {loss.iterator_s:,.1f} s of its "
+        f"GetShardIterator budget and {loss.read_s:,.1f} s of its GetRecords budget, shared with its consumers"
     ]
 
 
@@ -182,6 +196,23 @@ def document(plans: Sequence[Plan], sources: Mapping[str, str]) -> str:
     for shards in sorted({p.shards for p in plans}):
         calls = next(p.start_summary_calls for p in plans if p.shards == shards)
         out.append(f"| {shards:,} | {calls:,} | {calls / DESCRIBE_STREAM_SUMMARY_PER_ACCOUNT_S:,.0f} |")
+    out += [
+        "",
+        "A host lost with a chunk in flight on each of its shards (at most) has each successor verify that chunk by",
+        "reading the target shards its keys hash to (`copier.shard.inflight`), shared with the target's consumers;",
+        "fewer shards a host (a smaller instance, `--instance`) or a shorter `copier.leaseMillis` shortens it:",
+        "",
+        "| events a day | record | processors lost | readers a target shard | seconds of a target shard's "
+        "GetShardIterator | seconds of its GetRecords |",
+        "|---|---|---|---|---|---|",
+    ]
+    for p in plans:
+        w, loss = p.workload, p.host_loss
+        if loss is not None:
+            out.append(
+                f"| {w.events_per_s * 86_400 / 1e9:g} billion | {w.record_bytes:,} B | {loss.processors:,} | "
+                f"{loss.readers_a_target_shard:,.1f} | {loss.iterator_s:,.1f} | {loss.read_s:,.1f} |"
+            )
     for p in plans:
         w = p.workload
         out += ["", f"## {w.events_per_s * 86_400 / 1e9:g} billion events a day of {w.record_bytes:,} B", ""]
