@@ -218,3 +218,9 @@ def test_a_host_loss_reads_the_target_over_the_verification_span(tmp_path: Path)
         short.shards_per_host * loss.target_shards_a_chunk / short.shards
     )
     assert loss.read_s >= loss.readers_a_target_shard * loss.bytes_a_reader / (2 * 1024**2)
+
+
+def test_a_file_it_cannot_read_names_the_flag_to_give(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An installed copier has no docs/benchmarks.json: the one line says which flag gives it (exit 2)."""
+    assert main(["plan", "--events-per-day", "1e9", "--benchmarks", str(tmp_path / "none.json")]) == 2
+    assert "--benchmarks FILE" in capsys.readouterr().err

@@ -55,17 +55,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _read(path: Path, what: str) -> Any:
+    """A file's text, or its json; one that cannot be read is a :class:`PlanError` naming the flag to give
+    (an installed copier has no docs/ or properties/: they are the source tree's)."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise PlanError(f"copier plan: cannot read {what} {path}: {exc.strerror}") from exc
+        raise PlanError(f"copier plan: cannot read {path} ({exc.strerror}): give {what}") from exc
     return json.loads(text) if path.suffix == ".json" else text
 
 
 def load(benchmarks: Path, prices: Path, properties: Path) -> tuple[Measured, dict[str, Any], Settings]:
     """The measured figures, the price table and the settings, from their files."""
-    values = {k: v for k, (_, v) in parse_properties(_read(properties, "the properties file")).items()}
-    return Measured(_read(benchmarks, "the benchmarks")), _read(prices, "the price table"), settings_from(values)
+    values = {k: v for k, (_, v) in parse_properties(_read(properties, "--properties FILE")).items()}
+    return (
+        Measured(_read(benchmarks, "--benchmarks FILE (docs/benchmarks.json)")),
+        _read(prices, "--prices FILE"),
+        settings_from(values),
+    )
 
 
 def doc_plans(measured: Measured, prices: dict[str, Any], settings: Settings) -> list[Plan]:
