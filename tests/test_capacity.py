@@ -12,7 +12,7 @@ import pytest
 from copier.commands import plan as command
 from copier.commands.cli import main
 from copier.core import capacitylines
-from copier.core.capacity import Plan, Workload, default_shards, plan
+from copier.core.capacity import Plan, Workload, default_shards, per_chunk, plan
 from copier.core.streamsettings import SUMMARY_MAX_AGE_S
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,19 +48,13 @@ def test_docs_capacity_is_what_the_planner_prints(capsys: pytest.CaptureFixture[
 
 
 def test_write_units_come_from_the_measured_cost_table(tmp_path: Path) -> None:
-    """The state table's writes are benchmarks.json's write units per million at the chunk's batch: double them,
-    the writes and their budget double."""
+    """The state table's writes are benchmarks.json's write units per million around the chunk's size: double
+    them, the writes and their budget double."""
     before = _plan()
-    batch = str(
-        max(
-            int(k)
-            for k in json.loads(command.BENCHMARKS.read_text())["cost"]["copier_units_per_million"]
-            if int(k) <= before.chunk_events
-        )
-    )
 
     def double(raw: dict[str, Any]) -> None:
-        raw["cost"]["copier_units_per_million"][batch] *= 2
+        table = raw["cost"]["copier_units_per_million"]
+        table.update({k: 2 * v for k, v in table.items()})
 
     after = _plan(_edited(tmp_path, double))
     assert _line(after, "state table writes") == pytest.approx(2 * _line(before, "state table writes"))
@@ -69,16 +63,27 @@ def test_write_units_come_from_the_measured_cost_table(tmp_path: Path) -> None:
     )
 
 
+def test_a_chunk_between_measured_batches_costs_between_them() -> None:
+    """per_chunk: a measured batch's own value; between two, linear in 1/batch (a cost a chunk plus a cost an
+    event); past the largest, the largest's; below the smallest, more than the smallest's."""
+    measured = {10: 200_000.0, 100: 30_000.0, 1000: 12_000.0}
+    assert per_chunk(measured, 100) == (30_000.0, [100, 1000])
+    assert per_chunk(measured, 10)[0] == pytest.approx(200_000.0)
+    value, used = per_chunk(measured, 500)
+    assert used == [100, 1000] and value == pytest.approx(12_000 + (1 / 500 - 1 / 1000) / (1 / 100 - 1 / 1000) * 18_000)
+    assert per_chunk(measured, 5000) == (12_000.0, [1000])
+    assert per_chunk(measured, 5)[0] > 200_000.0
+
+
 def test_cpu_and_memory_come_from_the_measured_rows(tmp_path: Path) -> None:
     """A host's CPU follows the measured µs an event of the workload's cell and the idle host's CPU, its memory
     the measured processor and window figures: change them in a copy of benchmarks.json, the plan follows."""
     before = _plan()
-    cell = before.figures[0][0]  # e.g. cpu[payload_bytes=200, batch=100].uncoalesced_us_per_event
 
     def slower(raw: dict[str, Any]) -> None:
         for row in raw["cpu"]:
-            key = cell.rsplit(".", 1)[1]
-            row[key] = None if row[key] is None else row[key] * 3
+            for key in ("copier_us_per_event", "uncoalesced_us_per_event"):
+                row[key] = None if row[key] is None else row[key] * 3
         for row in raw["host"]:
             row["processor_pss_mb"] += 100
             row["idle_cpu_percent"] += 10  # a tenth of a core more, whatever the shards

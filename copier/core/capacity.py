@@ -58,6 +58,7 @@ __all__ = [
     "Workload",
     "chunk_events",
     "default_shards",
+    "per_chunk",
     "plan",
     "settings_from",
 ]
@@ -131,22 +132,36 @@ class Measured:
 
     raw: Mapping[str, Any]
 
-    def cpu_row(self, payload: int, chunk: float) -> dict[str, Any]:
-        """The measured cell for records of ``payload`` bytes in chunks of ``chunk``: the smallest measured
-        payload at least as large (else the largest), the largest measured batch at most ``chunk`` (else the
-        smallest): the cell that costs no less than the workload's."""
+    def cpu_us(self, payload: int, chunk: float, coalesce_events: int) -> tuple[float, float, list[tuple[str, float]]]:
+        """The processor's CPU an event (copier's, the plain copier's) for records of ``payload`` bytes in
+        chunks of ``chunk``, and the measured cells used: the smallest measured payload at least as large
+        (else the largest), between the measured batches around ``chunk`` (:func:`per_chunk`). A delivery
+        under ``coalesce_events`` is committed alone (the next one comes a poll later than coalescing waits):
+        its cell is the one measured with coalescing off."""
         rows = list(self.raw["cpu"])
         sizes = sorted({r["payload_bytes"] for r in rows})
         size = next((s for s in sizes if s >= payload), sizes[-1])
-        batches = sorted(r["batch"] for r in rows if r["payload_bytes"] == size)
-        batch = max((b for b in batches if b <= chunk), default=batches[0])
-        return next(r for r in rows if r["payload_bytes"] == size and r["batch"] == batch)
+        cells = {r["batch"]: r for r in rows if r["payload_bytes"] == size}
 
-    def units_per_million(self, chunk: float) -> tuple[int, float]:
-        """Write units per 1,000,000 forwarded events at the largest measured batch at most ``chunk``."""
+        def key(row: Mapping[str, Any]) -> str:
+            alone = row["batch"] < coalesce_events and row.get("uncoalesced_us_per_event") is not None
+            return "uncoalesced_us_per_event" if alone else "copier_us_per_event"
+
+        copier, used = per_chunk({b: float(r[key(r)]) for b, r in cells.items()}, chunk)
+        plain, _ = per_chunk({b: float(r["plain_us_per_event"]) for b, r in cells.items()}, chunk)
+        figures = []
+        for b in used:
+            name = f"cpu[payload_bytes={size}, batch={b}]"
+            figures += [(f"{name}.{key(cells[b])}", float(cells[b][key(cells[b])]))]
+            figures += [(f"{name}.plain_us_per_event", float(cells[b]["plain_us_per_event"]))]
+        return copier, plain, figures
+
+    def units_per_event(self, chunk: float) -> tuple[float, list[tuple[str, float]]]:
+        """State table write units a forwarded event in chunks of ``chunk`` (:func:`per_chunk` over
+        docs/benchmarks.json cost.copier_units_per_million), and the measured cells used."""
         table = {int(k): float(v) for k, v in self.raw["cost"]["copier_units_per_million"].items()}
-        batch = max((b for b in table if b <= chunk), default=min(table))
-        return batch, table[batch]
+        units, used = per_chunk(table, chunk)
+        return units / 1e6, [(f"cost.copier_units_per_million[{b}]", table[b]) for b in used]
 
     def bytes_per_id(self) -> float:
         """The window's memory per event ID: the largest measured (docs/benchmarks.json window[].bytes_per_id)."""
@@ -219,6 +234,21 @@ class Plan:
         return max(self.budgets, key=lambda b: b.share)
 
 
+def per_chunk(measured: Mapping[int, float], chunk: float) -> tuple[float, list[int]]:
+    """A per-event cost measured at a few batch sizes, at ``chunk`` events a chunk: linear in 1/batch between
+    the two measured batches around it, a cost a chunk spread over its events plus a cost an event (the shape
+    the measured tables have: write units are about two a chunk and 10 bytes an event). Past the largest
+    measured batch, the largest's; below the smallest, the line through the two smallest, which grows as
+    chunks shrink. Returns the cost and the batches used."""
+    batches = sorted(measured)
+    if len(batches) == 1 or chunk >= batches[-1]:
+        return measured[batches[-1]], [batches[-1]]
+    above = next(i for i, b in enumerate(batches) if b > chunk)
+    low, high = batches[max(0, above - 1)], batches[max(1, above)]
+    share = (1 / chunk - 1 / high) / (1 / low - 1 / high)
+    return measured[high] + share * (measured[low] - measured[high]), [low, high]
+
+
 def settings_from(values: Mapping[str, str]) -> Settings:
     """The settings from a properties file's values: copier's keys default to the code's
     (``copier.core.config.DEFAULTS``), the KCL's to the KCL's own defaults."""
@@ -288,13 +318,10 @@ def _plan_at(w: Workload, s: Settings, m: Measured, prices: Mapping[str, Any]) -
     per_shard = w.events_per_s / w.regions / shards
     forwarded = per_shard * (1 - w.duplicate_rate)
     chunk = chunk_events(w, s, per_shard)
-    row = m.cpu_row(w.record_bytes, chunk)
-    small = chunk < s.coalesce_events and row.get("uncoalesced_us_per_event") is not None
-    us_key = "uncoalesced_us_per_event" if small else "copier_us_per_event"  # a lone delivery is committed alone
-    cell = f"cpu[payload_bytes={row['payload_bytes']}, batch={row['batch']}]"
+    us, plain_us, cpu_figures = m.cpu_us(w.record_bytes, chunk, s.coalesce_events)
     window_ids = min(forwarded * w.window_hours * HOUR_S, float(s.window_max_events))
     shard_mb = m.processor_mb() + m.daemon_mb()[1] + window_ids * m.bytes_per_id() / 1e6
-    shard_cores = m.idle_cores()[1] + per_shard * float(row[us_key]) / 1e6
+    shard_cores = m.idle_cores()[1] + per_shard * us / 1e6
     spec = prices["instances"][w.instance]
     mem_room = spec["memory_gib"] * GIB / 1e6 * w.utilization - m.daemon_mb()[0]
     cpu_room = spec["vcpus"] * w.utilization - m.idle_cores()[0]
@@ -316,13 +343,12 @@ def _plan_at(w: Workload, s: Settings, m: Measured, prices: Mapping[str, Any]) -
         host_cpu_cores=m.idle_cores()[0] + per_host * shard_cores,
         instance_memory_gib=float(spec["memory_gib"]),
         instance_vcpus=int(spec["vcpus"]),
-        copier_us_per_event=float(row[us_key]),
-        plain_us_per_event=float(row["plain_us_per_event"]),
+        copier_us_per_event=us,
+        plain_us_per_event=plain_us,
         state_storage_gib=shards * forwarded * lifetime_h * HOUR_S * DIGEST_SIZE / GIB,
         takeover_read_units=window_ids * DIGEST_SIZE / READ_UNIT_BYTES,
         figures=[
-            (f"{cell}.{us_key}", float(row[us_key])),
-            (f"{cell}.plain_us_per_event", float(row["plain_us_per_event"])),
+            *cpu_figures,
             ("max(window[].bytes_per_id)", m.bytes_per_id()),
             ("host[most shards].processor_pss_mb", m.processor_mb()),
             ("host[].daemon.pss_mb: base MB", m.daemon_mb()[0]),
@@ -331,11 +357,11 @@ def _plan_at(w: Workload, s: Settings, m: Measured, prices: Mapping[str, Any]) -
             ("host[].idle_cpu_percent: cores a shard", m.idle_cores()[1]),
         ],
     )
-    batch, units = m.units_per_million(chunk)
-    result.figures.append((f"cost.copier_units_per_million[{batch}]", units))
+    units, unit_figures = m.units_per_event(chunk)
+    result.figures.extend(unit_figures)
     return replace(
         result,
-        lines=cost_lines(result, s, units / 1e6, prices),
-        budgets=budgets(result, s, units / 1e6),
+        lines=cost_lines(result, s, units, prices),
+        budgets=budgets(result, s, units),
         host_loss=host_loss(result, s),
     )

@@ -29,8 +29,9 @@ REMEDIES = {
     "staging shards",
     "SubscribeToShard": "more staging shards",
     "PutRecords": "more target shards (a target shard takes a staging shard's forwarded events)",
-    "state": "a quota increase for the table's write units (per partition: more staging shards, so each "
-    "shard's items take fewer writes)",
+    "state": "larger chunks (under POLLING a longer idleTimeBetweenReadsInMillis: more events a delivery, fewer "
+    "write units an event, docs/benchmarks.md section 2, at the price of latency), or a quota increase for the "
+    "table's write units",
     "KCL": "a quota increase for the table, or a longer failoverTimeMillis (fewer renewals)",
 }
 
@@ -79,8 +80,8 @@ def _summary(p: Plan) -> list[str]:
         f"{p.hosts:,} x {p.instance}{region} ({p.instance_vcpus} vCPUs, {p.instance_memory_gib:g} GiB): "
         f"{p.shards_per_host:,} shards a host, {p.host_memory_gib:,.1f} GiB and {p.host_cpu_cores:,.1f} cores "
         f"used ({w.utilization:.0%} the most planned)",
-        f"CPU {p.copier_us_per_event:g} µs an event in copier's processor "
-        f"(the plain at-least-once copier: {p.plain_us_per_event:g})",
+        f"CPU {p.copier_us_per_event:.1f} µs an event in copier's processor "
+        f"(the plain at-least-once copier: {p.plain_us_per_event:.1f})",
         f"state table: {p.state_storage_gib:,.1f} GiB of digests{region}; a takeover reads "
         f"{p.takeover_read_units:,.0f} read units a shard",
         f"a fleet start asks DescribeStreamSummary {p.start_summary_calls:,} times at once: "
