@@ -14,12 +14,13 @@ Where each number comes from:
   every ``SUMMARY_MAX_AGE_S`` per stream and processor, a GetRecords every ``idleTimeBetweenReadsInMillis``,
   a lease renewal every third of ``failoverTimeMillis``;
 * the limits are AWS's: the per-shard ones are :mod:`copier.core.limits`' (the ones readers pace by), the
-  per-account, per-stream and per-table ones below are the API reference's and the service quotas pages'.
+  per-account, per-stream and per-table ones the API reference's and the service quotas pages'
+  (``copier.core.capacitylines``, which turns a sizing into cost lines and budgets).
 
 What it cannot know, and says so (:data:`UNKNOWNS`): the KCL daemon's CPU per event (measured only with
-the whole host, at 10 events a second a shard), how the measuring machine's cores compare with an instance's
-vCPUs, the account's other users of the shared budgets, and how often takeovers, verifications and
-resharding happen.
+the whole host, at a few events a second a shard), how the measuring machine's cores compare with an
+instance's vCPUs, the account's other users of the shared budgets, and how often takeovers, host losses and
+reshards happen.
 """
 
 from __future__ import annotations
@@ -65,13 +66,14 @@ __all__ = [
 
 
 UNKNOWNS = (
-    "the KCL daemon's (Java) CPU per event: measured only with the whole host at 10 events a second a shard "
-    "(docs/benchmarks.json host.steady_cpu_us_per_event), so hosts are sized on the processors' measured CPU "
-    "and the daemon's idle CPU, and the utilization target is the margin for the rest",
+    "the KCL daemon's (Java) CPU per event: measured only with the whole host, at a few events a second a shard "
+    "(docs/benchmarks.json host[].steady_rate and steady_cpu_us_per_event), so hosts are sized on the processors' "
+    "measured CPU and the idle host's, and the utilization target is the margin for the rest",
     "how the benchmark machine's cores (docs/benchmarks.json method.machine) compare with an instance's vCPUs",
     "the account's other users of the per-account and per-stream budgets (the KCL's own DescribeStreamSummary "
     "and ListShards calls, other applications): the flag at half a budget leaves them the other half",
-    "how often takeovers, verification reads and reshards happen: their cost is given per event, not per day",
+    "how often takeovers, host losses and reshards happen, and how often a chunk is in flight when one does: "
+    "their cost is given for one (at most), not a day",
     "on-demand list prices only: reserved capacity, savings plans and the free tier are not in the price table",
 )
 
