@@ -174,6 +174,7 @@ def test_json_says_the_budgets_and_what_it_cannot_know(capsys: pytest.CaptureFix
     assert ("DescribeStreamSummary", "account") in flagged
     assert all(b["flagged"] == (b["share"] > 0.5) for b in out["budgets"])
     assert any(name.startswith("cost.copier_units_per_million[") for name in out["figures"])
+    assert out["host_loss"]["read_s"] > 0 and out["host_loss"]["processors"] == out["shards_per_host"]
     assert out["unknowns"] and math.isclose(out["own_share_of_kinesis"], out["own_usd_day"] / out["kinesis_usd_day"])
 
 
@@ -229,3 +230,11 @@ def test_a_file_it_cannot_read_names_the_flag_to_give(tmp_path: Path, capsys: py
     """An installed copier has no docs/benchmarks.json: the one line says which flag gives it (exit 2)."""
     assert main(["plan", "--events-per-day", "1e9", "--benchmarks", str(tmp_path / "none.json")]) == 2
     assert "--benchmarks FILE" in capsys.readouterr().err
+
+
+def test_the_price_table_is_dated_and_cites_its_pages() -> None:
+    """The shipped price table says its region and month (in its name too) and the AWS pricing pages it is from."""
+    prices = json.loads(command.PRICES.read_text(encoding="utf-8"))
+    assert command.PRICES.name == f"prices-{prices['region']}-{prices['date']}.json"
+    assert prices["sources"] and all(url.startswith("https://aws.amazon.com/") for url in prices["sources"])
+    assert {"kinesis", "dynamodb", "instances"} <= set(prices)
