@@ -238,3 +238,14 @@ def test_the_price_table_is_dated_and_cites_its_pages() -> None:
     assert command.PRICES.name == f"prices-{prices['region']}-{prices['date']}.json"
     assert prices["sources"] and all(url.startswith("https://aws.amazon.com/") for url in prices["sources"])
     assert {"kinesis", "dynamodb", "instances"} <= set(prices)
+
+
+def test_digests_are_kept_for_the_window_and_the_staging_retention() -> None:
+    """A digest batch lives the window plus the staging retention plus an hour, at least copier.digestTtlHours
+    (48): 10 bytes an event and an item's 100 bytes a chunk, for that long (docs/protocol.md, "Limits")."""
+    short, long = _plan(retention_hours=24), _plan(retention_hours=72)
+    assert long.state_storage_gib / short.state_storage_gib == pytest.approx((1 + 72 + 1) / 48)
+    forwarded = short.events_per_shard_s * 0.97
+    chunks = short.events_per_shard_s / short.chunk_events
+    expected = short.shards * 48 * 3600 * (forwarded * 10 + chunks * 100) / 1024**3
+    assert short.state_storage_gib == pytest.approx(expected)

@@ -34,6 +34,7 @@ from copier.core.capacitylines import (
     FLAG_SHARE,
     GIB,
     HOUR_S,
+    ITEM_OVERHEAD_BYTES,
     READ_UNIT_BYTES,
     STREAMS,
     Budget,
@@ -347,7 +348,11 @@ def _plan_at(w: Workload, s: Settings, m: Measured, prices: Mapping[str, Any]) -
         instance_vcpus=int(spec["vcpus"]),
         copier_us_per_event=us,
         plain_us_per_event=plain_us,
-        state_storage_gib=shards * forwarded * lifetime_h * HOUR_S * DIGEST_SIZE / GIB,
+        state_storage_gib=shards
+        * lifetime_h
+        * HOUR_S
+        * (forwarded * DIGEST_SIZE + per_shard / chunk * ITEM_OVERHEAD_BYTES)
+        / GIB,
         takeover_read_units=window_ids * DIGEST_SIZE / READ_UNIT_BYTES,
         figures=[
             *cpu_figures,

@@ -43,6 +43,7 @@ SUBSCRIPTION_S = 300  # a SubscribeToShard subscription lasts 5 minutes, then th
 PARTITION_WCU = 1000
 TABLE_WCU = 40_000
 WRITE_UNIT_BYTES = 1024  # a write request unit writes an item up to 1 KB (a KCL lease, a worker's metrics row)
+ITEM_OVERHEAD_BYTES = 100  # DynamoDB bills each item's storage 100 bytes over its attributes (a digest batch's)
 READ_UNIT_BYTES = 4096  # a strongly consistent read request unit reads up to 4 KB; eventually consistent: 8 KB
 GIB = 1024**3
 DAY_S = 86_400
