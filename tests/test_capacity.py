@@ -208,7 +208,8 @@ def test_fanout_reads_by_subscription() -> None:
 def test_a_host_loss_reads_the_target_over_the_verification_span(tmp_path: Path) -> None:
     """A successor verifies a chunk in flight by reading its target shards from the chunk's start to its writer's
     lease end plus the put timeout and the clock margin (copier.shard.inflight): a longer copier.leaseMillis reads
-    more of each target shard; each target shard is read by the lost host's processors in proportion."""
+    more of each target shard; each target shard is read by the lost host's processors in proportion; and each
+    successor loads its window, within a partition's and the table's read limits."""
     text = command.PROPERTIES.read_text(encoding="utf-8") + "\ncopier.leaseMillis = 20000\n"
     (tmp_path / "p.properties").write_text(text, encoding="utf-8")
     measured, prices, settings = command.load(command.BENCHMARKS, command.PRICES, command.PROPERTIES)
@@ -224,6 +225,10 @@ def test_a_host_loss_reads_the_target_over_the_verification_span(tmp_path: Path)
         short.shards_per_host * loss.target_shards_a_chunk / short.shards
     )
     assert loss.read_s >= loss.readers_a_target_shard * loss.bytes_a_reader / (2 * 1024**2)
+    window_units = min(short.events_per_shard_s * 0.97 * 3600, settings.window_max_events) * 10 / 4096
+    assert loss.window_read_units == pytest.approx(window_units)  # 10 bytes an ID, strongly consistent reads
+    assert loss.window_read_s == pytest.approx(max(window_units / 3000, loss.processors * window_units / 40_000))
+    assert short.start_window_read_s == pytest.approx(short.shards * window_units / 40_000)
 
 
 def test_a_file_it_cannot_read_names_the_flag_to_give(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

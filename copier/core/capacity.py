@@ -43,6 +43,7 @@ from copier.core.capacitylines import (
     budgets,
     cost_lines,
     host_loss,
+    window_read_s,
 )
 from copier.core.config import DEFAULTS
 from copier.core.errors import PlanError
@@ -231,6 +232,11 @@ class Plan:
     def start_summary_calls(self) -> int:
         """DescribeStreamSummary calls a fleet start (or a mass takeover) makes at once: each processor's first."""
         return self.shards * STREAMS
+
+    @property
+    def start_window_read_s(self) -> float:
+        """Seconds a fleet start's (or a mass takeover's) window loads take of the state table's reads."""
+        return window_read_s(self.takeover_read_units, self.shards)
 
     def first_bound(self) -> Budget:
         """The budget the workload uses the most of: the limit that binds first as it grows."""

@@ -28,7 +28,7 @@ from copier.core.streamsettings import SUMMARY_MAX_AGE_S
 if TYPE_CHECKING:
     from copier.core.capacity import Plan, Settings
 
-__all__ = ["FLAG_SHARE", "STREAMS", "Budget", "HostLoss", "Line", "budgets", "cost_lines", "host_loss"]
+__all__ = ["FLAG_SHARE", "STREAMS", "Budget", "HostLoss", "Line", "budgets", "cost_lines", "host_loss", "window_read_s"]
 
 # AWS's limits that copier.core.limits does not hold. Kinesis API reference, each action's page
 # (DescribeStreamSummary, DescribeStream, ListShards, GetShardIterator, SubscribeToShard):
@@ -41,6 +41,8 @@ GET_RECORDS_MAX_RECORDS = 10_000  # a GetRecords page holds at most 10,000 recor
 SUBSCRIPTION_S = 300  # a SubscribeToShard subscription lasts 5 minutes, then the KCL subscribes again
 # DynamoDB service quotas page: per partition (an item collection's key), per on-demand table by default.
 PARTITION_WCU = 1000
+PARTITION_RCU = 3000
+TABLE_RCU = 40_000
 TABLE_WCU = 40_000
 WRITE_UNIT_BYTES = 1024  # a write request unit writes an item up to 1 KB (a KCL lease, a worker's metrics row)
 ITEM_OVERHEAD_BYTES = 100  # DynamoDB bills each item's storage 100 bytes over its attributes (a digest batch's)
@@ -88,16 +90,23 @@ class Budget:
 
 @dataclass(frozen=True)
 class HostLoss:
-    """What a host's loss costs each target shard's read budget, at most: every processor the host held had a
-    chunk in flight, and its successor verifies it (``copier.shard.inflight``) by reading the target shards the
-    chunk's keys hash to, over ``copier.core.capacity.Settings.verify_span_s``. The reads are shared with the
-    target's other consumers, which are throttled while they last."""
+    """What a host's loss costs, at most: each successor loads its shard's window from the state table (strongly
+    consistent reads), and, if the shard had a chunk in flight, verifies it (``copier.shard.inflight``) by
+    reading the target shards the chunk's keys hash to, over ``copier.core.capacity.Settings.verify_span_s``.
+    Those reads are shared with the target's other consumers, which are throttled while they last."""
 
     processors: int
     target_shards_a_chunk: float  # distinct target shards a chunk's forwarded events hash to (keys at random)
     readers_a_target_shard: float  # successors reading each target shard
     bytes_a_reader: float
     pages_a_reader: int
+    window_read_units: float  # a shard's window loaded once
+
+    @property
+    def window_read_s(self) -> float:
+        """Seconds the successors' window loads take of the state table's reads: a shard's items are one
+        partition's, all of them the table's."""
+        return window_read_s(self.window_read_units, self.processors)
 
     @property
     def iterator_s(self) -> float:
@@ -109,6 +118,11 @@ class HostLoss:
         """Seconds of a target shard's GetRecords budget, by calls or by bytes, whichever is longer."""
         calls = self.readers_a_target_shard * self.pages_a_reader / READ_CALLS_PER_SHARD_S
         return max(calls, self.readers_a_target_shard * self.bytes_a_reader / READ_BYTES_PER_SHARD_S)
+
+
+def window_read_s(units: float, shards: int) -> float:
+    """Seconds ``shards`` windows of ``units`` read units each take at a partition's and a table's default limit."""
+    return max(units / PARTITION_RCU, shards * units / TABLE_RCU)
 
 
 def host_loss(p: Plan, s: Settings) -> HostLoss:
@@ -123,6 +137,7 @@ def host_loss(p: Plan, s: Settings) -> HostLoss:
         readers_a_target_shard=p.shards_per_host * shards / p.shards,
         bytes_a_reader=read,
         pages_a_reader=max(1, math.ceil(max(records / GET_RECORDS_MAX_RECORDS, read / BIG_READ_BYTES))),
+        window_read_units=p.takeover_read_units,
     )
 
 

@@ -11,7 +11,13 @@ from dataclasses import asdict
 from typing import Any
 
 from copier.core.capacity import UNKNOWNS, Plan
-from copier.core.capacitylines import DESCRIBE_STREAM_SUMMARY_PER_ACCOUNT_S, FLAG_SHARE, Budget
+from copier.core.capacitylines import (
+    DESCRIBE_STREAM_SUMMARY_PER_ACCOUNT_S,
+    FLAG_SHARE,
+    PARTITION_RCU,
+    TABLE_RCU,
+    Budget,
+)
 
 __all__ = ["DOC_DAILY_EVENTS", "DOC_RECORD_BYTES", "as_dict", "document", "remedy", "text"]
 
@@ -64,7 +70,13 @@ def as_dict(p: Plan) -> dict[str, Any]:
     found["own_share_of_kinesis"] = p.own_usd_day / p.kinesis_usd_day
     found["start_summary_calls"] = p.start_summary_calls
     if p.host_loss is not None:
-        found["host_loss"] |= {"iterator_s": p.host_loss.iterator_s, "read_s": p.host_loss.read_s}
+        loss = p.host_loss
+        found["host_loss"] |= {
+            "iterator_s": loss.iterator_s,
+            "read_s": loss.read_s,
+            "window_read_s": loss.window_read_s,
+        }
+    found["start_window_read_s"] = p.start_window_read_s
     found["unknowns"] = list(UNKNOWNS)
     return found
 
@@ -85,7 +97,8 @@ def _summary(p: Plan) -> list[str]:
         f"state table: {p.state_storage_gib:,.1f} GiB of digests{region}; a takeover reads "
         f"{p.takeover_read_units:,.0f} read units a shard",
         f"a fleet start asks DescribeStreamSummary {p.start_summary_calls:,} times at once: "
-        f"{p.start_summary_calls / DESCRIBE_STREAM_SUMMARY_PER_ACCOUNT_S:,.0f} s of the account's budget",
+        f"{p.start_summary_calls / DESCRIBE_STREAM_SUMMARY_PER_ACCOUNT_S:,.0f} s of the account's budget; "
+        f"loading every window takes {p.start_window_read_s:,.0f} s of the state table's reads",
     ] + _host_loss(p)
 
 
@@ -97,7 +110,8 @@ def _host_loss(p: Plan) -> list[str]:
         f"a host loss, at most: {loss.processors:,} successors verify a chunk in flight each, reading "
         f"{loss.target_shards_a_chunk:,.0f} target shards apiece ({loss.bytes_a_reader / 2**20:,.1f} MiB each); "
         f"a target shard is read by {loss.readers_a_target_shard:,.1f} of them: {loss.iterator_s:,.1f} s of its "
-        f"GetShardIterator budget and {loss.read_s:,.1f} s of its GetRecords budget, shared with its consumers"
+        f"GetShardIterator budget and {loss.read_s:,.1f} s of its GetRecords budget, shared with its consumers; "
+        f"their windows take {loss.window_read_s:,.1f} s of the state table's reads"
     ]
 
 
@@ -190,30 +204,39 @@ def document(plans: Sequence[Plan], sources: Mapping[str, str]) -> str:
         out.append(f"- **{name}**, over {FLAG_SHARE:.0%} at {', '.join(where)}: {remedy(budget)}.")
     out += [
         "",
-        "A fleet start or a mass takeover asks DescribeStreamSummary once per stream and processor at once:",
+        "A fleet start or a mass takeover asks DescribeStreamSummary once per stream and processor at once, and",
+        "every processor loads its window from the state table (strongly consistent reads, at most a partition's",
+        f"{PARTITION_RCU:,} read units a second and the table's default {TABLE_RCU:,}; a quota increase raises the "
+        "table's):",
         "",
-        "| shards | calls at once | seconds of the account's 20 a second |",
-        "|---|---|---|",
+        "| events a day | record | shards | DescribeStreamSummary calls at once | seconds of the account's "
+        f"{DESCRIBE_STREAM_SUMMARY_PER_ACCOUNT_S} a second | seconds of the state table's reads |",
+        "|---|---|---|---|---|---|",
     ]
-    for shards in sorted({p.shards for p in plans}):
-        calls = next(p.start_summary_calls for p in plans if p.shards == shards)
-        out.append(f"| {shards:,} | {calls:,} | {calls / DESCRIBE_STREAM_SUMMARY_PER_ACCOUNT_S:,.0f} |")
+    for p in plans:
+        calls, w = p.start_summary_calls, p.workload
+        out.append(
+            f"| {w.events_per_s * 86_400 / 1e9:g} billion | {w.record_bytes:,} B | {p.shards:,} | {calls:,} | "
+            f"{calls / DESCRIBE_STREAM_SUMMARY_PER_ACCOUNT_S:,.0f} | {p.start_window_read_s:,.0f} |"
+        )
     out += [
         "",
         "A host lost with a chunk in flight on each of its shards (at most) has each successor verify that chunk by",
-        "reading the target shards its keys hash to (`copier.shard.inflight`), shared with the target's consumers;",
-        "fewer shards a host (a smaller instance, `--instance`) or a shorter `copier.leaseMillis` shortens it:",
+        "reading the target shards its keys hash to (`copier.shard.inflight`), shared with the target's consumers,",
+        "and load its window from the state table; fewer shards a host (a smaller instance, `--instance`) or a",
+        "shorter `copier.leaseMillis` shortens it:",
         "",
         "| events a day | record | processors lost | readers a target shard | seconds of a target shard's "
-        "GetShardIterator | seconds of its GetRecords |",
-        "|---|---|---|---|---|---|",
+        "GetShardIterator | seconds of its GetRecords | seconds of the state table's reads |",
+        "|---|---|---|---|---|---|---|",
     ]
     for p in plans:
         w, loss = p.workload, p.host_loss
         if loss is not None:
             out.append(
                 f"| {w.events_per_s * 86_400 / 1e9:g} billion | {w.record_bytes:,} B | {loss.processors:,} | "
-                f"{loss.readers_a_target_shard:,.1f} | {loss.iterator_s:,.1f} | {loss.read_s:,.1f} |"
+                f"{loss.readers_a_target_shard:,.1f} | {loss.iterator_s:,.1f} | {loss.read_s:,.1f} | "
+                f"{loss.window_read_s:,.1f} |"
             )
     for p in plans:
         w = p.workload
