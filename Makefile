@@ -106,11 +106,13 @@ CHAOS_OUT = $(if $(filter full,$(PROFILE)),docs/reliability,docs/reliability-$(P
 chaos: install-test
 	$(BIN)/python -m copier.chaos --backend $(BACKEND) --profile $(PROFILE) --seeds $(SEEDS) --report $(CHAOS_OUT).md --json $(CHAOS_OUT).json --resume
 
-# Benchmarks against baselines in one run: docs/benchmarks.md, .json and PNG plots (30 to 50 minutes).
+# Benchmarks against baselines in one run: docs/benchmarks.md, .json and PNG plots (30 to 50 minutes), then
+# docs/capacity.md from the new figures (copier plan --doc).
 # BENCH_ARGS="--keep DIR" keeps the work directory with every worker's log; "--only rolling" reruns a part.
 BENCH_ARGS ?=
 bench: install $(TEST_STAMP)
 	$(BIN)/python -m copier.bench --out docs $(BENCH_ARGS)
+	$(BIN)/python -m copier.commands.cli plan --doc > docs/capacity.md.new && mv docs/capacity.md.new docs/capacity.md
 
 # The release bundle scripts/copier.yaml installs from (scripts/bundle.py): every wheel a host needs, for
 # x86_64 and aarch64 hosts, with a lock of their SHA-256 and of the KCL jars', the installer, the units and

@@ -232,6 +232,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         ("audit", "spark.audit", "the exactly-once audit as a Spark job, over exported or Firehose files"),
         ("produce", "commands.produce", "the PySpark job writing JSON-lines files to the staging stream"),
         ("demo", "commands.demo", "the whole pipeline on the embedded local backend, with a summary"),
+        ("plan", "commands.plan", "what a workload costs: hosts, DynamoDB, Kinesis, each AWS API's budget"),
     ):
         _module_command(sub.add_parser(name, help=text), f"copier.{module}", only)
 

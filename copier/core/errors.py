@@ -28,7 +28,9 @@ the AWS error code, so the protocol code decides on copier's own terms::
     ├── IncompatibleStateError   the state table was written by another copier format
     ├── StateTableError          the state table is not as ``copier init`` makes it (its
     │                            TTL is not on ``expires_at``: digest batches never expire)
-    └── ProtocolError            the MultiLang peer sent something copier cannot act on
+    ├── ProtocolError            the MultiLang peer sent something copier cannot act on
+    └── PlanError                ``copier plan`` cannot plan the workload it was given (a bad value,
+                                 an unreadable file, no instance type that holds a shard)
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ __all__ = [
     "FencedError",
     "HOST_WIDE_CODES",
     "IncompatibleStateError",
+    "PlanError",
     "ProtocolError",
     "StateTableError",
     "TransientAwsError",
@@ -150,3 +153,7 @@ class StateTableError(CopierError):
 
 class ProtocolError(CopierError):
     """The MultiLang peer sent something copier cannot act on."""
+
+
+class PlanError(CopierError):
+    """``copier plan`` cannot plan the workload it was given: the message says what to change."""
