@@ -13,7 +13,7 @@ from copier.commands import plan as command
 from copier.commands.cli import main
 from copier.core import capacitylines
 from copier.core.capacity import Plan, Workload, default_shards, per_chunk, plan
-from copier.core.streamsettings import SUMMARY_MAX_AGE_S
+from copier.core.summaryage import mean_refresh_s
 
 ROOT = Path(__file__).resolve().parent.parent
 DAY = 86_400
@@ -113,13 +113,14 @@ def test_hosts_follow_the_measured_daemon_memory(tmp_path: Path) -> None:
 
 
 def test_describe_stream_summary_rate_follows_the_code(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every processor asks for both streams every SUMMARY_MAX_AGE_S: the account's rate is shards x 2 / that,
-    flagged past half the account's 20 a second; the age the code uses is the one the plan uses."""
+    """A host's processors share one answer per stream, refreshed every mean_refresh_s on average: the account's
+    rate is hosts x 2 / that, whatever the shard count; the refresh the code uses is the one the plan uses."""
     p = _plan(events_per_s=1e11 / DAY)
     summary = _budget(p, "DescribeStreamSummary", "account")
-    assert summary.rate == pytest.approx(p.shards * 2 / SUMMARY_MAX_AGE_S)
+    assert summary.rate == pytest.approx(p.hosts * 2 / mean_refresh_s())
+    assert p.start_summary_calls == p.hosts * 2 < p.shards
     assert summary.flagged == (summary.rate > 10)
-    monkeypatch.setattr(capacitylines, "SUMMARY_MAX_AGE_S", SUMMARY_MAX_AGE_S * 2)
+    monkeypatch.setattr(capacitylines, "mean_refresh_s", lambda: mean_refresh_s() * 2)
     assert _budget(_plan(events_per_s=1e11 / DAY), "DescribeStreamSummary", "account").rate == pytest.approx(
         summary.rate / 2
     )
@@ -171,7 +172,7 @@ def test_json_says_the_budgets_and_what_it_cannot_know(capsys: pytest.CaptureFix
     assert main(["plan", "--events-per-day", "1e11", "--record-bytes", "2048", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     flagged = {(b["api"], b["scope"]) for b in out["budgets"] if b["flagged"]}
-    assert ("DescribeStreamSummary", "account") in flagged
+    assert ("DescribeStreamSummary", "account") not in flagged  # one answer per host, not per processor
     assert all(b["flagged"] == (b["share"] > 0.5) for b in out["budgets"])
     assert any(name.startswith("cost.copier_units_per_million[") for name in out["figures"])
     assert out["host_loss"]["read_s"] > 0 and out["host_loss"]["processors"] == out["shards_per_host"]
@@ -179,13 +180,13 @@ def test_json_says_the_budgets_and_what_it_cannot_know(capsys: pytest.CaptureFix
 
 
 def test_regions_split_the_account_budgets() -> None:
-    """Spread over two regions, each region's account sees half the processors' DescribeStreamSummary calls."""
+    """Spread over two regions, each region's account sees only its own hosts' DescribeStreamSummary calls."""
     one = _plan(events_per_s=1e11 / DAY, shards=2000)
     two = _plan(events_per_s=1e11 / DAY, regions=2, shards=2000)
     assert (one.shards, two.shards) == (2000, 1000)
-    assert _budget(two, "DescribeStreamSummary", "account").rate == pytest.approx(
-        _budget(one, "DescribeStreamSummary", "account").rate / 2
-    )
+    for p in (one, two):
+        assert _budget(p, "DescribeStreamSummary", "account").rate == pytest.approx(p.hosts * 2 / mean_refresh_s())
+    assert two.hosts <= one.hosts
     assert sum(x.usd_day for x in two.lines if not x.own) == pytest.approx(one.kinesis_usd_day)
 
 

@@ -11,7 +11,7 @@ Where each number comes from:
   from the benchmarks dict and names the field each figure came from (:attr:`Plan.figures`); nothing
   measured is typed here;
 * how often copier and the KCL call an API follows from the code and the settings: DescribeStreamSummary
-  every ``SUMMARY_MAX_AGE_S`` per stream and processor, a GetRecords every ``idleTimeBetweenReadsInMillis``,
+  once per refresh per stream and host, a GetRecords every ``idleTimeBetweenReadsInMillis``,
   a lease renewal every third of ``failoverTimeMillis``;
 * the limits are AWS's: the per-shard ones are :mod:`copier.core.limits`' (the ones readers pace by), the
   per-account, per-stream and per-table ones the API reference's and the service quotas pages'
@@ -230,8 +230,9 @@ class Plan:
 
     @property
     def start_summary_calls(self) -> int:
-        """DescribeStreamSummary calls a fleet start (or a mass takeover) makes at once: each processor's first."""
-        return self.shards * STREAMS
+        """DescribeStreamSummary calls a fleet start makes at once: each host's first, per stream (its processors
+        share one answer; a takeover on a running host asks nothing)."""
+        return self.hosts * STREAMS
 
     @property
     def start_window_read_s(self) -> float:

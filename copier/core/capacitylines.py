@@ -1,7 +1,8 @@
 """A capacity plan's cost lines and API budgets, from its sizing (``copier.core.capacity``).
 
-The call rates follow from the code and the settings: a processor asks DescribeStreamSummary for each of
-its ``STREAMS`` every ``SUMMARY_MAX_AGE_S`` (``copier.shard.guard``); under polling the KCL reads a shard
+The call rates follow from the code and the settings: a host asks DescribeStreamSummary for each of its
+``STREAMS`` once per refresh, whatever its shard count (one answer shared by its processors, refreshed at a
+time drawn between half and all of ``SUMMARY_MAX_AGE_S``: ``copier.core.summaryage``); under polling the KCL reads a shard
 every ``idleTimeBetweenReadsInMillis``, or at once after a full page of ``maxRecords``; it renews a lease
 every third of ``failoverTimeMillis`` and checkpoints every ``copier.checkpointIntervalMillis``; the leader
 scans the lease table every ``leaseAssignmentIntervalMillis``. The limits are AWS's, per region: the
@@ -23,7 +24,7 @@ from copier.core.limits import (
     WRITE_BYTES_PER_SHARD_S,
     WRITE_RECORDS_PER_SHARD_S,
 )
-from copier.core.streamsettings import SUMMARY_MAX_AGE_S
+from copier.core.summaryage import mean_refresh_s
 
 if TYPE_CHECKING:
     from copier.core.capacity import Plan, Settings
@@ -242,10 +243,10 @@ def budgets(p: Plan, s: Settings, units_per_event: float) -> list[Budget]:
         Budget(
             "DescribeStreamSummary",
             "account",
-            p.shards * STREAMS / SUMMARY_MAX_AGE_S,
+            p.hosts * STREAMS / mean_refresh_s(),
             DESCRIBE_STREAM_SUMMARY_PER_ACCOUNT_S,
             "calls/s",
-            "copier's processors",
+            "copier's hosts (one shared answer per stream)",
         ),
         Budget("DescribeStream", "account", 0.0, DESCRIBE_STREAM_PER_ACCOUNT_S, "calls/s", "copier never calls it"),
         Budget(

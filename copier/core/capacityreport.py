@@ -27,7 +27,7 @@ DOC_RECORD_BYTES = (200, 2048)
 # What to do about a budget that binds, by API (the first word of the budget's name).
 REMEDIES = {
     "DescribeStreamSummary": "a quota increase for DescribeStreamSummary (Service Quotas), or the shards split "
-    "over a second account or region: every processor asks for both streams every 5 minutes",
+    "over a second account or region: every host asks for both streams every 2.5 to 5 minutes",
     "DescribeStream": "nothing of copier's: it never calls DescribeStream",
     "ListShards": "a quota increase; copier lists only at a processor's start and a shard's end",
     "GetShardIterator": "fewer takeovers (stable workerIds, rolling deploys)",
@@ -97,7 +97,7 @@ def _summary(p: Plan) -> list[str]:
         f"state table: {p.state_storage_gib:,.1f} GiB of digests{region}; a takeover reads "
         f"{p.takeover_read_units:,.0f} read units a shard",
         f"a fleet start asks DescribeStreamSummary {p.start_summary_calls:,} times at once: "
-        f"{p.start_summary_calls / DESCRIBE_STREAM_SUMMARY_PER_ACCOUNT_S:,.0f} s of the account's budget; "
+        f"{p.start_summary_calls / DESCRIBE_STREAM_SUMMARY_PER_ACCOUNT_S:,.1f} s of the account's budget; "
         f"loading every window takes {p.start_window_read_s:,.0f} s of the state table's reads",
     ] + _host_loss(p)
 
@@ -204,8 +204,8 @@ def document(plans: Sequence[Plan], sources: Mapping[str, str]) -> str:
         out.append(f"- **{name}**, over {FLAG_SHARE:.0%} at {', '.join(where)}: {remedy(budget)}.")
     out += [
         "",
-        "A fleet start or a mass takeover asks DescribeStreamSummary once per stream and processor at once, and",
-        "every processor loads its window from the state table (strongly consistent reads, at most a partition's",
+        "A fleet start asks DescribeStreamSummary once per stream and host at once (a host's processors share",
+        "one answer; a takeover on a running host asks nothing), and every processor loads its window from the state table (strongly consistent reads, at most a partition's",
         f"{PARTITION_RCU:,} read units a second and the table's default {TABLE_RCU:,}; a quota increase raises the "
         "table's):",
         "",
@@ -217,7 +217,7 @@ def document(plans: Sequence[Plan], sources: Mapping[str, str]) -> str:
         calls, w = p.start_summary_calls, p.workload
         out.append(
             f"| {w.events_per_s * 86_400 / 1e9:g} billion | {w.record_bytes:,} B | {p.shards:,} | {calls:,} | "
-            f"{calls / DESCRIBE_STREAM_SUMMARY_PER_ACCOUNT_S:,.0f} | {p.start_window_read_s:,.0f} |"
+            f"{calls / DESCRIBE_STREAM_SUMMARY_PER_ACCOUNT_S:,.1f} | {p.start_window_read_s:,.0f} |"
         )
     out += [
         "",

@@ -38,9 +38,15 @@ from typing import Any
 
 from copier.core.streamsettings import SUMMARY_MAX_AGE_S, SUMMARY_RETRY_S, StreamSettings
 
-__all__ = ["JITTER", "Answer", "expiry", "fresh", "latest", "may_ask"]
+__all__ = ["JITTER", "Answer", "expiry", "fresh", "latest", "may_ask", "mean_refresh_s"]
 
 JITTER = 0.5  # an answer expires between (1 - JITTER) and all of SUMMARY_MAX_AGE_S after it came
+
+
+def mean_refresh_s() -> float:
+    """The mean time between a host's calls for one stream while they succeed (the expiry is drawn uniformly):
+    what the capacity planner divides a fleet's hosts by."""
+    return SUMMARY_MAX_AGE_S * (1 - JITTER / 2)
 
 
 @dataclass(frozen=True)
