@@ -205,7 +205,8 @@ def document(plans: Sequence[Plan], sources: Mapping[str, str]) -> str:
     out += [
         "",
         "A fleet start asks DescribeStreamSummary once per stream and host at once (a host's processors share",
-        "one answer; a takeover on a running host asks nothing), and every processor loads its window from the state table (strongly consistent reads, at most a partition's",
+        "one answer; a takeover on a running host asks nothing), and every processor loads its window from the",
+        "state table (strongly consistent reads, at most a partition's",
         f"{PARTITION_RCU:,} read units a second and the table's default {TABLE_RCU:,}; a quota increase raises the "
         "table's):",
         "",
