@@ -2,12 +2,13 @@
 
 The call rates follow from the code and the settings: a host asks DescribeStreamSummary for each of its
 ``STREAMS`` once per refresh, whatever its shard count (one answer shared by its processors, refreshed at a
-time drawn between half and all of ``SUMMARY_MAX_AGE_S``: ``copier.core.summaryage``); under polling the
-KCL reads a shard every ``idleTimeBetweenReadsInMillis``, or at once after a full page of ``maxRecords``; it
-renews a lease every third of ``failoverTimeMillis`` and checkpoints every ``copier.checkpointIntervalMillis``; the leader
-scans the lease table every ``leaseAssignmentIntervalMillis``. The limits are AWS's, per region: the
-per-shard ones are :mod:`copier.core.limits`' (the ones readers pace by), the others the Kinesis API
-reference's and the DynamoDB service quotas page's, below.
+time drawn between half and all of ``SUMMARY_MAX_AGE_S``: ``copier.core.summaryage``); under polling the KCL
+reads a shard every ``idleTimeBetweenReadsInMillis``, or at once after a full page of ``maxRecords``; it
+renews a lease every third of ``failoverTimeMillis`` and checkpoints every
+``copier.checkpointIntervalMillis``; the leader scans the lease table every
+``leaseAssignmentIntervalMillis``. The limits are AWS's, per region: the per-shard ones are
+:mod:`copier.core.limits`' (the ones readers pace by), the others the Kinesis API reference's and the
+DynamoDB service quotas page's, below.
 """
 
 from __future__ import annotations
