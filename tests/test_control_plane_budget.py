@@ -238,3 +238,30 @@ def test_a_shard_the_cached_listing_does_not_name_is_asked_about_fresh(fake: Fak
     assert listed(fake) == 2
     with pytest.raises(TransientAwsError):
         streams.parents("staging", "shardId-000000000007")
+
+
+def test_a_new_daemon_removes_the_shares_of_daemons_that_exited(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each daemon run has a directory of its own: a host restarted for months must not keep one per run. The
+    next share removes those whose daemon is gone, keeps a running daemon's and one not owned yet."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import subprocess
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    config = load_config(write_properties(tmp_path / "p.properties", "http://127.0.0.1:9/", "s", "t", "table"))
+    daemon = subprocess.Popen(["sleep", "600"])
+    monkeypatch.setattr(os, "getppid", lambda: daemon.pid)
+    old = SummaryShare.for_host(config)
+    assert old is not None and (old.directory / SummaryShare.OWNER).read_text() == str(daemon.pid)
+    daemon.kill()
+    daemon.wait()  # the daemon exited
+    old.write("s", Answer())
+    unowned = old.directory.with_name("summaries-being-made")
+    unowned.mkdir()
+    monkeypatch.setattr(os, "getppid", lambda: os.getpid())  # a new daemon, running
+    new = SummaryShare.for_host(config)
+    assert new is not None and new.directory.is_dir() and unowned.is_dir()
+    assert not old.directory.exists(), "the exited daemon's answers are removed"
+    assert SummaryShare.prune(new.directory.parent) == [], "a running daemon's share is kept"

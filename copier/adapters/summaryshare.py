@@ -7,7 +7,9 @@ the processors of one KCL daemon (their parent process: a host's ``copier
 run``) and one application and endpoints. Scoped to the daemon, not the host,
 so that a new run never acts on a previous run's answer (a stream deleted and
 created again under its name, a test session's streams of the same names):
-it starts with none. In it, for each stream:
+it starts with none. Its ``owner`` file names the daemon's process; a new
+share removes the directories whose daemon is gone (a host restarted by
+systemd for months leaves none behind). In it, for each stream:
 
 * ``<stream>.json``: the last :class:`~copier.core.summaryage.Answer`,
   replaced atomically (written beside, renamed): a reader sees the old
@@ -27,6 +29,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -72,7 +75,39 @@ class SummaryShare:
                     return None  # someone else's, or open to others: its answers are not to be trusted
         except OSError:
             return None
+        cls._own(directory, os.getppid())
+        cls.prune(base)
         return cls(directory)
+
+    OWNER = "owner"  # the daemon's pid, in each share directory
+
+    @classmethod
+    def _own(cls, directory: Path, pid: int) -> None:
+        owner = directory / cls.OWNER
+        if not owner.exists():
+            temporary = directory / f".{cls.OWNER}.{os.getpid()}"
+            try:
+                temporary.write_text(str(pid), encoding="ascii")
+                os.replace(temporary, owner)
+            except OSError:
+                temporary.unlink(missing_ok=True)
+
+    @classmethod
+    def prune(cls, base: Path) -> list[Path]:
+        """Remove the share directories under ``base`` whose daemon has exited, and say which. A directory
+        with no owner yet (being made now) or an owner still running is left; a pid reused by another process
+        keeps its directory until that one exits too (a few bytes, never a wrong answer: the pid is in the
+        directory's name digest, and a new daemon asks before it reads)."""
+        removed = []
+        for directory in base.glob("summaries-*"):
+            try:
+                pid = int((directory / cls.OWNER).read_text(encoding="ascii"))
+            except (OSError, ValueError):
+                continue
+            if pid > 0 and not _running(pid):
+                shutil.rmtree(directory, ignore_errors=True)
+                removed.append(directory)
+        return removed
 
     def _path(self, stream: str, suffix: str) -> Path:
         return self.directory / (stream + suffix)  # a stream name is [a-zA-Z0-9_.-]{1,128}: a file name
@@ -116,3 +151,13 @@ class SummaryShare:
             yield True
         finally:
             os.close(fd)  # lets go of the lock
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: running
+    return True
