@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -24,9 +25,13 @@ from copier.adapters.awsauth import Credentials, StaticCredentials
 from copier.adapters.kinesis import KinesisStreams
 from copier.adapters.summaryshare import SummaryShare
 from copier.core.config import Config, load_config
+from copier.core.limits import MAX_RECORD_BYTES
 from copier.core.streamsettings import blocking
 from tests.support.fakeaws import FakeAws, clean_aws_env, fake_aws, json_reply
+from tests.support.fakes import World, config
 from tests.support.props import write_properties
+from tests.test_adversarial import ids_in
+from tests.test_put_answers import at, give_up_after
 
 KEYS = Credentials("AKIDEXAMPLE", "secret")
 ROLE = "arn:aws:iam::111111111111:role/copier-target"
@@ -39,6 +44,7 @@ PROCESSOR = """
 import sys, time
 from copier.adapters.summaryshare import SummaryShare
 from copier.core.config import Config, load_config
+from copier.core.limits import MAX_RECORD_BYTES
 from copier.core.streamsettings import StreamSettings
 from copier.core.summaryage import Answer
 share = SummaryShare.for_host(load_config(sys.argv[1]))
@@ -200,3 +206,25 @@ def test_a_throttled_describe_of_a_target_behind_a_role_lets_the_start_go_on(
     fake.replies = [json_reply(200, table), json_reply(200, ttl)] + [json_reply(400, throttled) for _ in range(10)]
     props = write_properties(tmp_path / "p.properties", fake.url, "staging", "target", "table", targetRoleArn=ROLE)
     check(load_config(props))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="h47budget: a record over the target's real limit, planned under 10 MiB because the limit cannot be "
+    "read (streamsettings.planned_limit), is refused whole at every try, and Replanner re-plans only under a "
+    "limit it can read: while DescribeStreamSummary stays throttled (the account's 20 calls a second spent by "
+    "others, the very case the change is for) or denied, the shard forwards nothing, its other records "
+    "included. Fix: the refusal is the proof: a request refused whole for a record's size (ValidationException "
+    "naming records.N and the limit, or the large records put alone to tell which) dead-letters that record for "
+    "the limit the refusal names, without DescribeStreamSummary",
+)
+def test_a_record_the_target_refuses_does_not_stall_the_shard_while_its_limit_stays_unreadable() -> None:
+    """The target's limit is 1 MiB and DescribeStreamSummary for it fails for the whole test: the 1.5 MiB record
+    is tried and refused; the shard must not wait on the control-plane call: the chunk's other record reaches
+    the target once and the refused one goes to the dead-letter stream once."""
+    world = World(cfg=config(deadLetterStreamName="dlq"))
+    world.streams.max_record_bytes["dlq"] = 10 * MAX_RECORD_BYTES  # the envelope keeps the payload
+    world.streams.unreadable.add("target")
+    give_up_after(world)
+    world.worker().process([at(world, 1, "a"), at(world, 2, "big", size=MAX_RECORD_BYTES * 3 // 2)])
+    assert world.target_ids() == Counter({"a": 1}) and ids_in(world.streams) == Counter({"a": 1, "big": 1})
