@@ -252,3 +252,24 @@ def test_an_answer_missing_a_field_or_with_one_of_another_type_is_not_trusted() 
     retyped = {**raw, "settings": {**settings, "max_record_bytes": str(4 * MAX_RECORD_BYTES)}}
     assert Answer.decode(json.dumps(missing)) is None
     assert Answer.decode(json.dumps(retyped)) is None
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="h47budget: SummaryShare.for_host calls tempfile.gettempdir() outside its try: on a host with no "
+    "writable temporary directory (a container's read-only root file system without a /tmp volume) it raises "
+    "FileNotFoundError, `copier process` dies at its start, and a processor's exit stops the whole daemon, "
+    "though the module promises that nothing in the share may stop forwarding (and copier process needed no "
+    "temporary directory before). Fix: gettempdir() inside the try (an OSError: None, each processor asks alone)",
+)
+def test_a_host_without_a_usable_temporary_directory_forwards_without_the_share(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No temporary directory can be had (CPython's own error, stubbed: this machine's tests run as root, for
+    whom every directory is writable): no share, no error."""
+
+    def none_usable() -> str:
+        raise FileNotFoundError(2, "No usable temporary directory found in ['/tmp', '/var/tmp', '/usr/tmp', '/']")
+
+    monkeypatch.setattr(tempfile, "gettempdir", none_usable)
+    assert SummaryShare.for_host(load_config(_properties(tmp_path))) is None
