@@ -1,10 +1,12 @@
-"""Adversarial review of the host's shared DescribeStreamSummary answer (h47budget): cases where the share acts
-on an answer it must not, or leaves files behind. Each is marked ``xfail(strict=True)`` until
-``copier.adapters.summaryshare`` / ``copier.adapters.kinesis`` are fixed: the reason says what fails and why.
+"""Adversarial review of h47budget (the host's shared DescribeStreamSummary answer, the record limit planned under
+10 MiB when unread, check-config through a throttle): each test here fails on h47budget and is marked
+``xfail(strict=True)`` until copier is fixed; its reason says what fails, why, and the fix proposed.
 
 The processors are ``KinesisStreams`` of the lean path against the fake AWS endpoint of
-``tests/support/fakeaws.py`` (the local backend cannot hold a lock for another processor mid-call); the daemon
-runs are real processes (a parent standing for the KCL daemon, a child for ``copier process``).
+``tests/support/fakeaws.py`` (the local backend cannot hold a lock for another processor mid-call, nor
+throttle); the daemon runs are real processes (a parent standing for the KCL daemon, a child for ``copier
+process``); the stalled shard is the in-memory world of ``tests/support/fakes.py``, as in
+``tests/test_put_answers.py``.
 """
 
 from __future__ import annotations
