@@ -6,12 +6,14 @@ answers).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import pytest
 
+from copier.adapters.summaryshare import SHARE_ENV, SummaryShare
 from copier.core.limits import MAX_RECORD_BYTES
 from copier.local.multilang import Processor, event
 from tests.conftest import Pipeline
@@ -48,12 +50,17 @@ def test_a_record_over_1_mib_reaches_a_target_that_takes_it_though_its_limit_can
 
 
 def test_processors_of_one_parent_ask_describe_stream_summary_once_between_them(
-    pipeline: Pipeline, processors: Callable[..., Processor]
+    pipeline: Pipeline, processors: Callable[..., Processor], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two processors of one daemon (here: children of the test) take the shard one after the other: the second
-    acts on the first's answer about the target, and asks nothing. (Each asked for itself: twice.)"""
+    """Two processors of one daemon run (here: children of the test, given the run's share as copier run's
+    supervisor gives it) take the shard one after the other: the second acts on the first's answer about the
+    target, and asks nothing. (Each asked for itself: twice.)"""
     front = RefusingFront(urlsplit(pipeline.endpoint).netloc, set())
-    with serving(front, poll_s=0.05):
+    run = SummaryShare.start_run()
+    assert run is not None
+    monkeypatch.setenv(SHARE_ENV, str(run))
+    with serving(front, poll_s=0.05), contextlib.ExitStack() as cleanup:
+        cleanup.callback(SummaryShare.end_run, run)
         pipeline.write_properties(targetEndpoint=front.url)
         for n, name in enumerate(("first", "second"), 1):
             proc = processors(pipeline, name)

@@ -20,7 +20,7 @@ import pytest
 
 from copier.adapters.awsauth import Credentials, StaticCredentials
 from copier.adapters.kinesis import KinesisStreams
-from copier.adapters.summaryshare import SummaryShare
+from copier.adapters.summaryshare import SHARE_ENV, SummaryShare
 from copier.core.config import load_config
 from copier.core.errors import TransientAwsError
 from copier.core.streamsettings import SUMMARY_MAX_AGE_S, SUMMARY_RETRY_S, StreamSettings
@@ -122,21 +122,24 @@ def test_the_share_is_not_used_when_its_directory_is_open_to_other_users(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Another user could write answers there (a limit that dead-letters records): no share, each processor asks
-    alone. A private directory is shared by the processors of one daemon (their parent), not another's."""
+    alone. A run's private directory is shared by the processors it names it to; outside a run there is none."""
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
     config = load_config(write_properties(tmp_path / "p.properties", "http://127.0.0.1:9/", "s", "t", "table"))
-    share = SummaryShare.for_host(config)
-    assert share is not None and share.directory.parent == tmp_path / f"copier-{os.getuid()}"
-    again = SummaryShare.for_host(config)
-    assert again is not None and again.directory == share.directory, "the processors of one daemon share"
-    monkeypatch.setattr(os, "getppid", lambda: os.getpid())
-    other = SummaryShare.for_host(config)
-    assert other is not None and other.directory != share.directory, "another daemon's run starts with none"
-    os.chmod(share.directory.parent, 0o777)
-    assert SummaryShare.for_host(config) is None
+    run = SummaryShare.start_run()
+    assert run is not None and run.parent == tmp_path / f"copier-{os.getuid()}"
+    share = SummaryShare.for_host(config, {SHARE_ENV: str(run)})
+    again = SummaryShare.for_host(config, {SHARE_ENV: str(run)})
+    assert share is not None and again is not None and again.directory == share.directory
+    assert SummaryShare.for_host(config, {}) is None, "a copier process outside copier run asks alone"
+    other = SummaryShare.start_run()
+    assert other is not None and other != run, "another run starts with none"
+    os.chmod(run, 0o777)
+    assert SummaryShare.for_host(config, {SHARE_ENV: str(run)}) is None
+    os.chmod(run.parent, 0o777)
+    assert SummaryShare.start_run() is None
 
 
 def test_answers_expire_between_half_and_all_of_the_max_age_so_hosts_started_together_drift_apart() -> None:
@@ -172,6 +175,8 @@ def test_the_shared_answer_survives_its_encoding_and_anything_else_is_asked_agai
     answer = Answer().answered(SETTINGS, 100.0, 0.3).failed(120.0)
     assert Answer.decode(answer.encode()) == answer
     assert Answer.decode(Answer().encode()) == Answer()
+    every = StreamSettings("t", 86_400_000, 4 << 20, "AUTO", "KMS", "alias/k", "ON_DEMAND", 7)  # no field left out
+    assert Answer.decode(Answer().answered(every, 1.0, 0.0).encode()) == Answer().answered(every, 1.0, 0.0)
     text = answer.encode()
     for broken in (text[: len(text) // 2], "[]", '{"settings": null}', text.replace("100.0", '"x"')):
         assert Answer.decode(broken) is None
@@ -238,30 +243,3 @@ def test_a_shard_the_cached_listing_does_not_name_is_asked_about_fresh(fake: Fak
     assert listed(fake) == 2
     with pytest.raises(TransientAwsError):
         streams.parents("staging", "shardId-000000000007")
-
-
-def test_a_new_daemon_removes_the_shares_of_daemons_that_exited(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Each daemon run has a directory of its own: a host restarted for months must not keep one per run. The
-    next share removes those whose daemon is gone, keeps a running daemon's and one not owned yet."""
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    import subprocess
-    import tempfile
-
-    monkeypatch.setattr(tempfile, "tempdir", None)
-    config = load_config(write_properties(tmp_path / "p.properties", "http://127.0.0.1:9/", "s", "t", "table"))
-    daemon = subprocess.Popen(["sleep", "600"])
-    monkeypatch.setattr(os, "getppid", lambda: daemon.pid)
-    old = SummaryShare.for_host(config)
-    assert old is not None and (old.directory / SummaryShare.OWNER).read_text() == str(daemon.pid)
-    daemon.kill()
-    daemon.wait()  # the daemon exited
-    old.write("s", Answer())
-    unowned = old.directory.with_name("summaries-being-made")
-    unowned.mkdir()
-    monkeypatch.setattr(os, "getppid", lambda: os.getpid())  # a new daemon, running
-    new = SummaryShare.for_host(config)
-    assert new is not None and new.directory.is_dir() and unowned.is_dir()
-    assert not old.directory.exists(), "the exited daemon's answers are removed"
-    assert SummaryShare.prune(new.directory.parent) == [], "a running daemon's share is kept"

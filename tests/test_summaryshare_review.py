@@ -17,6 +17,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,9 +26,10 @@ from pathlib import Path
 import botocore.exceptions
 import pytest
 
+from copier.adapters import kinesis
 from copier.adapters.awsauth import Credentials, StaticCredentials
 from copier.adapters.kinesis import KinesisStreams
-from copier.adapters.summaryshare import SummaryShare
+from copier.adapters.summaryshare import SHARE_ENV, SummaryShare
 from copier.core.config import Config, load_config
 from copier.core.limits import MAX_RECORD_BYTES
 from copier.core.streamsettings import StreamSettings, blocking
@@ -46,7 +49,7 @@ AUTO = {"StreamDescriptionSummary": {"RetentionPeriodHours": 24, "RecordDistribu
 # the target's limit 1 MiB, received now) or read ("read": printed, "None" for none).
 PROCESSOR = """
 import sys, time
-from copier.adapters.summaryshare import SummaryShare
+from copier.adapters.summaryshare import SHARE_ENV, SummaryShare
 from copier.core.config import load_config
 from copier.core.streamsettings import StreamSettings
 from copier.core.summaryage import Answer
@@ -59,8 +62,13 @@ else:
     answer = share.read("target") if share is not None else None
     print(None if answer is None else answer.settings)
 """
-# The KCL daemon, as far as its children see it: a parent process that starts one and ends with it.
-DAEMON = "import subprocess, sys; sys.exit(subprocess.call([sys.executable, '-c', sys.argv[1], *sys.argv[2:]]))"
+# The KCL daemon, as far as its children see it: run by copier run's real supervisor (copier.kcl.supervisor), it
+# starts one processor per action, one after the other, and ends.
+DAEMON = (
+    "import subprocess, sys\n"
+    "for action in sys.argv[3:]:\n"
+    "    subprocess.check_call([sys.executable, '-c', sys.argv[1], sys.argv[2], action])\n"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -81,34 +89,30 @@ def _properties(tmp_path: Path, url: str = "http://127.0.0.1:9") -> Path:
     return write_properties(tmp_path / "p.properties", url, "staging", "target", "table")
 
 
-def _daemon_run(tmp_path: Path, action: str, prefix: list[str]) -> str:
-    """One daemon run (``prefix``: what starts it, e.g. in a new PID namespace) whose one processor does
-    ``action``; its output."""
+def _daemon_run(tmp_path: Path, actions: list[str], prefix: list[str]) -> str:
+    """One ``copier run`` (its supervisor, ``prefix``: what starts it, e.g. in a new PID namespace) whose daemon
+    starts a processor for each of ``actions`` in turn; their output."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    daemon = [sys.executable, "-c", DAEMON, PROCESSOR, str(_properties(tmp_path)), *actions]
     done = subprocess.run(
-        [*prefix, sys.executable, "-c", DAEMON, PROCESSOR, str(_properties(tmp_path)), action],
+        [*prefix, sys.executable, "-m", "copier.kcl.supervisor", *daemon],
         env=env,
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1 and "stopped on its own" in done.stderr, done.stderr  # the daemon's end
     return done.stdout.strip()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="h47budget: a processor with no answer at all goes on with None while another processor of the host "
-    "asks (KinesisStreams._ask returns `held` when the turn is not its own), and settings that cannot be read do "
-    "not block (streamsettings.blocking): its first chunks go to a target that ignores partition keys under "
-    "copier.ordering = partitionKey. Fix: only a processor that holds an answer goes on without asking; one "
-    "with none asks itself (or waits a bounded time for the holder's answer)",
-)
-def test_a_processor_with_no_answer_does_not_forward_to_a_target_it_has_not_read(fake: FakeAws, tmp_path: Path) -> None:
-    """The host's first processor to start asks for the target (holding its turn); a second starting meanwhile
-    has no answer of its own. It must not forward under ``ordering = partitionKey`` to a target it has never
-    read: the target is AUTO, and forwarding must stop."""
+def test_a_processor_with_no_answer_does_not_forward_to_a_target_it_has_not_read(
+    fake: FakeAws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host's first processor to start asks for the target (holding its turn) and is stuck there; a second
+    starting meanwhile has no answer of its own. It must not forward under ``ordering = partitionKey`` to a
+    target it has never read: after a bounded wait it asks for itself, finds the target AUTO, and stops."""
+    monkeypatch.setattr(kinesis, "FIRST_ANSWER_WAIT_S", 0.2)
     fake.replies = [json_reply(200, KEYED), json_reply(200, AUTO)]
     config = load_config(_properties(tmp_path, fake.url))
     share = SummaryShare(tmp_path / "share")  # the host's share, wherever it is kept
@@ -121,15 +125,41 @@ def test_a_processor_with_no_answer_does_not_forward_to_a_target_it_has_not_read
     assert blocking(staging, target, "partitionKey") is not None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="h47budget: the share is scoped by the daemon's PID (os.getppid()), which a new daemon run gets again "
-    "in a container restarted (its PID namespace starts over) or after a reboot with a persistent TMPDIR, with "
-    "CLOCK_MONOTONIC going on: the new run acts on the previous run's answer (a limit raised, the stream "
-    "created again, before the restart: a record the target takes dead-lettered). Fix: scope the share by the "
-    "daemon's identity, not its PID alone: the boot id (/proc/sys/kernel/random/boot_id) and the parent's "
-    "start time (/proc/<ppid>/stat, field 22), or a run token `copier run` puts in its daemon's environment",
-)
+def test_a_processor_with_no_answer_takes_the_askers_answer_when_it_comes(fake: FakeAws, tmp_path: Path) -> None:
+    """The same start, the first processor's call answered while the second waits: the second acts on that
+    answer (AUTO: it stops) and makes no call of its own for the target."""
+    fake.replies = [json_reply(200, KEYED)]  # the staging call only: a second target call would find no reply
+    config = load_config(_properties(tmp_path, fake.url))
+    share = SummaryShare(tmp_path / "share")
+    share.directory.mkdir(mode=0o700)
+    second = KinesisStreams(config, lean=StaticCredentials(KEYS), share=share)
+    asking, answered = threading.Event(), threading.Event()
+
+    def first() -> None:
+        with share.turn("target") as mine:
+            assert mine
+            asking.set()
+            answered.wait(30)  # the call takes as long as the second's wait has begun
+            now = time.monotonic()
+            share.write("target", Answer().answered(StreamSettings("target", distribution="AUTO"), now, 0.0))
+
+    holder = threading.Thread(target=first)
+    holder.start()
+    assert asking.wait(30)
+    staging = second.settings("staging")
+    threading.Timer(0.1, answered.set).start()
+    target = second.settings("target")
+    holder.join(30)
+    assert target is not None and target.distribution == "AUTO"
+    assert blocking(staging, target, "partitionKey") is not None
+    assert len(fake.received) == 1, "the target's answer came from the first processor's call"
+
+
+def test_the_processors_of_one_daemon_run_share_one_answer(tmp_path: Path) -> None:
+    """The share exists for this: one processor's answer is the next one's, within a run."""
+    assert _daemon_run(tmp_path, ["write", "read"], []).startswith("StreamSettings(name='target'")
+
+
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux unshare (a PID namespace)")
 def test_a_daemon_run_with_a_previous_runs_pid_starts_with_no_answer(tmp_path: Path) -> None:
     """Two daemon runs one after the other, each in a PID namespace of its own (a container restarted): both
@@ -138,27 +168,27 @@ def test_a_daemon_run_with_a_previous_runs_pid_starts_with_no_answer(tmp_path: P
     probe = subprocess.run([*namespace, "true"], capture_output=True, check=False)
     if probe.returncode != 0:
         pytest.skip(f"no PID namespace here: {probe.stderr.decode(errors='replace').strip()}")
-    assert _daemon_run(tmp_path, "write", namespace) == ""
-    assert _daemon_run(tmp_path, "read", namespace) == "None"
+    assert _daemon_run(tmp_path, ["write"], namespace) == ""
+    assert _daemon_run(tmp_path, ["read"], namespace) == "None"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="h47budget: nothing removes a daemon run's share directory (summaries-<digest>, a .json and a .lock a "
-    "stream): each run leaves one behind under $TMPDIR/copier-<uid>, a service restarted every 5 s thousands a "
-    "day (and one per processor behind a wrapper that does not exec). Fix: `copier run` makes the directory "
-    "(mkdtemp) and removes it when its daemon ends, passing it to its processors in the environment; or "
-    "for_host records its daemon's identity in the directory and removes those whose daemon is gone",
-)
 def test_a_daemon_runs_share_is_not_left_behind_once_it_ended(tmp_path: Path) -> None:
-    """A daemon run ends (its processor wrote an answer); the next run's processors make their share. No
-    share directory of the run that ended is left."""
-    assert _daemon_run(tmp_path, "write", []) == ""
-    config = load_config(_properties(tmp_path))
-    share = SummaryShare.for_host(config)  # the next run's (this test's process stands for its processor)
+    """A daemon run ends (its processor wrote an answer): nothing of its share is left; a run killed before it
+    could clean up (its supervisor SIGKILLed) is removed by the next run."""
+    assert _daemon_run(tmp_path, ["write"], []) == ""
     tmp = Path(tempfile.gettempdir())
-    left = [p for p in tmp.rglob("*") if p.is_file() and (share is None or share.directory not in p.parents)]
-    assert left == []
+    assert [p for p in tmp.rglob("*") if p.is_file()] == []
+    killed = subprocess.Popen([sys.executable, "-m", "copier.kcl.supervisor", "sleep", "600"])
+    base = tmp / f"copier-{os.getuid()}"
+    deadline = time.monotonic() + 60
+    while not list(base.glob("summaries-*/owner")):
+        assert time.monotonic() < deadline and killed.poll() is None
+        time.sleep(0.05)
+    killed.kill()
+    killed.wait()
+    (left,) = base.glob("summaries-*")
+    assert _daemon_run(tmp_path, ["read"], []) == "None"
+    assert not left.exists() and [p for p in tmp.rglob("*") if p.is_file()] == []
 
 
 class _ThrottledTarget:
@@ -234,15 +264,6 @@ def test_a_record_the_target_refuses_does_not_stall_the_shard_while_its_limit_st
     assert world.target_ids() == Counter({"a": 1}) and ids_in(world.streams) == Counter({"a": 1, "big": 1})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="h47budget: Answer.decode builds StreamSettings(**raw['settings']): a field the file lacks takes "
-    "StreamSettings' default (max_record_bytes: 1 MiB) and a field of the wrong type is taken as it is, though "
-    "its docstring says another version's answer is never trusted. Processors of two versions share a daemon's "
-    "directory after an in-place upgrade (the KCL starts new processors from the new code): a raised limit read "
-    "as 1 MiB dead-letters what the target takes. Fix: encode a format version and decode only the exact "
-    "fields of StreamSettings with their types (anything else: None, asked again)",
-)
 def test_an_answer_missing_a_field_or_with_one_of_another_type_is_not_trusted() -> None:
     """The target's limit raised to 4 MiB, as another copier version might write it: without the field, or as a
     string. Neither is acted on."""
@@ -256,14 +277,6 @@ def test_an_answer_missing_a_field_or_with_one_of_another_type_is_not_trusted() 
     assert Answer.decode(json.dumps(retyped)) is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="h47budget: SummaryShare.for_host calls tempfile.gettempdir() outside its try: on a host with no "
-    "writable temporary directory (a container's read-only root file system without a /tmp volume) it raises "
-    "FileNotFoundError, `copier process` dies at its start, and a processor's exit stops the whole daemon, "
-    "though the module promises that nothing in the share may stop forwarding (and copier process needed no "
-    "temporary directory before). Fix: gettempdir() inside the try (an OSError: None, each processor asks alone)",
-)
 def test_a_host_without_a_usable_temporary_directory_forwards_without_the_share(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -274,31 +287,27 @@ def test_a_host_without_a_usable_temporary_directory_forwards_without_the_share(
         raise FileNotFoundError(2, "No usable temporary directory found in ['/tmp', '/var/tmp', '/usr/tmp', '/']")
 
     monkeypatch.setattr(tempfile, "gettempdir", none_usable)
-    assert SummaryShare.for_host(load_config(_properties(tmp_path))) is None
+    assert SummaryShare.start_run() is None
+    assert SummaryShare.for_host(load_config(_properties(tmp_path)), {}) is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="h47budget: for_host's scope names the regions and endpoints but not copier.targetRoleArn, which "
-    "decides whose stream the target's name means: a properties file edited under a running daemon (each copier "
-    "process reads it at its start; operations.md: a configuration change between owners is fine) gives the "
-    "daemon processors for account A's `target` and account B's `target` sharing one target.json: each acts on "
-    "the other stream's limit, retention and strategy for up to 300 s. Fix: the role ARN (and external ID) in the "
-    "scope, or the answer keyed by the stream's ARN",
-)
 def test_targets_of_one_name_in_two_accounts_do_not_share_an_answer(tmp_path: Path) -> None:
-    """Two configurations of one daemon (its file edited between two processors' starts) whose targets are named
-    alike but reached through roles in two accounts: no answer of one is the other's."""
-    shares = []
-    for account in ("111111111111", "222222222222"):
-        path = tmp_path / f"{account}.properties"
-        role = f"arn:aws:iam::{account}:role/copier-target"
-        shares.append(
-            SummaryShare.for_host(
-                load_config(
-                    write_properties(path, "http://127.0.0.1:9", "staging", "target", "table", targetRoleArn=role)
-                )
-            )
-        )
-    first, second = shares
-    assert first is None or second is None or first.directory != second.directory
+    """Two configurations of one daemon run (its file edited between two processors' starts) whose targets are
+    named alike but reached through roles in two accounts: no answer of one is the other's. The same account
+    again shares."""
+    run = SummaryShare.start_run()
+    assert run is not None
+    env = {SHARE_ENV: str(run)}
+    try:
+        shares = []
+        for account in ("111111111111", "222222222222", "111111111111"):
+            path = tmp_path / f"{account}.properties"
+            role = f"arn:aws:iam::{account}:role/copier-target"
+            props = write_properties(path, "http://127.0.0.1:9", "staging", "target", "table", targetRoleArn=role)
+            shares.append(SummaryShare.for_host(load_config(props), env))
+        first, second, again = shares
+        assert first is not None and second is not None and again is not None
+        assert first.directory != second.directory and again.directory == first.directory
+    finally:
+        SummaryShare.end_run(run)
+    assert not run.exists()

@@ -54,6 +54,7 @@ PutEntry = tuple[str, bytes, str | None]  # (partition key, data, data in base64
 SHARD_MAP_MAX_AGE_S = 300.0
 LINEAGE_MAX_AGE_S = 5.0
 HOUR_MS = 3_600_000
+FIRST_ANSWER_WAIT_S = 10.0  # the most a processor with no answer waits for another's call (see _ask)
 _NO_ANSWER = Answer()
 
 
@@ -265,9 +266,15 @@ class KinesisStreams:
         """DescribeStreamSummary for the host, when no other processor of it is asking (then: ``held``)."""
         if self._share is None:
             return self._answer(stream, held, now)
-        with self._share.turn(stream) as mine:
+        # One with an answer goes on with it while another asks. One with none (a processor just started) waits
+        # a bounded time for the asker's answer: never read, the target might ignore partition keys (AUTO) under
+        # copier.ordering = partitionKey, and a guess is what the share must not add. A throttled call answers
+        # at once (failed: then the share says so and this one goes on as after its own failure).
+        first = held.settings is None and held.failed_s is None
+        with self._share.turn(stream, FIRST_ANSWER_WAIT_S if first else 0.0) as mine:
+            now = self._monotonic() if first else now  # after a wait: the asker's answer is not from the future
             if not mine:
-                return held
+                return self._answer(stream, held, now) if first else held  # the asker is stuck: ask alone
             shared = self._share.read(stream)  # answered while this one waited for its turn?
             if shared is not None and (fresh(shared, now, refresh) or not may_ask(shared, now)):
                 return shared

@@ -1,27 +1,34 @@
-"""A host's DescribeStreamSummary answers, one file a stream, shared by the processors of one daemon.
+"""A host's DescribeStreamSummary answers, one file a stream, shared by the processors of one daemon run.
 
 The rules (who asks, when) are ``copier.core.summaryage``; this is their
-I/O. A directory under the host's temporary directory
-(``$TMPDIR/copier-<uid>/summaries-<digest>``, made private to the user) for
-the processors of one KCL daemon (their parent process: a host's ``copier
-run``) and one application and endpoints. Scoped to the daemon, not the host,
-so that a new run never acts on a previous run's answer (a stream deleted and
-created again under its name, a test session's streams of the same names):
-it starts with none. Its ``owner`` file names the daemon's process; a new
-share removes the directories whose daemon is gone (a host restarted by
-systemd for months leaves none behind). In it, for each stream:
+I/O. The daemon's supervisor (``copier run``, ``copier.kcl.supervisor``)
+makes a fresh private directory for its run
+(``$TMPDIR/copier-<uid>/summaries-<random>``: :meth:`SummaryShare.start_run`),
+names it to the daemon's processors in the environment (``SHARE_ENV``), and
+removes it when the daemon ends (:meth:`SummaryShare.end_run`). Scoped to the
+run, not the host or a process id, so that a new run never acts on a previous
+run's answer (a stream deleted and created again under its name, a limit
+raised before a restart, a container restarted with the same pids): it starts
+with none. A run killed before it could clean up is removed by the next run
+on the host (its ``owner`` file names the supervisor's pid). Inside, one
+directory per application, endpoints and target account (``copier process``
+reads its properties when it starts, so a file edited under a running daemon
+could give its processors two targets of one name), and in it, for each
+stream:
 
 * ``<stream>.json``: the last :class:`~copier.core.summaryage.Answer`,
   replaced atomically (written beside, renamed): a reader sees the old
   answer or the new one, never part of one;
-* ``<stream>.lock``: held (``flock``, never waited for) by the processor
-  asking for the stream now. Another finds it held and goes on with the
-  answer it has; a processor that dies while asking lets go of it with its
-  file descriptors.
+* ``<stream>.lock``: held (``flock``) by the processor asking for the stream
+  now. Another with an answer goes on with it; one with none waits for the
+  holder's answer a bounded time (``copier.adapters.kinesis``); a processor
+  that dies while asking lets go of it with its file descriptors.
 
 Nothing here may stop forwarding: a directory that cannot be made or
-trusted (another user's), a file that cannot be read or written, all
-leave a processor asking for itself, as it did before the share.
+trusted (another user's, or open to others), no temporary directory at all, a
+file that cannot be read or written, all leave a processor asking for
+itself, as it did before the share. ``copier process`` run by anything but
+``copier run`` (a test, a wrapper) has no share.
 """
 
 from __future__ import annotations
@@ -31,14 +38,18 @@ import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
 from copier.core.config import Config
 from copier.core.summaryage import Answer
 
-__all__ = ["SummaryShare"]
+__all__ = ["SHARE_ENV", "SummaryShare"]
+
+SHARE_ENV = "COPIER_SUMMARY_SHARE"  # the run's share directory, for the daemon's processors
+OWNER = "owner"  # the supervisor's pid, in each run's directory
 
 
 class SummaryShare:
@@ -47,67 +58,58 @@ class SummaryShare:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
 
+    @staticmethod
+    def start_run() -> Path | None:
+        """A fresh private directory for one daemon run (this process: its supervisor), after removing those of
+        runs whose supervisor has exited; None when there can be none (the processors then ask alone)."""
+        try:
+            base = Path(tempfile.gettempdir()) / f"copier-{os.getuid()}"
+            base.mkdir(mode=0o700, exist_ok=True)
+            if not _private(base):
+                return None  # someone else's, or open to others: nothing made there is to be trusted
+            prune(base)
+            directory = Path(tempfile.mkdtemp(prefix="summaries-", dir=base))  # mode 0700
+            (directory / OWNER).write_text(str(os.getpid()), encoding="ascii")
+        except OSError:
+            return None
+        return directory
+
+    @staticmethod
+    def end_run(directory: Path | None) -> None:
+        """Remove a run's directory (its daemon has ended)."""
+        if directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)
+
     @classmethod
-    def for_host(cls, config: Config) -> SummaryShare | None:
-        """The share of the processors of this daemon (the parent process: the KCL daemon that started this
-        ``copier process``; a wrapper that does not ``exec`` it gets a share of its own) for this application
-        and its staging and target endpoints, run by this user; None when no private directory can be had
-        (each processor then asks alone)."""
-        where = "\n".join(
+    def for_host(cls, config: Config, env: Mapping[str, str] | None = None) -> SummaryShare | None:
+        """The share of this daemon run's processors (``SHARE_ENV``, set by ``copier run``'s supervisor) for this
+        application, its staging and target endpoints and the target's account; None outside ``copier run``
+        or when the directory cannot be trusted or used (each processor then asks alone)."""
+        run = (os.environ if env is None else env).get(SHARE_ENV)
+        if not run:
+            return None
+        scope = "\n".join(
             str(part)
             for part in (
-                os.getppid(),
                 config.application_name,
                 config.region,
                 config.kinesis_endpoint,
                 config.target_region,
                 config.target_endpoint,
+                config.target_role_arn,
+                config.target_external_id,
             )
         )
-        digest = hashlib.sha256(where.encode()).hexdigest()[:16]
-        base = Path(tempfile.gettempdir()) / f"copier-{os.getuid()}"
-        directory = base / f"summaries-{digest}"
         try:
-            for path in (base, directory):
-                path.mkdir(mode=0o700, exist_ok=True)
-                status = path.stat()
-                if status.st_uid != os.getuid() or status.st_mode & 0o077:
-                    return None  # someone else's, or open to others: its answers are not to be trusted
+            directory = Path(run) / hashlib.sha256(scope.encode()).hexdigest()[:16]
+            if not _private(Path(run)):
+                return None
+            directory.mkdir(mode=0o700, exist_ok=True)
+            if not _private(directory):
+                return None
         except OSError:
             return None
-        cls._own(directory, os.getppid())
-        cls.prune(base)
         return cls(directory)
-
-    OWNER = "owner"  # the daemon's pid, in each share directory
-
-    @classmethod
-    def _own(cls, directory: Path, pid: int) -> None:
-        owner = directory / cls.OWNER
-        if not owner.exists():
-            temporary = directory / f".{cls.OWNER}.{os.getpid()}"
-            try:
-                temporary.write_text(str(pid), encoding="ascii")
-                os.replace(temporary, owner)
-            except OSError:
-                temporary.unlink(missing_ok=True)
-
-    @classmethod
-    def prune(cls, base: Path) -> list[Path]:
-        """Remove the share directories under ``base`` whose daemon has exited, and say which. A directory
-        with no owner yet (being made now) or an owner still running is left; a pid reused by another process
-        keeps its directory until that one exits too (a few bytes, never a wrong answer: the pid is in the
-        directory's name digest, and a new daemon asks before it reads)."""
-        removed = []
-        for directory in base.glob("summaries-*"):
-            try:
-                pid = int((directory / cls.OWNER).read_text(encoding="ascii"))
-            except (OSError, ValueError):
-                continue
-            if pid > 0 and not _running(pid):
-                shutil.rmtree(directory, ignore_errors=True)
-                removed.append(directory)
-        return removed
 
     def _path(self, stream: str, suffix: str) -> Path:
         return self.directory / (stream + suffix)  # a stream name is [a-zA-Z0-9_.-]{1,128}: a file name
@@ -131,26 +133,60 @@ class SummaryShare:
             temporary.unlink(missing_ok=True)
 
     @contextmanager
-    def turn(self, stream: str) -> Iterator[bool]:
-        """True while this process holds the right to ask for ``stream``; False when another holds it (or the
-        lock cannot be had: then this process asks alone, True, as it would without the share)."""
+    def turn(self, stream: str, wait_s: float = 0.0) -> Iterator[bool]:
+        """True while this process holds the right to ask for ``stream``; False when another holds it for more
+        than ``wait_s`` (or the lock cannot be had: then this process asks alone, True, as it would without the
+        share). A processor that waited gets the turn after the holder let go: it reads the holder's answer
+        before asking again."""
         try:
             fd = os.open(self._path(stream, ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
         except OSError:
             yield True
             return
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                yield False
-                return
-            except OSError:
-                yield True
-                return
+            deadline = time.monotonic() + wait_s
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        yield False
+                        return
+                    time.sleep(TURN_POLL_S)
+                except OSError:
+                    yield True
+                    return
             yield True
         finally:
             os.close(fd)  # lets go of the lock
+
+
+TURN_POLL_S = 0.02
+
+
+def prune(base: Path) -> list[Path]:
+    """Remove the run directories under ``base`` whose supervisor has exited (a run killed before it could
+    clean up), and say which. One with no owner yet (being made now) or an owner still running is left; a
+    pid reused by another process keeps its directory until that one exits too (a few bytes, never a wrong
+    answer: no run reads another's directory)."""
+    removed = []
+    for directory in base.glob("summaries-*"):
+        try:
+            pid = int((directory / OWNER).read_text(encoding="ascii"))
+        except (OSError, ValueError):
+            continue
+        if pid > 0 and not _running(pid):
+            shutil.rmtree(directory, ignore_errors=True)
+            removed.append(directory)
+    return removed
+
+
+def _private(path: Path) -> bool:
+    """A directory of this user's that nobody else may write or read (answers there decide what is done to
+    records: another user's could make copier dead-letter what the target takes)."""
+    status = path.stat()
+    return path.is_dir() and status.st_uid == os.getuid() and not status.st_mode & 0o077
 
 
 def _running(pid: int) -> bool:

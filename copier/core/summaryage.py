@@ -33,7 +33,7 @@ of a host (Linux's ``CLOCK_MONOTONIC``); an answer stamped later than now
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from copier.core.streamsettings import SUMMARY_MAX_AGE_S, SUMMARY_RETRY_S, StreamSettings
@@ -68,22 +68,55 @@ class Answer:
         return replace(self, failed_s=now)
 
     def encode(self) -> str:
-        """The answer as the host's share keeps it (JSON)."""
+        """The answer as the host's share keeps it (JSON, with the format's version)."""
         settings = asdict(self.settings) if self.settings is not None else None
         return json.dumps(
-            {"settings": settings, "fetched": self.fetched_s, "expires": self.expires_s, "failed": self.failed_s}
+            {
+                "format": FORMAT,
+                "settings": settings,
+                "fetched": self.fetched_s,
+                "expires": self.expires_s,
+                "failed": self.failed_s,
+            }
         )
 
     @classmethod
     def decode(cls, text: str) -> Answer | None:
-        """What :meth:`encode` wrote; None for anything else (a file cut short, another version's): asked
-        again, never trusted."""
+        """What :meth:`encode` wrote; None for anything else (a file cut short, another version's, a field
+        missing or of another type): asked again, never trusted. A processor of another copier version runs
+        beside this one during an upgrade in place; a default filled in for a field it did not write (the
+        record limit: 1 MiB) would act on a setting nobody read."""
         try:
             raw: Any = json.loads(text)
-            settings = StreamSettings(**raw["settings"]) if raw["settings"] is not None else None
+            if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+                return None
+            settings = _settings(raw["settings"]) if raw["settings"] is not None else None
             return cls(settings, _time(raw["fetched"]), _time(raw["expires"]), _time(raw["failed"]))
         except (ValueError, TypeError, KeyError):
             return None
+
+
+FORMAT = 1  # the share's file format: another is not read
+# The Python types of StreamSettings' annotations (a field of a type not here makes every answer untrusted:
+# each processor then asks alone, as before the share; tests/test_control_plane_budget.py round-trips them).
+_KINDS: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "int": (int,),
+    "int | None": (int, type(None)),
+    "str | None": (str, type(None)),
+}
+
+
+def _settings(raw: Any) -> StreamSettings:
+    """Exactly the fields of :class:`StreamSettings`, each of its type, or TypeError."""
+    types = {f.name: f.type for f in fields(StreamSettings)}
+    if not isinstance(raw, dict) or set(raw) != set(types):
+        raise TypeError(f"not the settings of this version: {sorted(raw) if isinstance(raw, dict) else raw!r}")
+    for name, value in raw.items():
+        kinds = _KINDS.get(str(types[name]))
+        if kinds is None or isinstance(value, bool) or not isinstance(value, kinds):
+            raise TypeError(f"{name}: {value!r} is not {types[name]}")
+    return StreamSettings(**raw)
 
 
 def _time(value: Any) -> float | None:

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import re
 import signal
 import subprocess
@@ -67,6 +68,7 @@ from collections.abc import Sequence
 from typing import BinaryIO
 
 from copier.adapters.journal import DEBUG, ERROR, INFO, WARNING, journal_wanted
+from copier.adapters.summaryshare import SHARE_ENV, SummaryShare
 from copier.kcl.classarchive import publish
 
 __all__ = [
@@ -288,7 +290,15 @@ def supervise(command: Sequence[str], out: BinaryIO, prefix: bool, stack_traces:
     # The handlers come first: a stop asked while the JVM is being spawned is remembered, not fatal.
     for signum in (*STOP_SIGNALS, *PASS_SIGNALS):
         signal.signal(signum, forward)
-    proc = subprocess.Popen(list(command), stderr=subprocess.PIPE, preexec_fn=_die_with_parent)  # noqa: PLW1509
+    # The run's DescribeStreamSummary share (copier.adapters.summaryshare): made fresh for this run, named to
+    # the daemon's processors in their environment, removed when the daemon has ended.
+    share = SummaryShare.start_run()
+    env = {**os.environ, SHARE_ENV: str(share)} if share is not None else None
+    try:
+        proc = subprocess.Popen(list(command), stderr=subprocess.PIPE, preexec_fn=_die_with_parent, env=env)  # noqa: PLW1509
+    except BaseException:
+        SummaryShare.end_run(share)
+        raise
     started.append(proc)
     if requested:
         forward(requested[0], None)
@@ -298,6 +308,7 @@ def supervise(command: Sequence[str], out: BinaryIO, prefix: bool, stack_traces:
     reader = threading.Thread(target=relay.copy, args=(proc.stderr,), name="relay", daemon=True)
     reader.start()
     returncode = proc.wait()
+    SummaryShare.end_run(share)
     # The class-data archive a first run wrote at exit: kept from a run that was stopped (it loaded what a
     # running daemon loads), not from one that ended on its own (it may never have got that far).
     publish(command, keep=bool(requested) and returncode >= 0)
