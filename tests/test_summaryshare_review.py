@@ -217,14 +217,6 @@ def _check_before_run(config: Config) -> None:
     check_before_run(config)  # raises when the start would not go on
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="h47budget: check_config and check_before_run call check_target (copier.adapters.target) before the "
-    "try that lets a passing fault through: with copier.targetRoleArn set, a throttled DescribeStreamSummary of "
-    "the target raises AwsError (exit 3: the host does not start, systemd restarts it every 5 s, each start "
-    "spending the account's budget again). Fix: check_target inside the same try (a TransientAwsError from it "
-    "a warning; check_target raising TransientAwsError/FatalAwsError by the code, not AwsError)",
-)
 @pytest.mark.parametrize("check", [_check_config, _check_before_run], ids=["check-config", "run"])
 def test_a_throttled_describe_of_a_target_behind_a_role_lets_the_start_go_on(
     fake: FakeAws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, check: Callable[[Config], None]

@@ -26,9 +26,10 @@ import botocore.session
 from botocore.credentials import AssumeRoleCredentialFetcher, DeferredRefreshableCredentials
 
 from copier.adapters.aws import convert_aws_error
+from copier.adapters.awserrors import RETRIED_CODES
 from copier.adapters.sessions import host_session, share_loader
 from copier.core.config import Config
-from copier.core.errors import AwsError
+from copier.core.errors import FatalAwsError, TransientAwsError
 from copier.core.streamsettings import open_shards
 
 __all__ = ["check_target", "target_session"]
@@ -49,7 +50,7 @@ def target_session(config: Config) -> botocore.session.Session:
         extra["ExternalId"] = config.target_external_id
     source_credentials = source.get_credentials()
     if source_credentials is None:
-        raise AwsError("AssumeRole", "NoCredentials", "no credentials to assume copier.targetRoleArn with")
+        raise FatalAwsError("AssumeRole", "NoCredentials", "no credentials to assume copier.targetRoleArn with")
     fetcher = AssumeRoleCredentialFetcher(
         client_creator=functools.partial(source.create_client, region_name=config.region),
         source_credentials=source_credentials,
@@ -77,7 +78,14 @@ def check_target(config: Config) -> str:
         summary = client.describe_stream_summary(StreamName=config.target_stream_name)["StreamDescriptionSummary"]
     except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
         error = convert_aws_error("DescribeStreamSummary", exc)
-        raise AwsError(
+        # A throttle (the account's 20 DescribeStreamSummary a second, at a fleet's start) or a 5xx passes: the
+        # start goes on and the processors read the target as they forward. Anything else (a role that cannot
+        # be assumed, an STS that does not answer, a stream the role cannot see) fails the start in one line.
+        answered = isinstance(exc, botocore.exceptions.ClientError)
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)) if answered else 0
+        passing = answered and (error.code in RETRIED_CODES or status >= 500)
+        kind = TransientAwsError if passing else FatalAwsError
+        raise kind(
             error.operation,
             error.code,
             f"target stream {config.target_stream_name} in {config.target_region}, {who}: {exc}",

@@ -230,11 +230,11 @@ def check_config(config: Config, offline: bool) -> int:
     _file_warnings(config, findings)
     if not offline:
         check_reachable(config)
-        if config.target_role_arn is not None:
-            from copier.adapters.target import check_target
-
-            print(f"{config.path}: {check_target(config)}")
         try:
+            if config.target_role_arn is not None:
+                from copier.adapters.target import check_target
+
+                print(f"{config.path}: {check_target(config)}")
             check_state_table(config)
             verdicts = stream_verdicts(config)
         except FatalAwsError:
@@ -282,11 +282,11 @@ def check_before_run(config: Config) -> None:
     for text, level in findings:
         say(text, level)
     check_reachable(config)
-    if config.target_role_arn is not None:
-        from copier.adapters.target import check_target
-
-        say(check_target(config))
     try:
+        if config.target_role_arn is not None:
+            from copier.adapters.target import check_target
+
+            say(check_target(config))
         check_state_table(config, quiet=True)
         for verdict in stream_verdicts(config):  # what the processors will act on, said once at the start
             head = "" if verdict.level == "ok" else f"{verdict.level}: "
