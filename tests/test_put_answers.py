@@ -25,6 +25,7 @@ from copier.core.limits import MAX_RECORD_BYTES, record_size
 from copier.core.packing import unpack_digests
 from copier.core.plan import SourceRecord
 from copier.core.state import shard_key
+from copier.core.streamsettings import refused_limit
 from copier.testing.streams import EntryOutcome
 from tests.support.fakes import SHARD, SimulatedCrash, SimulatedStall, World, config
 from tests.support.model import keyed_event
@@ -386,26 +387,43 @@ def test_a_record_over_1_mib_is_forwarded_when_the_targets_limit_cannot_be_read_
     assert "rerouted" not in [e["event"] for e in logs]
 
 
-def test_a_record_the_unread_limit_refuses_waits_for_the_limit_and_is_dead_lettered_for_the_real_reason() -> None:
-    """The target's limit cannot be read and really is 1 MiB: the 1.5 MiB record is tried, refused whole, and the
-    shard waits (retrying, the limit asked again) until the limit can be read; then it is dead-lettered with the
-    target's real limit as its reason, and the chunk's other record reaches the target once."""
+def test_a_record_the_unread_limit_refuses_is_dead_lettered_for_the_limit_the_refusal_names() -> None:
+    """The target's limit cannot be read and really is 1 MiB: the 1.5 MiB record is tried and refused whole; the
+    refusal names the limit, and the record is dead-lettered for it at once (the shard does not wait for
+    DescribeStreamSummary, which stays unreadable), the chunk's other record reaching the target once."""
     world = World(cfg=config(deadLetterStreamName="dlq"))
     world.streams.max_record_bytes["dlq"] = 10 * MAX_RECORD_BYTES  # the envelope keeps the payload
     world.streams.unreadable.add("target")
     refusals = [0]
 
-    def readable_after_two() -> None:
+    def count() -> None:
         refusals[0] += 1
-        if refusals[0] == 2:
-            world.streams.unreadable.discard("target")
 
-    world.streams.on_refused = readable_after_two
+    world.streams.on_refused = count
     give_up_after(world)
     owner = world.worker()
-    with capture_logs():
+    with capture_logs() as logs:
         owner.process([at(world, 1, "a"), at(world, 2, "big", size=HALF_OVER)])
-    assert refusals[0] >= 2, "the put was tried: the target decided"
+    assert refusals[0] == 1, "the put was tried once: the target decided"
+    assert "shard_stalled" not in [e["event"] for e in logs]
     assert world.target_ids() == Counter({"a": 1}) and ids_in(world.streams) == Counter({"a": 1, "big": 1})
     (envelope,) = [json.loads(d) for d in world.streams.data("dlq")]
     assert f"limit of {MAX_RECORD_BYTES} bytes" in envelope["reason"]
+
+
+def test_the_limit_a_refusal_names_is_read_only_from_a_records_data() -> None:
+    """AWS's words for a record over the limit name it; its words for a request of over 500 entries name 500 of
+    'records', which is no record limit; another code names none."""
+    over = (
+        "1 validation error detected: Value at 'records.3.member.data' failed to satisfy constraint: Member must "
+        "have length less than or equal to 1048576"
+    )
+    many = (
+        "1 validation error detected: Value at 'records' failed to satisfy constraint: Member must have length "
+        "less than or equal to 500"
+    )
+    assert refused_limit("ValidationException", over) == MAX_RECORD_BYTES
+    assert refused_limit("ValidationException", many) is None
+    assert refused_limit("InvalidArgumentException", over) == MAX_RECORD_BYTES  # the code AWS's model lists
+    assert refused_limit("AccessDeniedException", over) is None
+    assert refused_limit("ValidationException", "something else") is None

@@ -234,16 +234,6 @@ def test_a_throttled_describe_of_a_target_behind_a_role_lets_the_start_go_on(
     check(load_config(props))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="h47budget: a record over the target's real limit, planned under 10 MiB because the limit cannot be "
-    "read (streamsettings.planned_limit), is refused whole at every try, and Replanner re-plans only under a "
-    "limit it can read: while DescribeStreamSummary stays throttled (the account's 20 calls a second spent by "
-    "others, the very case the change is for) or denied, the shard forwards nothing, its other records "
-    "included. Fix: the refusal is the proof: a request refused whole for a record's size (ValidationException "
-    "naming records.N and the limit, or the large records put alone to tell which) dead-letters that record for "
-    "the limit the refusal names, without DescribeStreamSummary",
-)
 def test_a_record_the_target_refuses_does_not_stall_the_shard_while_its_limit_stays_unreadable() -> None:
     """The target's limit is 1 MiB and DescribeStreamSummary for it fails for the whole test: the 1.5 MiB record
     is tried and refused; the shard must not wait on the control-plane call: the chunk's other record reaches

@@ -34,6 +34,7 @@ What copier does, per stream and strategy (docs/protocol.md, "Stream settings"):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +46,7 @@ __all__ = [
     "PARTITION_KEY",
     "SUMMARY_MAX_AGE_S",
     "SUMMARY_RETRY_S",
+    "refused_limit",
     "StreamSettings",
     "Verdict",
     "blocking",
@@ -134,8 +136,28 @@ def planned_limit(settings: StreamSettings | None) -> int:
     unknown (never read), the most any stream takes (``UpdateMaxRecordSize``'s 10 MiB), never the 1 MiB
     default. A guess would dead-letter a record the stream may take (its limit raised); the put decides
     instead: a record over the real limit is refused whole (``ValidationException``) and re-planned under
-    the limit read again, the shard waiting for it meanwhile (``copier.shard.pipeline.Replanner``)."""
+    the limit the refusal names when the limit cannot be read now (``refused_limit``), never waiting on
+    DescribeStreamSummary (``copier.shard.pipeline.Replanner``)."""
     return settings.max_record_bytes if settings is not None else MAX_STREAM_RECORD_BYTES
+
+
+# AWS's words for a record over the limit (the data member of entry N; the request's own 500-entry limit is said
+# of 'records', not of a member's data, and is not a record limit).
+_REFUSED_LIMIT = re.compile(
+    r"'records\.\d+\.member\.data' failed to satisfy constraint: Member must have length less than or equal to (\d+)"
+)
+
+
+def refused_limit(code: str, message: str) -> int | None:
+    """The record limit a PutRecords refused whole for a record's size names (``ValidationException``: "Value at
+    'records.N.member.data' failed to satisfy constraint: Member must have length less than or equal to
+    1048576"), or None. The refusal is the stream's own word on its limit now: a chunk planned under a limit
+    copier could not read (DescribeStreamSummary throttled or denied, :func:`planned_limit`) is re-planned under
+    it without waiting for that call."""
+    if code not in ("ValidationException", "InvalidArgumentException"):  # the two a record's size is refused with
+        return None
+    found = _REFUSED_LIMIT.search(message)
+    return int(found.group(1)) if found else None
 
 
 def _mib(size: int) -> str:

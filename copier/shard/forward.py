@@ -72,7 +72,7 @@ T = TypeVar("T")
 #: stream, an envelope rewrapped), by position, recorded in the chunk's digest batch before anything of them is
 #: put; empty when nothing changes (the shard stalls). The entries given are proven not written: refused,
 #: throttled, or verified absent.
-Replan = Callable[[str, list[Outgoing]], dict[Position, Outgoing]]
+Replan = Callable[[str, list[Outgoing], FatalAwsError], dict[Position, Outgoing]]
 
 
 class PutSession(Protocol):
@@ -224,7 +224,7 @@ class Forwarder:
                 failed.extend(self._verify(destination, stream, answers.unknown, read_from_ms, landed, stats, routes))
             refused = answers.refused
             if refused is not None and failed and replan is not None:
-                changed = replan(destination, failed)
+                changed = replan(destination, failed, refused)
                 if changed:
                     refused = None  # the entries a changed limit refused are re-planned, not retried as they were
                     moved.extend(changed[o.position] for o in failed if _elsewhere(changed, o))

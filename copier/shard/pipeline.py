@@ -30,13 +30,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from copier.core.config import DedupKey
-from copier.core.errors import FencedError
+from copier.core.errors import FatalAwsError, FencedError
 from copier.core.packing import pack_digests
 from copier.core.plan import BatchPlan, Outgoing, PlanSettings, Redo, SourceRecord, chunks, plan_batch
 from copier.core.positions import Position
 from copier.core.replan import replan, rerouted_batch, with_columns
 from copier.core.startpoint import NO_ARRIVAL
 from copier.core.state import DigestBatch, ShardState, digest_expiry_ms
+from copier.core.streamsettings import refused_limit
 from copier.core.window import DedupWindow
 from copier.shard.forward import Forwarder
 from copier.shard.guard import StreamGuard
@@ -375,7 +376,7 @@ class Replanner:
         self.batch = batch
         self.asked: set[str] = set()  # destinations whose limits were read now for this chunk
 
-    def __call__(self, destination: str, refused: list[Outgoing]) -> dict[Position, Outgoing]:
+    def __call__(self, destination: str, refused: list[Outgoing], refusal: FatalAwsError) -> dict[Position, Outgoing]:
         s, plan = self.s, self.plan
         # The record limits now: one may have been lowered since the cached answer. Read at once the first time
         # (one DescribeStreamSummary a chunk), then no more often than the adapter's cache allows: a shard that
@@ -383,6 +384,17 @@ class Replanner:
         now = destination not in self.asked
         self.asked.add(destination)
         settings = s.settings(refresh=True, now=now)
+        # The refusal names the limit it applied. When the stream's limit cannot be read now (DescribeStreamSummary
+        # throttled or denied: the chunk may have been planned under 10 MiB, or under a limit lowered since), that
+        # is the stream's word on it, so the shard never waits on the control-plane call. A limit read now wins:
+        # raised again since the refusal, the record goes as planned.
+        named = refused_limit(refusal.code, refusal.message)
+        unread = s.config.target_stream_name if destination == "target" else s.config.dead_letter_stream_name
+        if named is not None and unread in s.unread:
+            if destination == "target" and named < settings.max_record_bytes:
+                settings = replace(settings, max_record_bytes=named)
+            elif destination == "deadletter" and named < settings.dead_letter_max_bytes:
+                settings = replace(settings, dead_letter_max_bytes=named)
         changes = replan(refused, self.records, settings)
         if not changes:
             return changes

@@ -88,6 +88,7 @@ class ShardSession:
         self.window = DedupWindow(config.dedup_window_ms, config.dedup_window_max_events)
         self.stalls = StallWatch(self)
         self._retentions = Retentions(streams, clock)
+        self.unread: set[str] = set()  # streams whose settings the last read could not get (throttled, denied)
         self._progress = ProgressLine(config.progress_interval_seconds, clock)
 
     def key_of(self, shard_id: str) -> str:
@@ -119,10 +120,15 @@ class ShardSession:
     def _stream_settings(self, stream: str, refresh: bool, now: bool) -> StreamSettings | None:
         if now:
             try:
-                return self.streams.describe(stream)
+                found: StreamSettings | None = self.streams.describe(stream)
+                self.unread.discard(stream)
+                return found
             except AwsError:
-                pass  # throttled or denied: the last answer (asked again at the next refusal)
-        return self.streams.settings(stream, refresh=refresh)
+                self.unread.add(stream)  # throttled or denied: the last answer (asked again at the next refusal)
+        found = self.streams.settings(stream, refresh=refresh)
+        if found is None:
+            self.unread.add(stream)
+        return found
 
     def stored_settings(self, text: str, what: str) -> PlanSettings:
         """Plan settings a digest batch or the state item recorded ("" for an earlier copier's: the current

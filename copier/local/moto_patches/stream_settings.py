@@ -11,6 +11,7 @@ from __future__ import annotations
 from base64 import b64decode
 from typing import Any
 
+from moto.core.exceptions import JsonRESTError
 from moto.core.responses import ActionResult
 from moto.kinesis import models as kinesis_models
 from moto.kinesis import responses as kinesis_responses
@@ -62,9 +63,11 @@ def patch_record_limits() -> None:
             )
         limit = _max_record_bytes(stream)
         for position, size in enumerate(sizes, 1):
-            if size > limit:
-                raise ValidationException(
-                    value=str(size), position=f"records.{position}.member.data", regex_to_match=f"<= {limit} bytes"
+            if size > limit:  # AWS's words (moto's RecordSizeExceedsLimit), with the stream's own limit
+                raise JsonRESTError(
+                    "ValidationException",
+                    f"1 validation error detected: Value at 'records.{position}.member.data' failed to satisfy "
+                    f"constraint: Member must have length less than or equal to {limit}",
                 )
         return sizes
 
