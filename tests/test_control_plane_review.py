@@ -1,12 +1,12 @@
-"""Adversarial review of h47budget (the host's shared DescribeStreamSummary answer, the record limit planned under
-10 MiB when unread, check-config through a throttle): each test here fails on h47budget and is marked
-``xfail(strict=True)`` until copier is fixed; its reason says what fails, why, and the fix proposed.
+"""The adversarial review of the control-plane budget change (issue 47: the host's shared DescribeStreamSummary
+answer, the record limit planned under 10 MiB when unread, check-config through a throttle): each test here
+failed on the change as first written, and names what it found.
 
 The processors are ``KinesisStreams`` of the lean path against the fake AWS endpoint of
 ``tests/support/fakeaws.py`` (the local backend cannot hold a lock for another processor mid-call, nor
-throttle); the daemon runs are real processes (a parent standing for the KCL daemon, a child for ``copier
-process``); the stalled shard is the in-memory world of ``tests/support/fakes.py``, as in
-``tests/test_put_answers.py``.
+throttle); the daemon runs are real processes (``copier run``'s supervisor, a Python program standing for the
+KCL daemon, ``copier process``'s share as a child); the stalled shard is the in-memory world of
+``tests/support/fakes.py``, as in ``tests/test_put_answers.py``.
 """
 
 from __future__ import annotations
