@@ -68,6 +68,12 @@ def only_on_moto(backend: Endpoints, reason: str) -> None:
         pytest.skip(f"moto only: {reason}")
 
 
+def only_on_independent(backend: Endpoints, reason: str) -> None:
+    """Skip on moto, which differs from AWS here in a way copier does not rely on (the moto patches' docstring)."""
+    if backend.impl == "moto":
+        pytest.skip(f"independent only: {reason}")
+
+
 def port_of(url: str) -> int:
     return int(url.rsplit(":", 1)[1])
 
@@ -485,8 +491,13 @@ def test_new_writes_land_only_in_open_shards(resharded: Resharded) -> None:
         assert set(phase.acked) <= phase.open_shards, (phase.tag, set(phase.acked), phase.open_shards)
 
 
-def test_each_shard_holds_exactly_the_records_written_to_it(resharded: Resharded) -> None:
+def test_each_shard_holds_exactly_the_records_written_to_it(backend: Endpoints, resharded: Resharded) -> None:
     """A shard holds the records acknowledged by it and nothing else: a child holds no copies of its parents'."""
+    only_on_independent(
+        backend,
+        "moto's SplitShard moves the parent's records into its children (AWS: a split moves no data); copier's "
+        "tests pass either way (a child drops its parent's copies in its dedup window), so issue 46 removed that patch",
+    )
     expected: dict[str, Counter[str]] = {sid: Counter() for sid in resharded.shards}
     for phase in resharded.phases:
         for shard_id, data in phase.acked.items():

@@ -17,7 +17,7 @@ moto's models are process-wide, so the patches are too: apply them once per
 process, before the first request. Each module of this package holds the
 patches of one concern:
 
-* :mod:`~copier.local.moto_patches.resharding`: routing, SplitShard, MergeShards, reading a closed shard.
+* :mod:`~copier.local.moto_patches.resharding`: routing, MergeShards, reading a closed shard.
 * :mod:`~copier.local.moto_patches.stream_settings`: record size limits, record distribution strategy.
 * :mod:`~copier.local.moto_patches.regions`: a region moto does not list served, not answered with a 500.
 
@@ -31,11 +31,10 @@ patch, verdict                           why; which backend matches AWS's docume
                                          key with a 500 (3 conformance checks fail). AWS: a closed shard takes
                                          no new record (the KCL ends it, then leases its children).
                                          kinesis-mock matches AWS.
-``patch_split``: kept                    moto re-puts the parent's records under new sequence numbers
-                                         (positions the KCL checkpointed vanish). AWS: a split moves no data.
-                                         kinesis-mock matches AWS.
 ``patch_merge``: kept                    moto copies both parents' records into the child (the KCL reads each
-                                         twice). AWS: the child starts empty. kinesis-mock matches AWS.
+                                         twice), merges closed shards and mis-checks adjacency. AWS: the child
+                                         starts empty. kinesis-mock matches AWS. Only the chaos suite merges
+                                         (not run in this audit), so no copier test has shown it unnecessary.
 ``patch_get_records``: kept              moto never ends a closed shard (no ChildShards, always an iterator):
                                          the KCL never reaches SHARD_END and ``tests/test_chaos_check.py``
                                          fails; it also holds a page to AWS's 10 MiB. kinesis-mock matches AWS.
@@ -51,6 +50,12 @@ patch, verdict                           why; which backend matches AWS's docume
                                          ``tests/test_failed_start.py`` (issue 45) fails. AWS has no endpoint
                                          for such a region at all; kinesis-mock and dynalite serve every
                                          region from one state.
+``patch_split``: removed                 moto empties the parent and re-puts its records into the children under
+                                         new sequence numbers. AWS: a split moves no data; kinesis-mock matches
+                                         AWS. Without the patch only that conformance check fails (it now runs
+                                         on kinesis-mock alone): the reshard tests and the two-worker end-to-end
+                                         test pass, as a child inherits its parent's dedup window and drops the
+                                         re-put copies the KCL delivers again.
 ``patch_sequence_numbers``: removed      moto numbers each shard from 1 (a child's records sort below its
                                          parent's) and moves StartingSequenceNumber to the first record. AWS:
                                          numbers grow over time, a child's above its parents'; kinesis-mock
@@ -77,7 +82,7 @@ from collections.abc import Callable
 import moto
 
 from copier.local.moto_patches.regions import patch_any_region
-from copier.local.moto_patches.resharding import patch_get_records, patch_merge, patch_routing, patch_split
+from copier.local.moto_patches.resharding import patch_get_records, patch_merge, patch_routing
 from copier.local.moto_patches.stream_settings import patch_record_distribution, patch_record_limits
 
 __all__ = ["SUPPORTED_MOTO_VERSION", "apply", "applied"]
@@ -86,7 +91,6 @@ SUPPORTED_MOTO_VERSION = "5.2.5"
 
 PATCHES: tuple[Callable[[], None], ...] = (
     patch_routing,
-    patch_split,
     patch_merge,
     patch_get_records,
     patch_record_limits,
