@@ -98,13 +98,14 @@ model-long: install-test
 # into docs/reliability-limits.md and .json: another profile never starts the full profile's results over.
 # BACKEND=independent runs them on kinesis-mock and dynalite (copier local-backend --impl independent) into
 # docs/reliability-independent.md and .json (-independent after the profile's name): another backend never
-# starts moto's results over.
+# starts moto's results over. Every run's totals then go to the end of docs/reliability.md (scripts/reliability_runs.py).
 SEEDS ?= 50
 PROFILE ?= full
 BACKEND ?= moto
 CHAOS_OUT = $(if $(filter full,$(PROFILE)),docs/reliability,docs/reliability-$(PROFILE))$(if $(filter moto,$(BACKEND)),,-$(BACKEND))
 chaos: install-test
-	$(BIN)/python -m copier.chaos --backend $(BACKEND) --profile $(PROFILE) --seeds $(SEEDS) --report $(CHAOS_OUT).md --json $(CHAOS_OUT).json --resume
+	$(BIN)/python -m copier.chaos --backend $(BACKEND) --profile $(PROFILE) --seeds $(SEEDS) --report $(CHAOS_OUT).md --json $(CHAOS_OUT).json --resume; \
+	status=$$?; $(BIN)/python scripts/reliability_runs.py docs && exit $$status
 
 # Benchmarks against baselines in one run: docs/benchmarks.md, .json and PNG plots (30 to 50 minutes), then
 # docs/capacity.md from the new figures (copier plan --doc).
