@@ -302,9 +302,34 @@ def check(
     )
     out.failures.extend(reader.failures)
     _judge_audit(out, report, config, examples)
+    if report.unkeyed_unexplained:
+        out.failures.append(_unkeyed_detail(produced, target, letters, reports))
     _judge_poison(out, produced, target, letters, unkeyed_forwarded, redriven)
     _judge_logs(out, log_paths)
     return out
+
+
+def _unkeyed_detail(
+    produced: Output, target: list[TargetRecord], letters: list[DeadLetter], reports: list[DuplicateReport]
+) -> str:
+    """What an unexplained copy without an ID is weighed against, for whoever reads a failed seed: every such
+    record produced (position, content), every copy (where, arrival, content) and every report naming one
+    (shard, batch, window, names)."""
+    made = [
+        f"{p.position[0]}@{p.position[1]}" if p.position else "?"
+        for p in produced.records
+        if p.event_id is None and p.partition_key is not None
+    ]
+    copies = [f"{r.shard_id}@{r.sequence_number} {r.arrival_ms} {r.content}" for r in target if r.event_id is None]
+    copies += [
+        f"{d.shard_id}@{d.sequence_number} (dead-letter) {d.arrival_ms} {d.content}"
+        for d in letters
+        if d.problem is None and d.event_id is None
+    ]
+    named = [
+        f"{r.shard_id}/{r.batch} from {r.from_ms} until {r.until_ms}: {list(r.unkeyed)}" for r in reports if r.unkeyed
+    ]
+    return f"detail of the copies without an ID: produced {made}; copies {copies}; reports {named}"
 
 
 def _judge_audit(out: Check, report: AuditReport, config: Config, examples: int) -> None:
