@@ -13,6 +13,7 @@ from copier.commands import plan as command
 from copier.commands.cli import main
 from copier.core import capacitylines
 from copier.core.capacity import Plan, Workload, default_shards, per_chunk, plan
+from copier.core.shardmap import LIST_SHARDS_PAGE, SHARD_MAP_MAX_AGE_S
 from copier.core.summaryage import mean_refresh_s
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -124,6 +125,17 @@ def test_describe_stream_summary_rate_follows_the_code(monkeypatch: pytest.Monke
     assert _budget(_plan(events_per_s=1e11 / DAY), "DescribeStreamSummary", "account").rate == pytest.approx(
         summary.rate / 2
     )
+
+
+def test_list_shards_rate_grows_with_the_square_of_the_shards() -> None:
+    """Each processor lists the whole target (a page per 1,000 shards) every SHARD_MAP_MAX_AGE_S, as the Kinesis
+    adapter does (the control-plane simulation measured it): 10,000 shards make a third of the stream's 1,000 a
+    second, 20,000 more than all of it."""
+    for shards in (1000, 10_000, 20_000):
+        p = _plan(events_per_s=1e11 / DAY, shards=shards)
+        rate = _budget(p, "ListShards", "stream").rate
+        assert rate == pytest.approx(shards * math.ceil(shards / LIST_SHARDS_PAGE) / SHARD_MAP_MAX_AGE_S)
+    assert _budget(_plan(events_per_s=1e11 / DAY, shards=20_000), "ListShards", "stream").share > 1
 
 
 def test_lease_writes_follow_the_properties(tmp_path: Path) -> None:

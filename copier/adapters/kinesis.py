@@ -43,7 +43,7 @@ from copier.core.health import Waiting
 from copier.core.plan import SourceRecord
 from copier.core.ports import Found, Identity
 from copier.core.positions import Position
-from copier.core.shardmap import ShardMap
+from copier.core.shardmap import SHARD_MAP_MAX_AGE_S, ShardMap
 from copier.core.streamsettings import StreamSettings
 from copier.core.summaryage import Answer, fresh, latest, may_ask
 
@@ -51,7 +51,6 @@ __all__ = ["GET_RECORDS_LIMIT", "KinesisStreams", "PutEntry", "paged_shards"]
 
 PutEntry = tuple[str, bytes, str | None]  # (partition key, data, data in base64 if already at hand)
 
-SHARD_MAP_MAX_AGE_S = 300.0
 LINEAGE_MAX_AGE_S = 5.0
 HOUR_MS = 3_600_000
 FIRST_ANSWER_WAIT_S = 10.0  # the most a processor with no answer waits for another's call (see _ask)

@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     if done:
         print(f"resuming: {len(done)} seeds already ran on this code ({sorted(done)})", flush=True)
     started = time.monotonic() - before
-    lease_s = worker_lease_ms() / 1000  # pauses shorter and longer than the lease the workers run with
+    lease_s = worker_lease_ms(args.backend) / 1000  # pauses shorter and longer than the lease the workers run with
     with running(args.backend) as backend:
         for seed in [s for s in seeds if s not in done]:
             plan = on_backend(draw(seed, profile, lease_s=lease_s), backend.impl)

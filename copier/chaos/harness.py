@@ -47,19 +47,47 @@ from copier.core.config import load_config
 from copier.local.independent import Endpoints, create_lease_table
 from copier.local.pipeline import LocalPipeline, Worker, local_properties
 
-__all__ = ["PUT_TIMEOUT_MS", "Harness", "reshard_stream", "worker_lease_ms"]
+__all__ = ["PUT_TIMEOUT_MS", "Harness", "put_timeout_ms", "reshard_stream", "worker_lease_ms"]
 
 RESTART_DELAY_S = 1.0
-PUT_TIMEOUT_MS = 1000
+PUT_TIMEOUT_MS = 1000  # on moto (see BACKEND_TIMING)
+# The protocol's bound on a put's life at the server: what a request put is readable within the put timeout
+# after its deadline (docs/protocol.md, "Verifying a chunk in flight"). AWS answers a PutRecords in tens of
+# milliseconds, moto here in a few; kinesis-mock takes seconds for a large one (measured: 2.0 s for 64 records
+# of 8 KB, 4.7 s for 200, on the loaded 2-core machine), so a 1 s timeout would have the copier verify before
+# the request it timed out on lands: a harness that breaks the bound, not a copier that does. There the put
+# timeout is 8 s, and the lease (failoverTimeMillis, renewed every third) long enough for a put to fit in it.
+BACKEND_TIMING: dict[str, dict[str, int]] = {
+    "moto": {"putTimeoutMillis": PUT_TIMEOUT_MS, "failoverTimeMillis": 3000},
+    "independent": {"putTimeoutMillis": 8000, "failoverTimeMillis": 15000},
+}
+
+
+def put_timeout_ms(backend: str) -> int:
+    """The put timeout a seed's workers run with on ``backend``."""
+    return BACKEND_TIMING[backend]["putTimeoutMillis"]
+
+
 SEED_COPIER = {  # copier.* keys every worker of a seed starts from (hosts.py adds each start's own settings)
     "unkeyedPolicy": "deadletter",
     "ordering": "partitionKey",  # the check fails a seed on disorder under it
-    "putTimeoutMillis": str(PUT_TIMEOUT_MS),
     "maxBackoffMillis": "2000",
     "logLevel": "INFO",
 }
 # Small GetRecords batches: many puts and state writes, so that the proxy's fault windows meet traffic.
 KCL_BATCHES = {"maxRecords": "200"}
+
+
+def seed_copier(backend: str) -> dict[str, str]:
+    """:data:`SEED_COPIER` with ``backend``'s put timeout."""
+    return {**SEED_COPIER, "putTimeoutMillis": str(put_timeout_ms(backend))}
+
+
+def seed_kcl(backend: str) -> dict[str, str]:
+    """:data:`KCL_BATCHES` with ``backend``'s lease."""
+    return {**KCL_BATCHES, "failoverTimeMillis": str(BACKEND_TIMING[backend]["failoverTimeMillis"])}
+
+
 KCL_2X = {"clientVersionConfig": "CLIENT_VERSION_CONFIG_COMPATIBLE_WITH_2X"}
 # How long an ambiguous target reshard waits for the proxy to make a target put ambiguous: the copier can be idle
 # for 100 s (a killed KCL leader's lock expiring); the run's end stops the wait (FaultProxy.cancel_waits).
@@ -99,7 +127,10 @@ class Harness:
         self.closing = threading.Event()
         run = f"c{plan.seed}-{uuid.uuid4().hex[:6]}"
         self.proxy = FaultProxy(
-            backend.kinesis, plan.seed, hang_s=PUT_TIMEOUT_MS / 1000 + 0.5, dynamodb_upstream=backend.dynamodb
+            backend.kinesis,
+            plan.seed,
+            hang_s=put_timeout_ms(backend.impl) / 1000 + 0.5,
+            dynamodb_upstream=backend.dynamodb,
         )
         self.proxy.__enter__()
         dead_letter = f"{run}-dlq"
@@ -109,13 +140,13 @@ class Harness:
             staging=f"{run}-staging",
             target=f"{run}-target",
             application=run,
-            kcl={**KCL_BATCHES, **(KCL_2X if plan.kcl_mode == "2.x" else {})},
+            kcl={**seed_kcl(backend.impl), **(KCL_2X if plan.kcl_mode == "2.x" else {})},
             copier={
                 "targetEndpoint": self.proxy.endpoint,
                 "stateTableEndpoint": self.proxy.endpoint,
                 "deadLetterStreamName": dead_letter,  # under either policy (the check expects poison there)
                 "clockSkewMillis": str(plan.clock_skew_ms),
-                **SEED_COPIER,
+                **seed_copier(backend.impl),
             },
             dynamodb_endpoint=backend.dynamodb,
         )
@@ -349,9 +380,9 @@ def reshard_stream(kinesis: Any, stream: str, kind: str) -> bool:
     return True
 
 
-def worker_lease_ms() -> int:
-    """The lease the workers of a seed run with, read from the properties the harness writes for them
-    (``copier.leaseMillis``, else the KCL's ``failoverTimeMillis``): the schedule draws pauses around it."""
+def worker_lease_ms(backend: str = "moto") -> int:
+    """The lease the workers of a seed run with on ``backend``, read from the properties the harness writes for
+    them (``copier.leaseMillis``, else the KCL's ``failoverTimeMillis``): the schedule draws pauses around it."""
     with tempfile.TemporaryDirectory(prefix="copier-chaos-lease-") as tmp:
         path = local_properties(
             Path(tmp) / "lease.properties",
@@ -360,8 +391,8 @@ def worker_lease_ms() -> int:
             "staging",
             "target",
             "copier",
-            kcl=KCL_BATCHES,
+            kcl=seed_kcl(backend),
             deadLetterStreamName="dlq",
-            **SEED_COPIER,
+            **seed_copier(backend),
         )
         return load_config(path).lease_millis

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from copier.chaos.check import check, copier_events
-from copier.chaos.harness import PUT_TIMEOUT_MS, Harness
+from copier.chaos.harness import Harness, put_timeout_ms
 from copier.chaos.proxy import FaultWindow, Injection
 from copier.chaos.result import SeedResult
 from copier.chaos.schedule import Plan, on_backend
@@ -41,10 +41,18 @@ STEP_RETRIES = 60
 CRASH_LOOP = 3  # unexpected daemon exits in one seed that count as a crash loop
 # How long after an ambiguous put the copier reads the target to verify it: a timed-out put waits out its timeout,
 # then the put timeout again (copier.shard.forward); a dropped answer comes at once, then the put timeout.
-VERIFIED_AFTER_S = {"put_timeout": 2 * PUT_TIMEOUT_MS / 1000, "put_lost_response": PUT_TIMEOUT_MS / 1000}
+AMBIGUOUS_KINDS = ("put_timeout", "put_lost_response")
 
 
-def _across_ambiguous_puts(reshards: list[dict[str, Any]], injections: list[Injection], target: str) -> None:
+def verified_after_s(kind: str, backend: str) -> float:
+    """How long after an ambiguous put of ``kind`` its verification reads the target on ``backend``."""
+    timeout_s = put_timeout_ms(backend) / 1000
+    return 2 * timeout_s if kind == "put_timeout" else timeout_s
+
+
+def _across_ambiguous_puts(
+    reshards: list[dict[str, Any]], injections: list[Injection], target: str, backend: str
+) -> None:
     """Mark each target reshard that came between an ambiguous target put and the read that verifies it
     (``across_ambiguous_put``: the kind, and how long before the reshard that put was sent)."""
     for reshard in reshards:
@@ -52,9 +60,9 @@ def _across_ambiguous_puts(reshards: list[dict[str, Any]], injections: list[Inje
             i
             for i in injections
             if i.stream == target
-            and i.kind in VERIFIED_AFTER_S
+            and i.kind in AMBIGUOUS_KINDS
             and i.at <= reshard["started"]
-            and reshard["ended"] < i.at + VERIFIED_AFTER_S[i.kind]
+            and reshard["ended"] < i.at + verified_after_s(i.kind, backend)
         ]
         latest = max(across, key=lambda i: i.at) if across else None
         reshard["across_ambiguous_put"] = latest.kind if latest else None
@@ -124,7 +132,7 @@ def _record_later_faults(harness: Harness, result: SeedResult) -> None:
     """Count what was injected of the clock, settings and target-reshard faults, and keep their details."""
     harness.faults.update(harness.hosts.faults())
     reshards = sorted(harness.target_reshards, key=lambda r: r["started"])
-    _across_ambiguous_puts(reshards, list(harness.proxy.log), harness.pipeline.target)
+    _across_ambiguous_puts(reshards, list(harness.proxy.log), harness.pipeline.target, harness.backend.impl)
     for reshard in reshards:
         harness.faults[reshard["kind"] if reshard["done"] else f"skipped_{reshard['kind']}"] += 1
         if reshard["done"] and reshard["across_ambiguous_put"]:
@@ -136,7 +144,7 @@ def _record_later_faults(harness: Harness, result: SeedResult) -> None:
     result.ambiguous_puts = [
         {"at_s": round(i.at - harness.t0, 2), "kind": i.kind, "stream": streams.get(i.stream, i.stream)}
         for i in harness.proxy.log
-        if i.kind in VERIFIED_AFTER_S
+        if i.kind in AMBIGUOUS_KINDS
     ]
     result.clock_skew_ms = harness.plan.clock_skew_ms
     result.clocks = harness.hosts.clock_results()

@@ -25,6 +25,7 @@ from copier.core.limits import (
     WRITE_BYTES_PER_SHARD_S,
     WRITE_RECORDS_PER_SHARD_S,
 )
+from copier.core.shardmap import LIST_SHARDS_PAGE, SHARD_MAP_MAX_AGE_S
 from copier.core.summaryage import mean_refresh_s
 
 if TYPE_CHECKING:
@@ -253,10 +254,10 @@ def budgets(p: Plan, s: Settings, units_per_event: float) -> list[Budget]:
         Budget(
             "ListShards",
             "stream",
-            0.0,
+            p.shards * math.ceil(p.shards / LIST_SHARDS_PAGE) / SHARD_MAP_MAX_AGE_S,
             LIST_SHARDS_PER_STREAM_S,
             "calls/s",
-            "copier: only at a processor's start and a shard's end",
+            "copier's processors: each lists the target for its chunks' target shards every 300 s",
         ),
         Budget(
             "GetShardIterator",

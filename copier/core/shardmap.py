@@ -22,7 +22,22 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ShardMap", "descendants", "hash_key", "shard_id_of", "shard_number", "shards_covering"]
+__all__ = [
+    "LIST_SHARDS_PAGE",
+    "SHARD_MAP_MAX_AGE_S",
+    "ShardMap",
+    "descendants",
+    "hash_key",
+    "shard_id_of",
+    "shard_number",
+    "shards_covering",
+]
+
+#: How old a processor's map of a stream's open shards may be before it lists the stream again (the target's,
+#: for its chunks' target shards): one ListShards listing per processor and stream in that time, a page per
+#: ``LIST_SHARDS_PAGE`` shards; the capacity planner counts them (``copier.core.capacitylines``).
+SHARD_MAP_MAX_AGE_S = 300.0
+LIST_SHARDS_PAGE = 1000  # the most shards a ListShards page holds
 
 _PREFIX = "shardId-"
 
