@@ -92,6 +92,7 @@ class Stream:
     _pages: list[dict[str, Any]] | None = None
     _next: int = 0
     _index: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _open: int = 0
 
     @classmethod
     def even(cls, name: str, count: int) -> Stream:
@@ -117,6 +118,7 @@ class Stream:
             entry["AdjacentParentShardId"] = parents[1]
         self.shards.append(entry)
         self._index[shard_id] = entry
+        self._open += 1
         self._pages = None
         return shard_id
 
@@ -127,6 +129,7 @@ class Stream:
     def _close(self, shard_id: str) -> dict[str, Any]:
         entry = self._index[shard_id]
         entry["SequenceNumberRange"] = {**entry["SequenceNumberRange"], "EndingSequenceNumber": str(self._next)}
+        self._open -= 1
         return entry
 
     def open_ids(self) -> list[str]:
@@ -167,7 +170,7 @@ class Stream:
                 "RecordDistributionStrategy": self.distribution,
                 "EncryptionType": "NONE",
                 "StreamModeDetails": {"StreamMode": "PROVISIONED"},
-                "OpenShardCount": len(self.open_ids()),
+                "OpenShardCount": self._open,
             }
         }
 
