@@ -61,7 +61,7 @@ class Day:
 
     shards: int = 1000
     shards_per_host: int = 16
-    interval_s: float = 60.0  # one batch per processor per interval: its chunks' control-plane calls
+X
     shared: bool = True  # False: each processor asks DescribeStreamSummary for itself (before the host share)
     enforce: bool = True  # False: the account counts without refusing (what copier would ask unthrottled)
     seed: int = 47

@@ -9,14 +9,15 @@ a refused call spends the caller's attempt all the same.
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from copier.bench.sim.account import LIMITS
-from copier.bench.sim.day import Outcome, phase_of
+from copier.bench.sim.day import Day, Outcome, phase_of, simulate
 from copier.core.capacitylines import FLAG_SHARE
 
-__all__ = ["ApiFigures", "figures", "text"]
+__all__ = ["ApiFigures", "figures", "markdown", "run", "summary", "text"]
 
 CALLERS = ("copier", "kcl")
 
@@ -108,6 +109,13 @@ def summary(out: Outcome, cpu_s: float | None = None) -> dict[str, Any]:
     }
 
 
+def run(day: Day) -> dict[str, Any]:
+    """Simulate ``day``; its :func:`summary`, with the CPU seconds it took."""
+    started = time.process_time()
+    out = simulate(day)
+    return summary(out, round(time.process_time() - started, 1))
+
+
 def text(result: dict[str, Any]) -> str:
     """The figures as a short text: a line an API and caller, then the waits."""
     day = result["day"]
@@ -140,3 +148,39 @@ def text(result: dict[str, Any]) -> str:
     for name, lag in result["switch_seen_within_s"].items():
         lines.append(f"{name}: every processor running then acted on it within {lag:.0f} s")
     return "\n".join(lines)
+
+
+def markdown(result: dict[str, Any]) -> list[str]:
+    """docs/benchmarks.md's section on the simulated day (none when the part was not run)."""
+    if not result:
+        return []
+    day = result["day"]
+    lines = [
+        f"## 7. The control plane at {day['shards']:,} shards (simulated)",
+        "",
+        f"A simulated day (`python -m copier.bench.sim`, `copier.bench.sim`) of {day['shards']:,} staging shards on",
+        f"{result['hosts']} hosts of {day['shards_per_host']}: a fleet start, splits and merges of both streams,",
+        "the target switched to AUTO and back and its record limit raised, a host lost, a rolling deploy. Each",
+        "processor makes its control-plane calls through copier's own code (`KinesisStreams`, the host's shared",
+        "DescribeStreamSummary answer, `ShardSession`, `StreamGuard`) against a fake account that enforces AWS's",
+        f"limits; a batch every {day['interval_s']:g} s stands for a processor's chunks. A budget is the limit less",
+        f"{result['reserve_share']:.0%} kept for the KCL and other applications; the peak is the most calls in one",
+        f"second on one scope key. {result['cpu_seconds']} CPU seconds.",
+        "",
+        "| API | caller | scope | limit/s | budget/s | peak/s | mean/s | throttled | peak during |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for a in result["apis"]:
+        if a["calls"]:
+            lines.append(
+                f"| {a['api']} | {a['caller']} | {a['scope']} | {a['limit']:g} | {a['budget']:g} | {a['peak']} | "
+                f"{a['mean']:.4f} | {a['throttled']} | {a['peak_during']} |"
+            )
+    lines += [
+        "",
+        f"Forwarding waited at most {result['forwarding_wait_max_s']:g} s on a control-plane call over "
+        f"{result['batches']:,} batches; a takeover at most {result['takeover_wait_max_s']:g} s. "
+        + " ".join(f"{name}: acted on within {lag:.0f} s." for name, lag in result["switch_seen_within_s"].items()),
+        "",
+    ]
+    return lines
