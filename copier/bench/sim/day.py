@@ -61,7 +61,10 @@ class Day:
 
     shards: int = 1000
     shards_per_host: int = 16
-X
+    # One batch per processor per interval stands for its chunks' control-plane calls. 301 s: a processor's
+    # shard map (SHARD_MAP_MAX_AGE_S, 300 s) is listed again at every batch, as often as chunks every second
+    # would list it; a host of 16 looks at its shared answers every 19 s or so.
+    interval_s: float = 301.0
     shared: bool = True  # False: each processor asks DescribeStreamSummary for itself (before the host share)
     enforce: bool = True  # False: the account counts without refusing (what copier would ask unthrottled)
     seed: int = 47
