@@ -32,7 +32,7 @@ import random
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
 
 from copier.bench.sim.account import Account, Stream
 from copier.bench.sim.processors import (
@@ -173,7 +173,7 @@ class _Run:
             host = _Host(number, d.shared)
             self.hosts.append(host)
             mine = shards[number * d.shards_per_host : (number + 1) * d.shards_per_host]
-            self.at(self.rng.uniform(0, d.start_spread_s), lambda h=host, m=mine: self._boot(h, m))
+            self.at(self.rng.uniform(0, d.start_spread_s), partial(self._boot, host, mine))
         self._reshard(self.staging, 3 * HOUR, 15 * HOUR)
         self._reshard(self.target, 4 * HOUR, 16 * HOUR)
         self._switch("target AUTO", 6 * HOUR, lambda: setattr(self.target, "distribution", AUTO), AUTO)
@@ -206,7 +206,7 @@ class _Run:
         ready = self.sim.now + checker.clock.lag
         self.at(ready, lambda: self._kcl_sync(ready))
         for shard_id in shards:
-            self.at(ready + self.rng.uniform(0, self.day.assign_s), lambda s=shard_id: self._start(host, s))
+            self.at(ready + self.rng.uniform(0, self.day.assign_s), partial(self._start, host, shard_id))
 
     def _kcl_sync(self, now: float) -> None:
         """The KCL worker's shard sync at its start: the staging stream listed once (counted as the KCL's)."""
@@ -255,15 +255,16 @@ class _Run:
             if stream is self.staging:
                 self._hand_on([parent], made)
 
-        def merge(pair: list[str]) -> None:
+        def merge(n: int) -> None:
+            pair = children[n]
             made = stream.merge(pair[0], pair[1])
             if stream is self.staging:
                 self._hand_on(pair, [made])
 
         for n, parent in enumerate(parents):
-            self.at(split_at + n * self.day.split_gap_s, lambda p=parent: split(p))
+            self.at(split_at + n * self.day.split_gap_s, partial(split, parent))
         for n in range(count):
-            self.at(merge_at + n * self.day.split_gap_s, lambda n=n: merge(children[n]))
+            self.at(merge_at + n * self.day.split_gap_s, partial(merge, n))
 
     def _hand_on(self, parents: list[str], children: list[str]) -> None:
         """A staging shard ended: its processor stops (the KCL learns its children from GetRecords), and the
@@ -276,7 +277,7 @@ class _Run:
         if host is None or not host.alive:
             host = self.rng.choice([h for h in self.hosts if h.alive])
         for child in children:
-            self.at(self.sim.now + self.rng.uniform(0, self.day.assign_s), lambda c=child, h=host: self._start(h, c))
+            self.at(self.sim.now + self.rng.uniform(0, self.day.assign_s), partial(self._start, host, child))
 
     def _switch(self, name: str, when: float, change: Callable[[], None], value: str | None = None) -> None:
         """``change`` the target at ``when``; each processor's first batch acting on it is when it saw it
@@ -307,7 +308,7 @@ class _Run:
         for shard_id in lost:
             heir = self.rng.choice(others)
             when = self.sim.now + self.day.lease_s + self.rng.uniform(0, self.day.assign_s)
-            self.at(when, lambda h=heir, s=shard_id: self._succeed(h, s))
+            self.at(when, partial(self._succeed, heir, shard_id))
 
     def _succeed(self, host: _Host, shard_id: str) -> None:
         """A successor's takeover: as any, plus the chunk in flight verified by reading the target shards its
@@ -319,7 +320,7 @@ class _Run:
     def _deploy(self) -> None:
         step = self.day.deploy_step_s
         for n, old in enumerate([h for h in self.hosts if h.alive]):
-            self.at(self.sim.now + n * step, lambda h=old: self._replace(h))
+            self.at(self.sim.now + n * step, partial(self._replace, old))
 
     def _replace(self, old: _Host) -> None:
         new = _Host(len(self.hosts), self.day.shared)

@@ -16,9 +16,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from copier.adapters import kinesis as kinesis_adapter
+from copier.adapters.awsjson import JsonClient
 from copier.adapters.kinesis import KinesisStreams
 from copier.adapters.leankinesis import LeanKinesis
 from copier.adapters.summaryshare import SummaryShare
@@ -30,6 +31,7 @@ from copier.core.shardmap import ShardMap
 from copier.core.summaryage import Answer
 from copier.shard.guard import StreamGuard
 from copier.shard.session import ShardSession
+from copier.testing.store import InMemoryStateStore
 
 __all__ = ["SimClock", "MemoryShare", "Processor", "ProcessorClock", "memo_shard_maps", "sim_config"]
 
@@ -129,6 +131,7 @@ class _Quiet:
         return lambda *args, **kwargs: None
 
 
+_NO_STORE = InMemoryStateStore()  # no state is written: the record path is not simulated
 _SHARD_MAPS: dict[tuple[int, int, int], ShardMap] = {}
 
 
@@ -149,12 +152,13 @@ def memo_shard_maps() -> Iterator[None]:
                 found = _SHARD_MAPS[key] = ShardMap.of(listed)
             return found
 
-    saved = kinesis_adapter.ShardMap
-    kinesis_adapter.ShardMap = Memo  # type: ignore[misc]
+    names = vars(kinesis_adapter)
+    saved = names["ShardMap"]
+    names["ShardMap"] = Memo
     try:
         yield
     finally:
-        kinesis_adapter.ShardMap = saved  # type: ignore[misc]
+        names["ShardMap"] = saved
         _SHARD_MAPS.clear()
 
 
@@ -175,11 +179,11 @@ class Processor:
         self.streams = KinesisStreams(
             config, sleep=self.clock.sleep, monotonic=self.clock.monotonic, lean=_NoCredentials(), share=share
         )
-        wire = Wire(account, self.clock)
+        wire = cast(JsonClient, Wire(account, self.clock))  # what LeanKinesis calls of it: call()
         self.streams._staging = _TrustedPages(wire, self.clock.sleep)  # noqa: SLF001 - the fake in place of HTTP
         self.streams._read = _TrustedPages(wire, self.clock.sleep)  # noqa: SLF001
         self.session = ShardSession(
-            config, None, self.streams, self.clock, f"sim:{shard_id}", _Quiet(), None, None  # type: ignore[arg-type]
+            config, _NO_STORE, self.streams, self.clock, f"sim:{shard_id}", _Quiet(), None, None
         )
         self.session.shard_id = shard_id
         self.session.key = self.session.key_of(shard_id)
