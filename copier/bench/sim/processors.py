@@ -145,7 +145,7 @@ def memo_shard_maps() -> Iterator[None]:
     class Memo(ShardMap):
         @classmethod
         def of(cls, shards: Any) -> ShardMap:
-            listed = list(shards)
+            listed = shards if isinstance(shards, list) else list(shards)  # paged_shards' list: not copied
             key = (len(listed), id(listed[0]) if listed else 0, id(listed[-1]) if listed else 0)
             found = _SHARD_MAPS.get(key)
             if found is None:
