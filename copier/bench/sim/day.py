@@ -41,8 +41,8 @@ from copier.bench.sim.processors import (
     MemoryShare,
     Processor,
     SimClock,
-    memo_shard_maps,
     sim_config,
+    simulated_adapter,
 )
 from copier.core.config import Config
 from copier.core.errors import AwsError
@@ -155,7 +155,7 @@ class _Run:
 
     def run(self) -> Outcome:
         self._plan()
-        with memo_shard_maps():
+        with simulated_adapter(self.day.seed):
             while self._events:
                 when, _, action = heapq.heappop(self._events)
                 if when > self.day.duration_s:

@@ -13,6 +13,7 @@ waited, counted by its :class:`ProcessorClock`.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,7 +34,7 @@ from copier.shard.guard import StreamGuard
 from copier.shard.session import ShardSession
 from copier.testing.store import InMemoryStateStore
 
-__all__ = ["SimClock", "MemoryShare", "Processor", "ProcessorClock", "memo_shard_maps", "sim_config"]
+__all__ = ["SimClock", "MemoryShare", "Processor", "ProcessorClock", "simulated_adapter", "sim_config"]
 
 STAGING, TARGET = "staging", "target"
 
@@ -136,11 +137,12 @@ _SHARD_MAPS: dict[tuple[int, int, int], ShardMap] = {}
 
 
 @contextmanager
-def memo_shard_maps() -> Iterator[None]:
-    """While the simulation runs, ``KinesisStreams.shard_map`` builds a listing's ShardMap once: the fake
-    answers the same page objects until the stream changes (and a change appends shards), so a listing of the
-    same length and first and last entries is the same listing. Each processor still lists the stream as
-    often as copier does; only the parsing of the answer is shared."""
+def simulated_adapter(seed: int) -> Iterator[None]:
+    """While the simulation runs, the Kinesis adapter's jitter (an answer's expiry) is drawn from a generator
+    seeded with ``seed``: a day comes out the same each time. And ``KinesisStreams.shard_map`` builds a
+    listing's ShardMap once: the fake answers the same page objects until the stream changes (and a change
+    appends shards), so a listing of the same length and first and last entries is the same listing. Each
+    processor still lists the stream as often as copier does; only the parsing of the answer is shared."""
 
     class Memo(ShardMap):
         @classmethod
@@ -153,12 +155,12 @@ def memo_shard_maps() -> Iterator[None]:
             return found
 
     names = vars(kinesis_adapter)
-    saved = names["ShardMap"]
-    names["ShardMap"] = Memo
+    saved = names["ShardMap"], names["random"]
+    names["ShardMap"], names["random"] = Memo, random.Random(seed)
     try:
         yield
     finally:
-        names["ShardMap"] = saved
+        names["ShardMap"], names["random"] = saved
         _SHARD_MAPS.clear()
 
 
