@@ -55,9 +55,9 @@ def test_the_day_has_its_events(day_of_1000: dict[str, Any]) -> None:
     """The fleet start, the reshards, the host loss and the rolling deploy each took shards over, and every
     processor running at a switch of the target acted on it."""
     result = day_of_1000
-    splits = 2 * int(1000 * Day.reshard_share)
-    deployed = 1000 + splits
-    assert result["takeovers"] >= 1000 + splits + Day.shards_per_host + deployed
+    resharded = int(1000 * Day.reshard_share)  # split into two children each, then merged back into one
+    started, children, merged, lost, deployed = 1000, 2 * resharded, resharded, Day.shards_per_host, 1000
+    assert result["takeovers"] >= started + children + merged + lost + deployed
     assert set(result["switch_seen_within_s"]) == {
         "target AUTO",
         "target USER_PARTITION_KEY",
