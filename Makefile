@@ -107,7 +107,8 @@ chaos: install-test
 	$(BIN)/python -m copier.chaos --backend $(BACKEND) --profile $(PROFILE) --seeds $(SEEDS) --report $(CHAOS_OUT).md --json $(CHAOS_OUT).json --resume; \
 	status=$$?; $(BIN)/python scripts/reliability_runs.py docs && exit $$status
 
-# Benchmarks against baselines in one run: docs/benchmarks.md, .json and PNG plots (30 to 50 minutes), then
+# Benchmarks against baselines in one run: docs/benchmarks.md, .json and PNG plots (30 to 50 minutes, and the
+# control-plane simulation's day of 10,000 shards, copier.bench.sim: its CPU minutes are in its section), then
 # docs/capacity.md from the new figures (copier plan --doc).
 # BENCH_ARGS="--keep DIR" keeps the work directory with every worker's log; "--only rolling" reruns a part.
 BENCH_ARGS ?=

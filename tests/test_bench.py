@@ -36,11 +36,13 @@ def test_every_part_writes_its_numbers_table_and_plot(smoke: tuple[Path, dict]) 
     out, data = smoke
     text = (out / "benchmarks.md").read_text()
     headings = ("## 1. Processor CPU", "## 2. DynamoDB write units", "## 3. The dedup window", "## 4. End to end")
-    for heading in (*headings, "## 5. Order per partition key", "## 6. What a shard costs a host"):
+    more = ("## 5. Order per partition key", "## 6. What a shard costs a host", "## 7. The control plane at 100 shards")
+    for heading in (*headings, *more):
         assert heading in text
     for plot in ("bench-cpu.png", "bench-cost.png", "bench-window.png", "bench-e2e.png", "bench-host.png"):
         assert (out / plot).stat().st_size > 1000, plot
     assert data["method"]["versions"]["amazon-kclpy"] and data["method"]["machine"]["cores"]
+    assert data["simulation"]["day"]["shards"] == 100 and data["simulation"]["batches"] > 0
 
 
 def test_cpu_is_measured_for_both_processors_and_uncoalesced_only_below_the_coalescing_size(

@@ -12,7 +12,9 @@ daemon end to end against the plain copier (``copier.bench.e2e``), and what a
 shard costs a host: memory per processor, a many-shard host, and the time to
 start, restart and take over (``copier.bench.host``), and what a redrive and
 a repair cost per event (``copier.bench.sources``: requests by call, write
-units; docs/protocol.md's "Cost" paragraphs say what the code implies).
+units; docs/protocol.md's "Cost" paragraphs say what the code implies), and
+a simulated day of 10,000 shards' control-plane calls against AWS's limits
+(``copier.bench.sim``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,19 @@ from typing import Any
 
 __all__ = ["FULL", "PARTS", "SMOKE", "Profile", "main", "run"]
 
-PARTS = ("cpu", "window", "ordering", "e2e", "memory", "host", "startup", "rolling", "cost", "sources")
+PARTS = (
+    "cpu",
+    "window",
+    "ordering",
+    "e2e",
+    "memory",
+    "host",
+    "startup",
+    "rolling",
+    "cost",
+    "sources",
+    "simulation",
+)
 
 
 @dataclass(frozen=True)
@@ -54,6 +68,7 @@ class Profile:
     startup_shards: int  # 0: no startup part
     rolling: tuple[int, int, int, float]  # (workers, shards, events/s, seconds between restarts); 0 workers: none
     sources_events: int = 5000  # events a redrive and a repair send (a multiple of 500)
+    simulation_shards: int = 10_000  # the control-plane simulation's staging shards (copier.bench.sim)
 
 
 FULL = Profile(
@@ -97,6 +112,7 @@ SMOKE = Profile(
     startup_shards=0,
     rolling=(0, 0, 0, 0.0),
     sources_events=500,
+    simulation_shards=100,
 )
 
 
@@ -112,6 +128,7 @@ class Results:
     startup: list[dict[str, Any]] = field(default_factory=list)
     rolling: list[dict[str, Any]] = field(default_factory=list)
     sources: dict[str, Any] = field(default_factory=dict)  # copier.bench.sources: a redrive's and a repair's cost
+    simulation: dict[str, Any] = field(default_factory=dict)  # copier.bench.sim: a day of control-plane calls
     method: dict[str, Any] = field(default_factory=dict)
 
 
@@ -260,6 +277,12 @@ def run(profile: Profile, workdir: Path, command: str, parts: tuple[str, ...] = 
     if "sources" in parts:
         _say(f"sources: a redrive and a repair of {profile.sources_events} events")
         results.sources = sources.measure_sources(workdir / "sources", profile.sources_events)
+    if "simulation" in parts:
+        from copier.bench.sim.day import Day
+        from copier.bench.sim.report import run as simulate
+
+        _say(f"simulation: a day of {profile.simulation_shards} shards' control-plane calls")
+        results.simulation = simulate(Day(shards=profile.simulation_shards))
     results.method["minutes"] = round((time.monotonic() - started) / 60, 1)
     return results
 

@@ -294,6 +294,8 @@ def _began(row: dict[str, Any]) -> str:
 
 def write(data: dict[str, Any], out: Path) -> None:
     """benchmarks.md and its PNG figures in ``out``."""
+    from copier.bench.sim.report import markdown as simulation_section
+
     method = data["method"]
     machine, versions = method["machine"], method["versions"]
     lines = [
@@ -436,6 +438,7 @@ def write(data: dict[str, Any], out: Path) -> None:
         ]
     if data.get("memory") or data.get("host") or data.get("startup") or data.get("rolling"):
         lines += _host_section(data)
+    lines += simulation_section(data.get("simulation") or {})
     for rerun in method.get("reruns", []):
         lines.insert(3, f"Parts run again since: `{rerun['command']}`, {rerun['date']}, {rerun['minutes']} minutes.")
     (out / "benchmarks.md").write_text("\n".join(lines))
