@@ -107,7 +107,7 @@ class MemoryShare(SummaryShare):
         self.answers[stream] = answer
 
     @contextmanager
-    def turn(self, stream: str) -> Iterator[bool]:
+    def turn(self, stream: str, wait_s: float = 0.0) -> Iterator[bool]:
         yield True
 
 
