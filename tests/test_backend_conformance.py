@@ -68,12 +68,6 @@ def only_on_moto(backend: Endpoints, reason: str) -> None:
         pytest.skip(f"moto only: {reason}")
 
 
-def only_on_independent(backend: Endpoints, reason: str) -> None:
-    """Skip on moto, which differs from AWS here in a way copier does not rely on (the moto patches' docstring)."""
-    if backend.impl == "moto":
-        pytest.skip(f"independent only: {reason}")
-
-
 def port_of(url: str) -> int:
     return int(url.rsplit(":", 1)[1])
 
@@ -266,13 +260,13 @@ def test_refuses_non_loopback_hosts() -> None:
 
 def test_patches_apply_once() -> None:
     """Applying the moto patches again changes nothing (the backend may be started many times per process)."""
-    from moto.kinesis.models import Stream
+    from moto.kinesis.models import Shard, Stream
 
     moto_patches.apply()
-    before = (Stream.get_shard_for_key, Stream.split_shard, Stream.merge_shards)
+    before = (Shard.__init__, Shard.put_record, Stream.split_shard)
     moto_patches.apply()
     assert moto_patches.applied()
-    assert (Stream.get_shard_for_key, Stream.split_shard, Stream.merge_shards) == before
+    assert (Shard.__init__, Shard.put_record, Stream.split_shard) == before
 
 
 # --- concurrent writers ---------------------------------------------------------------------------
@@ -491,13 +485,8 @@ def test_new_writes_land_only_in_open_shards(resharded: Resharded) -> None:
         assert set(phase.acked) <= phase.open_shards, (phase.tag, set(phase.acked), phase.open_shards)
 
 
-def test_each_shard_holds_exactly_the_records_written_to_it(backend: Endpoints, resharded: Resharded) -> None:
+def test_each_shard_holds_exactly_the_records_written_to_it(resharded: Resharded) -> None:
     """A shard holds the records acknowledged by it and nothing else: a child holds no copies of its parents'."""
-    only_on_independent(
-        backend,
-        "moto's SplitShard moves the parent's records into its children (AWS: a split moves no data); copier's "
-        "tests pass either way (a child drops its parent's copies in its dedup window), so issue 46 removed that patch",
-    )
     expected: dict[str, Counter[str]] = {sid: Counter() for sid in resharded.shards}
     for phase in resharded.phases:
         for shard_id, data in phase.acked.items():
@@ -539,14 +528,19 @@ def test_no_record_outside_its_shards_hash_key_range(resharded: Resharded) -> No
         assert not outside, (shard_id, len(outside))
 
 
-def test_sequence_numbers_are_unique_and_increase_within_each_shard(resharded: Resharded) -> None:
-    """Within a shard sequence numbers are unique and increase, before and after a reshard: a position is
-    (shard, sequence number), which is all the copier and the KCL compare. (AWS also numbers a child's records
-    above its parents', as kinesis-mock does; moto numbers each shard from 1. Nothing compares numbers across
-    shards, so issue 46 removed the moto patch that faked it.)"""
-    for shard_id, records in resharded.contents.items():
-        numbers = [int(r["SequenceNumber"]) for r in records]
-        assert numbers == sorted(set(numbers)), shard_id
+def test_children_sequence_numbers_exceed_their_parents(resharded: Resharded) -> None:
+    """Sequence numbers are unique, increase within a shard, and a child's exceed every parent's, as on AWS."""
+    shards, contents = resharded.shards, resharded.contents
+    numbers = {sid: [int(r["SequenceNumber"]) for r in records] for sid, records in contents.items()}
+    everything = [n for ns in numbers.values() for n in ns]
+    assert len(everything) == len(set(everything))
+    for shard_id, shard in shards.items():
+        assert numbers[shard_id] == sorted(numbers[shard_id])
+        start = int(shard["SequenceNumberRange"]["StartingSequenceNumber"])
+        assert all(n > start for n in numbers[shard_id])
+        for parent in (shard.get("ParentShardId"), shard.get("AdjacentParentShardId")):
+            if parent:
+                assert start > int(shards[parent]["SequenceNumberRange"]["EndingSequenceNumber"])
 
 
 def test_closed_empty_shard_ends_at_once(backend: Endpoints) -> None:
@@ -740,12 +734,8 @@ def test_dynamodb_transaction_is_all_or_nothing(backend: Endpoints) -> None:
 
 
 def test_dynamodb_global_secondary_index(backend: Endpoints) -> None:
-    """A table created with a GSI answers queries on it; on dynalite, which cannot add a GSI to an on-demand
-    table, UpdateTable adding the KCL's index is refused, so the setup step is needed.
-
-    (Two KCL workers starting together may both ask UpdateTable to add the lease table's index. AWS answers
-    the second with a 4xx; moto 5.2.5 answers a 500, which the KCL survives: it retries its initialisation and
-    finds the index. Issue 46 removed the moto patch that answered it with a success AWS never gives.)"""
+    """A table created with a GSI answers queries on it, and UpdateTable creating an existing GSI does not fail
+    (on dynalite, which cannot add a GSI to an on-demand table: that it refuses, so the setup step is needed)."""
     dynamodb = aws("dynamodb", backend.dynamodb, retries=1)  # a 500 must show, not be retried away
     owner = [{"AttributeName": "owner", "AttributeType": "S"}]
     table = create_table(
@@ -770,6 +760,7 @@ def test_dynamodb_global_secondary_index(backend: Endpoints) -> None:
     )["Items"]
     assert sorted(i["pk"]["S"] for i in found) == ["lease-1", "lease-3"]
 
+    # Two KCL workers starting together both add the lease table's index to an existing table.
     lease_table = create_table(dynamodb)
     add_index = {
         "TableName": lease_table,
@@ -791,6 +782,7 @@ def test_dynamodb_global_secondary_index(backend: Endpoints) -> None:
         with pytest.raises(ClientError, match="provisionedThroughput"):
             dynamodb.update_table(**add_index)
         return
+    dynamodb.update_table(**add_index)
     dynamodb.update_table(**add_index)
     indexes = dynamodb.describe_table(TableName=lease_table)["Table"]["GlobalSecondaryIndexes"]
     assert [i["IndexName"] for i in indexes] == ["LeaseOwnerToLeaseKeyIndex"]

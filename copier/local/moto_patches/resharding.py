@@ -1,4 +1,4 @@
-"""The moto patches for resharding: routing writes to open shards, MergeShards, reading a closed shard.
+"""The moto patches for resharding: routing writes to open shards, SplitShard, MergeShards, reading a closed shard.
 
 Shard lineage after a reshard and the end of a closed shard are what the KCL
 and the copier depend on to read parents before children; moto gets each of
@@ -19,7 +19,7 @@ from moto.utilities.utils import md5_hash
 
 from copier.local.moto_patches.replace import replace
 
-__all__ = ["patch_get_records", "patch_merge", "patch_routing"]
+__all__ = ["patch_get_records", "patch_merge", "patch_routing", "patch_split"]
 
 MAX_HASH_KEY = 2**128 - 1
 MAX_GET_RECORDS_BYTES = 10 * 1024 * 1024  # a GetRecords response
@@ -74,6 +74,39 @@ def _closed_error(stream: Any, shard: Any) -> InvalidArgumentError:
     )
 
 
+def patch_split() -> None:
+    """SplitShard closes the parent, which keeps its records, and opens two empty children.
+
+    moto empties the parent and re-puts its records through the (broken)
+    router, which sends them straight back into the parent under new sequence
+    numbers: positions the KCL or the copier had already recorded stop
+    existing. On AWS a split moves no data: the parent keeps its records and
+    is read to its end, then the children are read from their start.
+    moto also rejects a split at the parent's EndingHashKey, which AWS allows
+    (the second child is then a single hash key).
+    """
+
+    def split_shard(self: Any, shard_to_split: str, new_starting_hash_key: str) -> None:
+        parent = self.shards[shard_to_split]
+        split_at = int(new_starting_hash_key)
+        if not parent.starting_hash < split_at <= parent.ending_hash:
+            raise InvalidArgumentError(
+                message=f"NewStartingHashKey {split_at} used in SplitShard() on shard {shard_to_split} in stream "
+                f"{self.stream_name} under account {self.account_id} is not both greater than the shard's "
+                f"StartingHashKey {parent.starting_hash} and at most its EndingHashKey {parent.ending_hash}."
+            )
+        if not parent.is_open:
+            raise _closed_error(self, parent)
+        index = _new_shard_index(self)
+        low = Shard(index, parent.starting_hash, split_at - 1, parent=parent.shard_id)
+        high = Shard(index + 1, split_at, parent.ending_hash, parent=parent.shard_id)
+        parent.is_open = False
+        self.shards[low.shard_id] = low
+        self.shards[high.shard_id] = high
+
+    replace(Stream, "split_shard", split_shard)
+
+
 def patch_merge() -> None:
     """MergeShards closes both parents, which keep their records, and opens one empty child.
 
@@ -83,13 +116,10 @@ def patch_merge() -> None:
     when the second shard lies below the first. On AWS the child starts
     empty and covers both parents' hash key ranges.
 
-    moto's UpdateShardCount is built from SplitShard and MergeShards, so it
-    inherits this fix: each new shard has one parent (split) or two adjacent
-    parents (merge). (It cannot reach a target above twice the open shard
-    count in one call; AWS rejects such a target.) SplitShard itself is
-    moto's own since issue 46: it moves the parent's records into the
-    children, which AWS never does, but nothing copier's tests prove depends
-    on it (see the package docstring).
+    moto's UpdateShardCount is built from these two methods, so it inherits
+    both fixes and needs no patch of its own: each new shard has one parent
+    (split) or two adjacent parents (merge). (It cannot reach a target above
+    twice the open shard count in one call; AWS rejects such a target.)
     """
 
     def merge_shards(self: Any, shard_to_merge: str, adjacent_shard_to_merge: str) -> None:
