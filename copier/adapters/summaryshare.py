@@ -33,6 +33,7 @@ itself, as it did before the share. ``copier process`` run by anything but
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -76,9 +77,12 @@ class SummaryShare:
 
     @staticmethod
     def end_run(directory: Path | None) -> None:
-        """Remove a run's directory (its daemon has ended)."""
+        """Remove a run's directory (its daemon has ended), and the user's directory above it once no other
+        run's is there (a host's temporary directory keeps nothing of copier between runs)."""
         if directory is not None:
             shutil.rmtree(directory, ignore_errors=True)
+            with contextlib.suppress(OSError):  # another run's directory is there, or it is being made
+                directory.parent.rmdir()
 
     @classmethod
     def for_host(cls, config: Config, env: Mapping[str, str] | None = None) -> SummaryShare | None:
