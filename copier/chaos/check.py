@@ -301,9 +301,8 @@ def check(
         unordered=report.unordered,
     )
     out.failures.extend(reader.failures)
-    _judge_audit(out, report, config, examples)
-    if report.unkeyed_unexplained:
-        out.failures.append(_unkeyed_detail(produced, target, letters, reports))
+    detail = _unkeyed_detail(produced, target, letters, reports) if report.unkeyed_unexplained else ""
+    _judge_audit(out, report, config, examples, detail)
     _judge_poison(out, produced, target, letters, unkeyed_forwarded, redriven)
     _judge_logs(out, log_paths)
     return out
@@ -332,7 +331,7 @@ def _unkeyed_detail(
     return f"detail of the copies without an ID: produced {made}; copies {copies}; reports {named}"
 
 
-def _judge_audit(out: Check, report: AuditReport, config: Config, examples: int) -> None:
+def _judge_audit(out: Check, report: AuditReport, config: Config, examples: int, unkeyed_detail: str = "") -> None:
     """The audit's findings as failures: lost, unexplained copies (of events and of records without an ID), changed
     copies, invalid dead letters, order."""
     if report.lost:
@@ -347,7 +346,7 @@ def _judge_audit(out: Check, report: AuditReport, config: Config, examples: int)
         shown = ", ".join(report.unkeyed_unexplained_examples)
         out.failures.append(
             f"{report.unkeyed_unexplained} extra copies of records without an event ID no possible_duplicates report "
-            f"explains (of {report.unkeyed_extra_copies}): {shown}"
+            f"explains (of {report.unkeyed_extra_copies}): {shown}" + (f"; {unkeyed_detail}" if unkeyed_detail else "")
         )
     if report.changed:
         out.failures.append(f"{report.changed} target copies not as produced: {', '.join(report.changed_examples)}")
