@@ -26,7 +26,7 @@ from pathlib import Path
 import botocore.exceptions
 import pytest
 
-from copier.adapters import kinesis
+from copier.adapters import kinesis, summaryshare
 from copier.adapters.awsauth import Credentials, StaticCredentials
 from copier.adapters.kinesis import KinesisStreams
 from copier.adapters.summaryshare import SHARE_ENV, SummaryShare
@@ -189,6 +189,20 @@ def test_a_daemon_runs_share_is_not_left_behind_once_it_ended(tmp_path: Path) ->
     (left,) = base.glob("summaries-*")
     assert _daemon_run(tmp_path, ["read"], []) == "None"
     assert not left.exists() and list(tmp.iterdir()) == []
+
+
+def test_a_run_directory_whose_maker_died_before_naming_itself_is_removed_once_it_is_old(tmp_path: Path) -> None:
+    """A supervisor SIGKILLed between making its run's directory and writing its pid there leaves a directory
+    with no owner. One being made now is left alone; one older than ``UNOWNED_GRACE_S`` is removed (before,
+    it was kept for ever). The owner is written whole or not at all: never an empty file to misread."""
+    making, abandoned = tmp_path / "summaries-making", tmp_path / "summaries-abandoned"
+    making.mkdir()
+    abandoned.mkdir()
+    (abandoned / ".owner").write_text("", encoding="ascii")  # killed mid-write: the owner was never named
+    old = time.time() - summaryshare.UNOWNED_GRACE_S - 1
+    os.utime(abandoned, (old, old))
+    assert summaryshare.prune(tmp_path) == [abandoned]
+    assert making.exists() and not abandoned.exists()
 
 
 class _ThrottledTarget:

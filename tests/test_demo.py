@@ -158,6 +158,14 @@ def test_a_shard_between_owners_counts_for_no_worker(monkeypatch: pytest.MonkeyP
     assert "staging holds 700 | shards a:1 b:down c:1, moving 3 (6 moves) | committed 500 forwarded" in line
 
 
+def _argv(pid: int) -> list[str]:
+    """A process's command line (empty once it has exited)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+    except OSError:
+        return []
+
+
 def _descendants(pid: int) -> list[int]:
     children = pipeline_module.child_pids(pid)
     return children + [grandchild for child in children for grandchild in _descendants(child)]
@@ -184,9 +192,9 @@ def test_a_killed_producers_spark_scratch_stays_in_the_workdir_and_goes_at_the_e
     try:
         assert pipeline.wait(pipeline.staging_written, 240), (work / "producer.log").read_text()[-3000:]
         scratch = pipeline.spark_scratch
-        jvms = [p for p in _descendants(producer.pid) if b"java" in Path(f"/proc/{p}/cmdline").read_bytes()]
-        assert jvms, "the Spark JVM is running"
-        assert all(f"-Djava.io.tmpdir={scratch}".encode() in Path(f"/proc/{p}/cmdline").read_bytes() for p in jvms)
+        jvms = [argv for argv in map(_argv, _descendants(producer.pid)) if argv and Path(argv[0]).name == "java"]
+        assert jvms, "the Spark JVM is running"  # not the JVM's jspawnhelper (its path says java too)
+        assert all(f"-Djava.io.tmpdir={scratch}" in argv for argv in jvms), jvms
         assert any(scratch.glob("blockmgr-*")), sorted(p.name for p in scratch.iterdir())
         pipeline.kill_producer(producer)
         assert any(scratch.iterdir()), "a SIGKILLed job leaves its scratch files"

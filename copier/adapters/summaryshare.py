@@ -51,6 +51,7 @@ __all__ = ["SHARE_ENV", "SummaryShare"]
 
 SHARE_ENV = "COPIER_SUMMARY_SHARE"  # the run's share directory, for the daemon's processors
 OWNER = "owner"  # the supervisor's pid, in each run's directory
+UNOWNED_GRACE_S = 60.0  # a run directory still without an owner this long after it was made: its maker died
 
 
 class SummaryShare:
@@ -70,7 +71,9 @@ class SummaryShare:
                 return None  # someone else's, or open to others: nothing made there is to be trusted
             prune(base)
             directory = Path(tempfile.mkdtemp(prefix="summaries-", dir=base))  # mode 0700
-            (directory / OWNER).write_text(str(os.getpid()), encoding="ascii")
+            temporary = directory / f".{OWNER}"
+            temporary.write_text(str(os.getpid()), encoding="ascii")
+            os.replace(temporary, directory / OWNER)  # never seen empty: a supervisor killed mid-write leaves none
         except OSError:
             return None
         return directory
@@ -171,19 +174,31 @@ TURN_POLL_S = 0.02
 
 def prune(base: Path) -> list[Path]:
     """Remove the run directories under ``base`` whose supervisor has exited (a run killed before it could
-    clean up), and say which. One with no owner yet (being made now) or an owner still running is left; a
-    pid reused by another process keeps its directory until that one exits too (a few bytes, never a wrong
-    answer: no run reads another's directory)."""
+    clean up, or between making it and naming itself), and say which. One with no owner for under
+    ``UNOWNED_GRACE_S`` (being made now) or an owner still running is left; a pid reused by another process
+    keeps its directory until that one exits too (a few bytes, never a wrong answer: no run reads another's
+    directory)."""
     removed = []
     for directory in base.glob("summaries-*"):
         try:
             pid = int((directory / OWNER).read_text(encoding="ascii"))
-        except (OSError, ValueError):
-            continue
-        if pid > 0 and not _running(pid):
+        except (OSError, ValueError):  # no owner yet: being made now, or its maker died making it
+            ended = _made_before(directory, time.time() - UNOWNED_GRACE_S)
+        else:
+            ended = pid > 0 and not _running(pid)
+        if ended:
             shutil.rmtree(directory, ignore_errors=True)
             removed.append(directory)
     return removed
+
+
+def _made_before(directory: Path, when: float) -> bool:
+    """Whether ``directory`` (a run's, still without an owner) was made before ``when``: its supervisor was
+    killed between making it and naming itself, and nothing will ever name an owner there."""
+    try:
+        return directory.stat().st_mtime < when
+    except OSError:
+        return False
 
 
 def _private(path: Path) -> bool:
