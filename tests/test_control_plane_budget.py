@@ -13,16 +13,20 @@ for a host's processes.
 from __future__ import annotations
 
 import os
+import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from copier.adapters import kinesis
 from copier.adapters.awsauth import Credentials, StaticCredentials
 from copier.adapters.kinesis import KinesisStreams
 from copier.adapters.summaryshare import SHARE_ENV, SummaryShare
 from copier.core.config import load_config
 from copier.core.errors import TransientAwsError
+from copier.core.shardmap import SHARD_MAP_MAX_AGE_S, ShardMap, decode_listing, encode_listing, listing_fresh
 from copier.core.streamsettings import SUMMARY_MAX_AGE_S, SUMMARY_RETRY_S, StreamSettings
 from copier.core.summaryage import JITTER, Answer, expiry, fresh, latest, may_ask
 from tests.support.fakeaws import FakeAws, clean_aws_env, fake_aws, json_reply
@@ -243,3 +247,162 @@ def test_a_shard_the_cached_listing_does_not_name_is_asked_about_fresh(fake: Fak
     assert listed(fake) == 2
     with pytest.raises(TransientAwsError):
         streams.parents("staging", "shardId-000000000007")
+
+
+HALF = 2**127
+TARGET_LISTING = {
+    "Shards": [
+        {"ShardId": "shardId-000000000000", "HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": str(HALF - 1)}},
+        {
+            "ShardId": "shardId-000000000001",
+            "HashKeyRange": {"StartingHashKey": str(HALF), "EndingHashKey": str(2 * HALF - 1)},
+        },
+    ]
+}
+CLOSED = {"StartingSequenceNumber": "1", "EndingSequenceNumber": "2"}
+SPLIT_LISTING = {  # shardId-000000000000 split in two: its children take its range, it takes no more
+    "Shards": [
+        {**TARGET_LISTING["Shards"][0], "SequenceNumberRange": CLOSED},
+        TARGET_LISTING["Shards"][1],
+        {
+            "ShardId": "shardId-000000000002",
+            "HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": str(HALF // 2 - 1)},
+        },
+        {
+            "ShardId": "shardId-000000000003",
+            "HashKeyRange": {"StartingHashKey": str(HALF // 2), "EndingHashKey": str(HALF - 1)},
+        },
+    ]
+}
+
+
+def _shared_host(fake: FakeAws, tmp_path: Path) -> Host:
+    (tmp_path / "share").mkdir()
+    return Host(fake, tmp_path, SummaryShare(tmp_path / "share"))
+
+
+def test_a_hosts_processors_list_the_target_once_per_max_age_and_see_a_split_within_it(
+    fake: FakeAws, tmp_path: Path
+) -> None:
+    """16 processors routing every chunk for an hour list the target once per SHARD_MAP_MAX_AGE_S between them
+    (each for itself: 16 times as many, 333 ListShards a second for a fleet on a 10,000-shard target). The
+    shared map is never older than that bound: a split is in every processor's map within it."""
+    fake.replies = [json_reply(200, TARGET_LISTING) for _ in range(40)]
+    host = _shared_host(fake, tmp_path)
+    processors = [host.processor() for _ in range(16)]
+    hour, step = 3600, 7
+    while host.now < 1000 + hour:
+        assert {p.shard_map("target").ranges[0][2] for p in processors} == {"shardId-000000000000"}
+        host.now += step
+    assert hour / (SHARD_MAP_MAX_AGE_S + step) <= listed(fake) <= hour / SHARD_MAP_MAX_AGE_S + 1
+    fake.replies = [json_reply(200, SPLIT_LISTING) for _ in range(4)]
+    split_at, seen = host.now, 0.0
+    while {p.shard_map("target").ranges[0][2] for p in processors} != {"shardId-000000000002"}:
+        host.now += step
+        seen = host.now - split_at
+    assert seen <= SHARD_MAP_MAX_AGE_S + step
+
+
+def test_while_another_lists_a_processor_goes_on_with_its_stale_map_and_one_without_waits_a_bounded_time(
+    fake: FakeAws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stale map is safe (it names only ancestors of today's shards, whose descendants verification reads), so
+    a processor with one makes no call while another holds the turn to list. A processor with none waits for the
+    lister's map a bounded time, then lists alone (a lister stuck must not stop the shard)."""
+    monkeypatch.setattr(kinesis, "FIRST_ANSWER_WAIT_S", 0.2)
+    fake.replies = [json_reply(200, TARGET_LISTING) for _ in range(3)]
+    host = _shared_host(fake, tmp_path)
+    assert host.share is not None
+    first = host.processor()
+    first.shard_map("target")
+    host.now += SHARD_MAP_MAX_AGE_S + 1
+    with host.share.turn("target", what="listing") as mine:
+        assert mine
+        assert first.shard_map("target").ranges[0][2] == "shardId-000000000000"
+        assert listed(fake) == 1, "the stale map, no call"
+        newcomer = host.processor()
+        assert len(newcomer.shard_map("target").ranges) == 2
+        assert listed(fake) == 2, "waited, then listed alone"
+    host.now += 1
+    assert first.shard_map("target") is not None and listed(fake) == 3, "the stale one lists once the turn is free"
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        "",
+        '{"format": 2, "listed": 1000.0, "ranges": []}',
+        '{"format": 1, "listed": true, "ranges": []}',
+        '{"format": 1, "listed": 1000.0, "ranges": [[0, "9", "shardId-000000000000"]]}',
+        '{"format": 1, "listed": 1000.0, "ranges": [["0", "9", "shard-0"]]}',
+        f'{{"format": 1, "listed": 1000.0, "ranges": [["0", "{2**128}", "shardId-000000000000"]]}}',
+        '{"format": 1, "listed": 1000.0, "ranges": [["0", "9"]]}',
+        '{"format": 1, "listed": 1000.0, "ranges": [[null, "9", "shardId-000000000000"]]}',
+    ],
+)
+def test_a_shared_listing_that_is_not_exactly_what_a_processor_wrote_is_listed_again(
+    fake: FakeAws, tmp_path: Path, written: str
+) -> None:
+    fake.replies = [json_reply(200, TARGET_LISTING)]
+    host = _shared_host(fake, tmp_path)
+    (tmp_path / "share" / "target.map").write_text(written, encoding="utf-8")
+    assert len(host.processor().shard_map("target").ranges) == 2 and listed(fake) == 1
+
+
+def test_a_listing_survives_its_encoding_at_10000_shards_and_one_from_the_future_is_stale() -> None:
+    width = 2**128 // 10_000
+    shards = [
+        {
+            "ShardId": f"shardId-{n:012d}",
+            "HashKeyRange": {"StartingHashKey": str(n * width), "EndingHashKey": str((n + 1) * width - 1)},
+        }
+        for n in range(10_000)
+    ]
+    listing = (1000.0, ShardMap.of(shards))
+    assert decode_listing(encode_listing(listing)) == listing
+    assert listing_fresh(listing, 1000.0 + SHARD_MAP_MAX_AGE_S) and not listing_fresh(
+        listing, 1001 + SHARD_MAP_MAX_AGE_S
+    )
+    assert not listing_fresh(listing, 999.0), "stamped later than now: a clock that restarted"
+
+
+def test_the_runs_checks_answers_are_its_processors_first_and_no_processor_asks_again(
+    fake: FakeAws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``copier run``'s checks describe the staging and target streams before the daemon starts; with the run's
+    share they keep their answers there, and the processors start on them: a fleet start asks once per host
+    and stream (before: twice, the checks' call and the first processor's)."""
+    from copier.commands.preflight import stream_verdicts
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEYS.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", KEYS.secret_key)
+    fake.replies = [json_reply(200, SUMMARY) for _ in range(2)]
+    host = _shared_host(fake, tmp_path)
+    stream_verdicts(host.config, host.share)
+    assert described(fake) == 2
+    host.now = time.monotonic() + 1  # the processors' clock is the checks' (CLOCK_MONOTONIC), a second later
+    processors = [host.processor() for _ in range(16)]
+    for p in processors:
+        target = p.settings("target")
+        assert p.settings("staging") is not None and target is not None
+        assert target.max_record_bytes == SETTINGS.max_record_bytes
+    assert described(fake) == 2
+
+
+def test_the_supervisor_adopts_the_run_directory_its_own_process_made_and_no_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``copier run`` makes the run's directory, then execs the supervisor (the same pid), which takes it over.
+    A directory named in the environment that another process owns (inherited from another run) or that is not
+    a run directory is never adopted: a fresh one is made."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    made = SummaryShare.start_run()
+    assert made is not None and SummaryShare.start_run(adopt=str(made)) == made
+    (made / "owner").write_text(str(os.getppid()), encoding="ascii")  # another process's run
+    other = SummaryShare.start_run(adopt=str(made))
+    assert other is not None and other != made
+    elsewhere = tmp_path / "summaries-x"
+    elsewhere.mkdir(mode=0o700)
+    (elsewhere / "owner").write_text(str(os.getpid()), encoding="ascii")
+    assert SummaryShare.start_run(adopt=str(elsewhere)) not in (None, elsewhere)

@@ -43,7 +43,7 @@ from copier.core.health import Waiting
 from copier.core.plan import SourceRecord
 from copier.core.ports import Found, Identity
 from copier.core.positions import Position
-from copier.core.shardmap import SHARD_MAP_MAX_AGE_S, ShardMap
+from copier.core.shardmap import Listing, ShardMap, listing_fresh
 from copier.core.streamsettings import StreamSettings
 from copier.core.summaryage import Answer, fresh, latest, may_ask
 
@@ -228,20 +228,56 @@ class KinesisStreams:
         """The stream's open shards by hash key range, from a ListShards at most ``SHARD_MAP_MAX_AGE_S`` old.
 
         A stale map is safe: it can only name a shard that has since been
-        split or merged, and verification reads its descendants too.
+        split or merged, and verification reads its descendants too. One
+        listing per stream is shared by the host's processors (``share``):
+        ListShards allows 1,000 calls a second per stream, and a processor
+        listing a target of 10,000 shards for itself spent 10 pages every 5
+        minutes, 333 calls a second for a fleet running them all.
         """
         now = self._monotonic()
-        cached = self._maps.get(stream)
-        if cached is None or now - cached[0] > SHARD_MAP_MAX_AGE_S:
-            cached = (now, ShardMap.of(self.shards(stream)))
-            self._maps[stream] = cached
-        return cached[1]
+        held = self._maps.get(stream)
+        if held is None or not listing_fresh(held, now):
+            held = self._list(stream, now) if self._share is None else self._shared_listing(stream, held, now)
+            self._maps[stream] = held
+        return held[1]
 
-    def describe(self, stream: str) -> StreamSettings:
-        """The stream's settings from DescribeStreamSummary now, uncached; an AwsError goes up."""
+    def _list(self, stream: str, now: float) -> Listing:
+        return now, ShardMap.of(self.shards(stream))
+
+    def _shared_listing(self, stream: str, held: Listing | None, now: float) -> Listing:
+        """The host's listing of ``stream`` if fresh; else this processor lists it for the host, unless another
+        is listing now: then one with a map goes on with its stale one (safe, see :meth:`shard_map`), and one
+        with none waits a bounded time for the other's listing, then lists alone."""
+        assert self._share is not None
+        shared = self._share.read_listing(stream)
+        if shared is not None and listing_fresh(shared, now):
+            return shared
+        with self._share.turn(stream, FIRST_ANSWER_WAIT_S if held is None else 0.0, "listing") as mine:
+            if not mine:
+                return held if held is not None else self._list(stream, self._monotonic())
+            now = self._monotonic()
+            shared = self._share.read_listing(stream)  # listed while this one waited for its turn?
+            if shared is not None and listing_fresh(shared, now):
+                return shared
+            listing = self._list(stream, now)
+            self._share.write_listing(stream, listing)
+            return listing
+
+    def describe(self, stream: str, keep: bool = False) -> StreamSettings:
+        """The stream's settings from DescribeStreamSummary now, uncached; an AwsError goes up. ``keep``: the
+        answer becomes this object's and the host's (``share``) as :meth:`settings` would keep it: ``copier
+        run``'s checks ask before the daemon starts, and their answers are its processors' first (a fleet start
+        then asks once per host and stream, not twice)."""
+        asked = self._monotonic()
         client = self._staging if stream == self.config.stream_name else self._read
         answer = self._call("DescribeStreamSummary", client.describe_stream_summary, StreamName=stream)
-        return StreamSettings.from_summary(stream, answer["StreamDescriptionSummary"])
+        settings = StreamSettings.from_summary(stream, answer["StreamDescriptionSummary"])
+        if keep:
+            kept = Answer().answered(settings, asked, random.random())  # noqa: S311 - jitter, not secrecy
+            self._summaries[stream] = kept
+            if self._share is not None:
+                self._share.write(stream, kept)
+        return settings
 
     def settings(self, stream: str, refresh: bool = False) -> StreamSettings | None:
         """The stream's settings from DescribeStreamSummary, as old as ``copier.core.summaryage`` allows (a

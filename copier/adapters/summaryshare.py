@@ -45,6 +45,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from copier.core.config import Config
+from copier.core.shardmap import Listing, decode_listing, encode_listing
 from copier.core.summaryage import Answer
 
 __all__ = ["SHARE_ENV", "SummaryShare"]
@@ -61,14 +62,19 @@ class SummaryShare:
         self.directory = directory
 
     @staticmethod
-    def start_run() -> Path | None:
+    def start_run(adopt: str | None = None) -> Path | None:
         """A fresh private directory for one daemon run (this process: its supervisor), after removing those of
-        runs whose supervisor has exited; None when there can be none (the processors then ask alone)."""
+        runs whose supervisor has exited; None when there can be none (the processors then ask alone).
+        ``adopt``: the directory ``copier run`` made for this run before it exec'd the supervisor (its checks'
+        answers are there), taken when it is a run directory of this user's that this very process owns; any
+        other (inherited from another run, or named by someone else) is not trusted, and a fresh one is made."""
         try:
             base = Path(tempfile.gettempdir()) / f"copier-{os.getuid()}"
             base.mkdir(mode=0o700, exist_ok=True)
             if not _private(base):
                 return None  # someone else's, or open to others: nothing made there is to be trusted
+            if adopt and _owned_here(base, Path(adopt)):
+                return Path(adopt)
             prune(base)
             directory = Path(tempfile.mkdtemp(prefix="summaries-", dir=base))  # mode 0700
             temporary = directory / f".{OWNER}"
@@ -131,22 +137,40 @@ class SummaryShare:
     def write(self, stream: str, answer: Answer) -> None:
         """Replace the host's answer for ``stream`` (atomically); a write that fails is forgotten (the next
         processor to find the answer stale asks again)."""
-        path = self._path(stream, ".json")
+        self._replace(self._path(stream, ".json"), answer.encode())
+
+    def read_listing(self, stream: str) -> Listing | None:
+        """The host's last map of ``stream``'s open shards and when it was listed; None when there is none (or
+        it cannot be read)."""
+        try:
+            return decode_listing(self._path(stream, ".map").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def write_listing(self, stream: str, listing: Listing) -> None:
+        """Replace the host's map of ``stream`` (atomically); a write that fails is forgotten (the next
+        processor to find its map stale lists the stream again)."""
+        self._replace(self._path(stream, ".map"), encode_listing(listing))
+
+    @staticmethod
+    def _replace(path: Path, text: str) -> None:
+        """``path`` holds ``text`` or what it held before, never part of it (written beside, renamed)."""
         temporary = path.with_name(f".{path.name}.{os.getpid()}")
         try:
-            temporary.write_text(answer.encode(), encoding="utf-8")
+            temporary.write_text(text, encoding="utf-8")
             os.replace(temporary, path)
         except OSError:
             temporary.unlink(missing_ok=True)
 
     @contextmanager
-    def turn(self, stream: str, wait_s: float = 0.0) -> Iterator[bool]:
-        """True while this process holds the right to ask for ``stream``; False when another holds it for more
-        than ``wait_s`` (or the lock cannot be had: then this process asks alone, True, as it would without the
-        share). A processor that waited gets the turn after the holder let go: it reads the holder's answer
-        before asking again."""
+    def turn(self, stream: str, wait_s: float = 0.0, what: str = "summary") -> Iterator[bool]:
+        """True while this process holds the right to ask for ``stream``'s ``what`` (``summary``:
+        DescribeStreamSummary; ``listing``: ListShards); False when another holds it for more than ``wait_s``
+        (or the lock cannot be had: then this process asks alone, True, as it would without the share). A
+        processor that waited gets the turn after the holder let go: it reads the holder's answer before asking
+        again."""
         try:
-            fd = os.open(self._path(stream, ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+            fd = os.open(self._path(stream, _LOCKS[what]), os.O_RDWR | os.O_CREAT, 0o600)
         except OSError:
             yield True
             return
@@ -170,6 +194,9 @@ class SummaryShare:
 
 
 TURN_POLL_S = 0.02
+# Each answer's lock file: a stream name is [a-zA-Z0-9_.-]{1,128}, so a suffix cannot make one stream's file
+# another's (``x.map`` holds the listing of ``x``; the stream ``x.map`` has ``x.map.json`` and ``x.map.lock``).
+_LOCKS = {"summary": ".lock", "listing": ".maplock"}
 
 
 def prune(base: Path) -> list[Path]:
@@ -190,6 +217,19 @@ def prune(base: Path) -> list[Path]:
             shutil.rmtree(directory, ignore_errors=True)
             removed.append(directory)
     return removed
+
+
+def _owned_here(base: Path, directory: Path) -> bool:
+    """Whether ``directory`` is one of ``base``'s run directories, private, and owned by this process."""
+    try:
+        return (
+            directory.parent == base
+            and directory.name.startswith("summaries-")
+            and _private(directory)
+            and (directory / OWNER).read_text(encoding="ascii") == str(os.getpid())
+        )
+    except OSError:
+        return False
 
 
 def _made_before(directory: Path, when: float) -> bool:

@@ -78,18 +78,31 @@ def cmd_init(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     """Check what the daemon needs (``copier.commands.preflight``: one line and exit 2 or 3 if it fails),
     then exec the daemon."""
+    from copier.adapters.summaryshare import SHARE_ENV, SummaryShare
     from copier.commands.preflight import check_before_run
     from copier.kcl.daemon import run_daemon
 
     loaded: list[Config] = []
+    # The run's DescribeStreamSummary share, made before the checks so that their answers are the processors'
+    # first (a fleet start then asks once per host and stream, not twice); owned by this pid, which the exec
+    # keeps: the supervisor adopts it (copier.kcl.supervisor) and removes it when the daemon ends.
+    run = SummaryShare.start_run()
 
     def checks() -> int:
         loaded.append(_config(args.properties))
-        check_before_run(loaded[0])
+        share = SummaryShare.for_host(loaded[0], {SHARE_ENV: str(run)}) if run is not None else None
+        check_before_run(loaded[0], share)
         return 0
 
-    status = _start(args.properties, checks)
-    return status if status != 0 else run_daemon(loaded[0], args.properties)
+    try:
+        status = _start(args.properties, checks)
+        if status == 0:
+            status = run_daemon(loaded[0], args.properties, run)  # returns only when the exec did not happen
+    except BaseException:
+        SummaryShare.end_run(run)
+        raise
+    SummaryShare.end_run(run)
+    return status
 
 
 def _processor_clients(config: Config, clock_bounds: Any, shared: bool = False) -> tuple[Any, Any]:

@@ -18,11 +18,15 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from copier.adapters.journal import say
 from copier.core.config import COPIER_KEYS, Config
 from copier.core.errors import AwsError, ConfigError, EndpointUnreachable, FatalAwsError
 from copier.core.streamsettings import Verdict
+
+if TYPE_CHECKING:
+    from copier.adapters.summaryshare import SummaryShare
 
 __all__ = [
     "LintFailed",
@@ -179,20 +183,21 @@ def check_state_table(config: Config, quiet: bool = False) -> None:
         )
 
 
-def stream_verdicts(config: Config) -> list[Verdict]:
+def stream_verdicts(config: Config, share: SummaryShare | None = None) -> list[Verdict]:
     """DescribeStreamSummary of the staging, target and dead-letter streams, judged (copier.core.streamsettings);
-    an AwsError (a stream missing, access denied, the endpoint unreachable) goes up."""
+    an AwsError (a stream missing, access denied, the endpoint unreachable) goes up. ``share``: the daemon
+    run's, where the answers are kept as its processors' first (``KinesisStreams.describe``)."""
     from copier.adapters.kinesis import KinesisStreams
     from copier.commands.startcheck import start_verdicts
     from copier.core.streamsettings import judge
 
-    streams = KinesisStreams(config)
+    streams = KinesisStreams(config, share=share)
     dlq = config.dead_letter_stream_name
-    staging = streams.describe(config.stream_name)
+    staging = streams.describe(config.stream_name, keep=True)
     return judge(
         staging,
-        streams.describe(config.target_stream_name),
-        streams.describe(dlq) if dlq else None,
+        streams.describe(config.target_stream_name, keep=True),
+        streams.describe(dlq, keep=True) if dlq else None,
         ordering=config.ordering,
         window_ms=config.dedup_window_ms,
         digest_ttl_floor_ms=config.digest_ttl_hours * 3_600_000,
@@ -272,10 +277,11 @@ _UNCHECKED = (
 )
 
 
-def check_before_run(config: Config) -> None:
+def check_before_run(config: Config, share: SummaryShare | None = None) -> None:
     """``copier run``'s checks before the daemon starts: what would make it fail a minute in raises (a bad
     file, an endpoint that does not answer, a missing table or stream, access denied: the daemon would retry
-    for minutes, then stop); a passing fault of the backend (a throttle, a 5xx) is said and the daemon goes on."""
+    for minutes, then stop); a passing fault of the backend (a throttle, a 5xx) is said and the daemon goes on.
+    ``share``: the run's DescribeStreamSummary share, seeded with the streams' answers (``stream_verdicts``)."""
     findings = lint(config)  # the daemon would start, then fail a minute in, or run with what was not meant
     if any(level == "error" for _, level in findings):
         raise LintFailed(findings)
@@ -288,7 +294,7 @@ def check_before_run(config: Config) -> None:
 
             say(check_target(config))
         check_state_table(config, quiet=True)
-        for verdict in stream_verdicts(config):  # what the processors will act on, said once at the start
+        for verdict in stream_verdicts(config, share):  # what the processors will act on, said once at the start
             head = "" if verdict.level == "ok" else f"{verdict.level}: "
             say(f"{head}{verdict.text}", _VERDICT_LEVELS[verdict.level])
     except FatalAwsError:

@@ -230,8 +230,9 @@ class Plan:
 
     @property
     def start_summary_calls(self) -> int:
-        """DescribeStreamSummary calls a fleet start makes at once: each host's first, per stream (its processors
-        share one answer; a takeover on a running host asks nothing)."""
+        """DescribeStreamSummary calls a fleet start makes at once: each host's ``copier run`` checks, per stream,
+        whose answers its processors start on (they share one answer; a takeover on a running host asks
+        nothing)."""
         return self.hosts * STREAMS
 
     @property

@@ -254,10 +254,10 @@ def budgets(p: Plan, s: Settings, units_per_event: float) -> list[Budget]:
         Budget(
             "ListShards",
             "stream",
-            p.shards * math.ceil(p.shards / LIST_SHARDS_PAGE) / SHARD_MAP_MAX_AGE_S,
+            p.hosts * math.ceil(p.shards / LIST_SHARDS_PAGE) / SHARD_MAP_MAX_AGE_S,
             LIST_SHARDS_PER_STREAM_S,
             "calls/s",
-            "copier's processors: each lists the target for its chunks' target shards every 300 s",
+            "copier's hosts: each lists the target for its processors' chunks every 300 s (one shared map)",
         ),
         Budget(
             "GetShardIterator",

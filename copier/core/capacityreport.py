@@ -29,9 +29,8 @@ REMEDIES = {
     "DescribeStreamSummary": "a quota increase for DescribeStreamSummary (Service Quotas), or the shards split "
     "over a second account or region: every host asks for both streams every 2.5 to 5 minutes",
     "DescribeStream": "nothing of copier's: it never calls DescribeStream",
-    "ListShards": "a quota increase, or the target split over streams: each processor lists the whole target "
-    "every 300 s (a page per 1,000 shards), so the rate grows with the square of the shards (one listing per "
-    "host would make it grow with hosts: not done yet)",
+    "ListShards": "a quota increase, or the target split over streams: each host lists the whole target every "
+    "300 s for its processors (a page per 1,000 shards), so the rate grows with hosts times pages",
     "GetShardIterator": "fewer takeovers (stable workerIds, rolling deploys)",
     "GetRecords": "FANOUT (copier.retrievalMode), which gives copier its own 2 MiB a second a shard, or more "
     "staging shards",

@@ -17,6 +17,7 @@ a digest batch stores.
 from __future__ import annotations
 
 import hashlib
+import json
 from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -26,8 +27,12 @@ __all__ = [
     "LIST_SHARDS_PAGE",
     "SHARD_MAP_MAX_AGE_S",
     "ShardMap",
+    "Listing",
+    "decode_listing",
     "descendants",
+    "encode_listing",
     "hash_key",
+    "listing_fresh",
     "shard_id_of",
     "shard_number",
     "shards_covering",
@@ -40,6 +45,8 @@ SHARD_MAP_MAX_AGE_S = 300.0
 LIST_SHARDS_PAGE = 1000  # the most shards a ListShards page holds
 
 _PREFIX = "shardId-"
+_LISTING_FORMAT = 1  # the host share's file format for a listing (copier.adapters.summaryshare): another is not read
+_HASH_KEYS = 2**128
 
 
 def hash_key(partition_key: str) -> int:
@@ -91,6 +98,46 @@ class ShardMap:
         """The shard a record with this partition key goes to now, None if no open shard covers it."""
         i = self.position_for_hash(hash_key(partition_key))
         return self.ranges[i][2] if i >= 0 else None
+
+
+Listing = tuple[float, ShardMap]  # when the listing was asked for (time.monotonic()), and its map
+
+
+def listing_fresh(listing: Listing, now: float) -> bool:
+    """May a map listed at ``listing[0]`` be used ``now``? At most ``SHARD_MAP_MAX_AGE_S`` old, and never one
+    stamped later than now (a clock that restarted)."""
+    return listing[0] <= now <= listing[0] + SHARD_MAP_MAX_AGE_S
+
+
+def encode_listing(listing: Listing) -> str:
+    """A listing as a host's processors share it (JSON, with the format's version): the time it was asked
+    for, and each open shard's hash key range and ID."""
+    listed_s, shard_map = listing
+    ranges = [[str(low), str(high), shard_id] for low, high, shard_id in shard_map.ranges]
+    return json.dumps({"format": _LISTING_FORMAT, "listed": listed_s, "ranges": ranges}, separators=(",", ":"))
+
+
+def decode_listing(text: str) -> Listing | None:
+    """What :func:`encode_listing` wrote; None for anything else (a file cut short, another version's, a range
+    that is not two hash keys and a shard ID): listed again, never trusted. A map that routed a key to a wrong
+    shard would have a chunk's verification read shards its records never went to."""
+    try:
+        raw = json.loads(text)
+        if not isinstance(raw, dict) or raw.get("format") != _LISTING_FORMAT:
+            return None
+        listed = raw["listed"]
+        if isinstance(listed, bool) or not isinstance(listed, (int, float)):
+            return None
+        ranges = []
+        for low, high, shard_id in raw["ranges"]:
+            bounds = int(low), int(high)
+            if not (isinstance(low, str) and isinstance(high, str) and 0 <= bounds[0] <= bounds[1] < _HASH_KEYS):
+                return None
+            shard_number(shard_id)  # a shard ID, or ValueError
+            ranges.append((bounds[0], bounds[1], shard_id))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return float(listed), ShardMap(tuple(sorted(ranges)))
 
 
 def shards_covering(shard_map: ShardMap, partition_keys: Iterable[str]) -> set[int] | None:

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from copier.adapters.journal import say
+from copier.adapters.summaryshare import SHARE_ENV
 from copier.core.config import Config
 from copier.core.errors import ConfigError
 from copier.kcl.classarchive import archive_dir, archive_options
@@ -154,8 +155,9 @@ def daemon_warnings(config: Config) -> list[str]:
     return warnings
 
 
-def run_daemon(config: Config, properties: str) -> int:
-    """Exec the supervisor of the daemon (never returns on success)."""
+def run_daemon(config: Config, properties: str, share: Path | None = None) -> int:
+    """Exec the supervisor of the daemon (never returns on success), with the run's DescribeStreamSummary
+    ``share`` (``copier.adapters.summaryshare``) for it to adopt; None: it makes one."""
     java = shutil.which("java")
     if java is None:
         say("java is not on PATH: the KCL MultiLangDaemon needs Java 17 or later", "error")
@@ -166,5 +168,8 @@ def run_daemon(config: Config, properties: str) -> int:
     sys.stderr.flush()
     python = sys.executable
     traces = [STACK_TRACES] if config.daemon_log_level in ("INFO", "DEBUG") else []  # the daemon's detail asked for
-    os.execve(python, [python, "-m", "copier.kcl.supervisor", *traces, *command], daemon_env(properties, os.environ))
+    env = {k: v for k, v in daemon_env(properties, os.environ).items() if k != SHARE_ENV}
+    if share is not None:
+        env[SHARE_ENV] = str(share)
+    os.execve(python, [python, "-m", "copier.kcl.supervisor", *traces, *command], env)
     return 0  # pragma: no cover - exec does not return

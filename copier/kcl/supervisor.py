@@ -292,8 +292,10 @@ def supervise(command: Sequence[str], out: BinaryIO, prefix: bool, stack_traces:
         signal.signal(signum, forward)
     # The run's DescribeStreamSummary share (copier.adapters.summaryshare): made fresh for this run, named to
     # the daemon's processors in their environment, removed when the daemon has ended.
-    share = SummaryShare.start_run()
-    env = {**os.environ, SHARE_ENV: str(share)} if share is not None else None
+    share = SummaryShare.start_run(adopt=os.environ.get(SHARE_ENV))  # copier run's, with its checks' answers
+    env = {k: v for k, v in os.environ.items() if k != SHARE_ENV}  # none: each processor asks alone
+    if share is not None:
+        env[SHARE_ENV] = str(share)
     try:
         proc = subprocess.Popen(list(command), stderr=subprocess.PIPE, preexec_fn=_die_with_parent, env=env)  # noqa: PLW1509
     except BaseException:

@@ -187,22 +187,22 @@ class _Run:
         self.at(12 * HOUR, self._lose_host)
         self.at(18 * HOUR, self._deploy)
 
-    def _boot(self, host: _Host, shards: list[str], attempt: int = 0) -> None:
+    def _boot(self, host: _Host, shards: list[str]) -> None:
         """A host's ``copier run``: its streams checked (the preflight asks DescribeStreamSummary of each,
-        uncached, with botocore's standard retries: three attempts; failing, the unit restarts in 10 s), the
-        KCL's shard sync, then its leases."""
-        checker = Processor(self.config, self.account, self.sim, "preflight", "", None)
+        uncached, with botocore's standard retries: three attempts; still throttled, it says so and the start
+        goes on, ``preflight.check_before_run``), its answers kept in the run's share as the processors' first,
+        the KCL's shard sync, then its leases."""
+        checker = Processor(self.config, self.account, self.sim, "preflight", "", host.share)
         for name in (STAGING, TARGET):
             for tries in range(3):
                 try:
-                    checker.streams.describe(name)
+                    checker.streams.describe(name, keep=True)
                     break
                 except AwsError:
                     checker.clock.sleep(self.rng.uniform(0, 2**tries))
             else:
                 self.out.preflight_failures += 1
-                self.at(self.sim.now + checker.clock.lag + 10, lambda: self._boot(host, shards, attempt + 1))
-                return
+                break
         ready = self.sim.now + checker.clock.lag
         self.at(ready, lambda: self._kcl_sync(ready))
         for shard_id in shards:

@@ -28,7 +28,7 @@ from copier.bench.sim.account import Account, Wire
 from copier.core.config import Config, parse_config
 from copier.core.plan import SourceRecord
 from copier.core.positions import Position
-from copier.core.shardmap import ShardMap
+from copier.core.shardmap import Listing, ShardMap
 from copier.core.summaryage import Answer
 from copier.shard.guard import StreamGuard
 from copier.shard.session import ShardSession
@@ -92,13 +92,14 @@ class ProcessorClock:
 
 
 class MemoryShare(SummaryShare):
-    """A host's shared DescribeStreamSummary answers in memory, in place of its files: the simulation's calls
-    take no simulated time, so the turn to ask is always free (``SummaryShare.turn`` holds a lock only while
-    one call is out)."""
+    """A host's shared DescribeStreamSummary answers and shard listings in memory, in place of its files: the
+    simulation's calls take no simulated time, so the turn to ask is always free (``SummaryShare.turn`` holds a
+    lock only while one call is out)."""
 
     def __init__(self) -> None:
         super().__init__(Path("/nonexistent"))
         self.answers: dict[str, Answer] = {}
+        self.listings: dict[str, Listing] = {}
 
     def read(self, stream: str) -> Answer | None:
         return self.answers.get(stream)
@@ -106,8 +107,14 @@ class MemoryShare(SummaryShare):
     def write(self, stream: str, answer: Answer) -> None:
         self.answers[stream] = answer
 
+    def read_listing(self, stream: str) -> Listing | None:
+        return self.listings.get(stream)
+
+    def write_listing(self, stream: str, listing: Listing) -> None:
+        self.listings[stream] = listing
+
     @contextmanager
-    def turn(self, stream: str, wait_s: float = 0.0) -> Iterator[bool]:
+    def turn(self, stream: str, wait_s: float = 0.0, what: str = "summary") -> Iterator[bool]:
         yield True
 
 
