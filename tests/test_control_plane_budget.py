@@ -26,7 +26,15 @@ from copier.adapters.kinesis import KinesisStreams
 from copier.adapters.summaryshare import SHARE_ENV, SummaryShare
 from copier.core.config import load_config
 from copier.core.errors import TransientAwsError
-from copier.core.shardmap import SHARD_MAP_MAX_AGE_S, ShardMap, decode_listing, encode_listing, listing_fresh
+from copier.core.shardmap import (
+    SHARD_MAP_MAX_AGE_S,
+    ShardMap,
+    decode_entries,
+    decode_listing,
+    encode_entries,
+    encode_listing,
+    listing_fresh,
+)
 from copier.core.streamsettings import SUMMARY_MAX_AGE_S, SUMMARY_RETRY_S, StreamSettings
 from copier.core.summaryage import JITTER, Answer, expiry, fresh, latest, may_ask
 from tests.support.fakeaws import FakeAws, clean_aws_env, fake_aws, json_reply
@@ -406,3 +414,55 @@ def test_the_supervisor_adopts_the_run_directory_its_own_process_made_and_no_oth
     elsewhere.mkdir(mode=0o700)
     (elsewhere / "owner").write_text(str(os.getpid()), encoding="ascii")
     assert SummaryShare.start_run(adopt=str(elsewhere)) not in (None, elsewhere)
+
+
+def test_a_hosts_takeovers_read_ranges_and_parents_from_one_listing_and_a_new_shard_is_listed_fresh(
+    fake: FakeAws, tmp_path: Path
+) -> None:
+    """At a fleet start each processor read its own range and lineage from a listing of its own (10 pages at
+    10,000 shards: 620 ListShards a second at the simulated peak). A host's processors now share the listing
+    up to SHARD_MAP_MAX_AGE_S: a shard's range and parents never change once it exists. A shard the shared
+    listing does not name (created since) is listed fresh, and so is everything once the listing is too old."""
+    fake.replies = [json_reply(200, LISTING) for _ in range(3)]
+    host = _shared_host(fake, tmp_path)
+    first, second = host.processor(), host.processor()
+    assert first.parents("staging", LINEAGE_SHARD) == ["shardId-000000000000"]
+    host.now += 60
+    entry = second.shard_entry("staging", LINEAGE_SHARD)
+    assert entry is not None and entry["HashKeyRange"]["EndingHashKey"] == "4"
+    assert second.parents("staging", "shardId-000000000000", ancestor=True) == []
+    assert listed(fake) == 1, "the host's listing"
+    assert second.shard_entry("staging", "shardId-000000000007") is None
+    assert listed(fake) == 2, "a shard not named: listed fresh"
+    host.now += SHARD_MAP_MAX_AGE_S + 1
+    assert host.processor().shard_entry("staging", LINEAGE_SHARD) is not None
+    assert listed(fake) == 3, "too old: listed again"
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        "[]",
+        '{"format": 1, "listed": 1000.0, "shards": [{"ShardId": "x", "HashKeyRange": '
+        '{"StartingHashKey": "0", "EndingHashKey": "9"}}]}',
+        '{"format": 1, "listed": 1000.0, "shards": [{"ShardId": "shardId-000000000002", "HashKeyRange": '
+        '{"StartingHashKey": 0, "EndingHashKey": "9"}}]}',
+        '{"format": 1, "listed": 1000.0, "shards": [{"HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": "9"}}]}',
+        '{"format": 1, "listed": 1000.0, "shards": [{"ShardId": "shardId-000000000002", "Other": 1, '
+        '"HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": "9"}}]}',
+    ],
+)
+def test_shared_entries_that_are_not_exactly_what_a_processor_wrote_are_listed_again(
+    fake: FakeAws, tmp_path: Path, written: str
+) -> None:
+    fake.replies = [json_reply(200, LISTING)]
+    host = _shared_host(fake, tmp_path)
+    (tmp_path / "share" / "staging.shards").write_text(written, encoding="utf-8")
+    assert host.processor().parents("staging", LINEAGE_SHARD) == ["shardId-000000000000"]
+    assert listed(fake) == 1
+
+
+def test_shared_entries_keep_ids_parents_and_ranges_exactly() -> None:
+    shards = [{**s, "SequenceNumberRange": CLOSED} for s in LISTING["Shards"]]
+    decoded = decode_entries(encode_entries(1000.0, shards))
+    assert decoded == (1000.0, LISTING["Shards"])

@@ -43,9 +43,10 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from copier.core.config import Config
-from copier.core.shardmap import Listing, decode_listing, encode_listing
+from copier.core.shardmap import Listing, decode_entries, decode_listing, encode_entries, encode_listing
 from copier.core.summaryage import Answer
 
 __all__ = ["SHARE_ENV", "SummaryShare"]
@@ -151,6 +152,18 @@ class SummaryShare:
         """Replace the host's map of ``stream`` (atomically); a write that fails is forgotten (the next
         processor to find its map stale lists the stream again)."""
         self._replace(self._path(stream, ".map"), encode_listing(listing))
+
+    def read_entries(self, stream: str) -> tuple[float, list[dict[str, Any]]] | None:
+        """The host's last ListShards entries of ``stream`` (IDs, parents, ranges) and when they were listed;
+        None when there are none (or they cannot be read)."""
+        try:
+            return decode_entries(self._path(stream, ".shards").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def write_entries(self, stream: str, listed_s: float, shards: list[dict[str, Any]]) -> None:
+        """Replace the host's entries of ``stream`` (atomically); a write that fails is forgotten."""
+        self._replace(self._path(stream, ".shards"), encode_entries(listed_s, shards))
 
     @staticmethod
     def _replace(path: Path, text: str) -> None:

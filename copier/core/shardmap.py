@@ -28,8 +28,10 @@ __all__ = [
     "SHARD_MAP_MAX_AGE_S",
     "ShardMap",
     "Listing",
+    "decode_entries",
     "decode_listing",
     "descendants",
+    "encode_entries",
     "encode_listing",
     "hash_key",
     "listing_fresh",
@@ -138,6 +140,48 @@ def decode_listing(text: str) -> Listing | None:
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
     return float(listed), ShardMap(tuple(sorted(ranges)))
+
+
+_LINEAGE_FIELDS = ("ShardId", "ParentShardId", "AdjacentParentShardId")
+
+
+def encode_entries(listed_s: float, shards: Iterable[dict[str, Any]]) -> str:
+    """A stream's ListShards entries as a host's processors share them for takeovers (JSON, with the format's
+    version): the time they were asked for, and of each shard what never changes once it exists, its ID,
+    parents and hash key range (``copier.adapters.kinesis``: ``shard_entry``)."""
+    kept = [
+        {**{k: s[k] for k in _LINEAGE_FIELDS if k in s}, "HashKeyRange": s["HashKeyRange"]}
+        for s in shards
+        if "HashKeyRange" in s
+    ]
+    return json.dumps({"format": _LISTING_FORMAT, "listed": listed_s, "shards": kept}, separators=(",", ":"))
+
+
+def decode_entries(text: str) -> tuple[float, list[dict[str, Any]]] | None:
+    """What :func:`encode_entries` wrote; None for anything else (listed again, never trusted)."""
+    try:
+        raw = json.loads(text)
+        if not isinstance(raw, dict) or raw.get("format") != _LISTING_FORMAT:
+            return None
+        listed, shards = raw["listed"], raw["shards"]
+        if isinstance(listed, bool) or not isinstance(listed, (int, float)) or not isinstance(shards, list):
+            return None
+        for shard in shards:
+            keys = shard["HashKeyRange"]
+            if set(shard) - {*_LINEAGE_FIELDS, "HashKeyRange"} or set(keys) != {"StartingHashKey", "EndingHashKey"}:
+                return None
+            for field in _LINEAGE_FIELDS:
+                if field in shard:
+                    shard_number(shard[field])  # a shard ID, or ValueError
+            if not 0 <= int(keys["StartingHashKey"]) <= int(keys["EndingHashKey"]) < _HASH_KEYS:
+                return None
+            if not all(isinstance(v, str) for v in keys.values()):
+                return None
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    if any("ShardId" not in shard for shard in shards):
+        return None
+    return float(listed), shards
 
 
 def shards_covering(shard_map: ShardMap, partition_keys: Iterable[str]) -> set[int] | None:

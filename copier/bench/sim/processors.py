@@ -100,6 +100,7 @@ class MemoryShare(SummaryShare):
         super().__init__(Path("/nonexistent"))
         self.answers: dict[str, Answer] = {}
         self.listings: dict[str, Listing] = {}
+        self.entries: dict[str, tuple[float, list[dict[str, Any]]]] = {}
 
     def read(self, stream: str) -> Answer | None:
         return self.answers.get(stream)
@@ -112,6 +113,12 @@ class MemoryShare(SummaryShare):
 
     def write_listing(self, stream: str, listing: Listing) -> None:
         self.listings[stream] = listing
+
+    def read_entries(self, stream: str) -> tuple[float, list[dict[str, Any]]] | None:
+        return self.entries.get(stream)
+
+    def write_entries(self, stream: str, listed_s: float, shards: list[dict[str, Any]]) -> None:
+        self.entries[stream] = (listed_s, shards)
 
     @contextmanager
     def turn(self, stream: str, wait_s: float = 0.0, what: str = "summary") -> Iterator[bool]:
