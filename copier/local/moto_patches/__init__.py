@@ -21,6 +21,12 @@ patches of one concern:
 * :mod:`~copier.local.moto_patches.stream_settings`: record size limits, record distribution strategy.
 * :mod:`~copier.local.moto_patches.dynamodb`: idempotent index creation.
 * :mod:`~copier.local.moto_patches.regions`: a region moto does not list served, not answered with a 500.
+
+Audited against the second backend (kinesis-mock and dynalite, which need none of these): each patch makes
+moto do what those independent implementations and AWS's documentation agree on. Removing
+``patch_sequence_numbers``, ``patch_split`` and ``patch_duplicate_gsi_create`` together made the full suite
+fail (test_scale: a 100,000-event aggregated batch duplicated and the in-flight verification timing out;
+chaos smoke seeds 8 and 10 on moto: unexplained copies and events out of order): every patch is kept.
 """
 
 from __future__ import annotations
