@@ -466,3 +466,26 @@ def test_shared_entries_keep_ids_parents_and_ranges_exactly() -> None:
     shards = [{**s, "SequenceNumberRange": CLOSED} for s in LISTING["Shards"]]
     decoded = decode_entries(encode_entries(1000.0, shards))
     assert decoded == (1000.0, LISTING["Shards"])
+
+
+EXPIRED_PARENT_LISTING = {"Shards": [LISTING["Shards"][1]]}  # the child's parent has expired from staging
+
+
+def test_a_hosts_takeovers_whose_lineage_reaches_an_expired_ancestor_list_staging_once_a_host_not_once_a_shard(
+    fake: FakeAws, tmp_path: Path
+) -> None:
+    """Review r47b: on a staging stream resharded longer ago than its retention, every child's parent has
+    expired. A takeover whose own batches do not reach back the horizon (a new application, an idle shard, a
+    restart after a downtime longer than the window) walks its lineage and asks for the parent
+    (``parents(..., ancestor=True)``): the host's listing does not name it, so each processor lists the stream
+    fresh, 10 pages at 10,000 shards, the fleet start's peak the shared listing was to remove. The host's
+    listing names the child, so the parent it does not name had expired when it was taken (a parent is older
+    than its child): no processor needs a listing of its own."""
+    fake.replies = [json_reply(200, EXPIRED_PARENT_LISTING) for _ in range(20)]
+    host = _shared_host(fake, tmp_path)
+    for _ in range(8):
+        processor = host.processor()
+        assert processor.parents("staging", LINEAGE_SHARD) == ["shardId-000000000000"]
+        assert processor.parents("staging", "shardId-000000000000", ancestor=True) == []
+        host.now += 1
+    assert listed(fake) <= 2, f"{listed(fake)} listings for 8 takeovers of one host"
