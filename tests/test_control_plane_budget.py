@@ -346,6 +346,8 @@ def test_while_another_lists_a_processor_goes_on_with_its_stale_map_and_one_with
         f'{{"format": 1, "listed": 1000.0, "ranges": [["0", "{2**128}", "shardId-000000000000"]]}}',
         '{"format": 1, "listed": 1000.0, "ranges": [["0", "9"]]}',
         '{"format": 1, "listed": 1000.0, "ranges": [[null, "9", "shardId-000000000000"]]}',
+        '{"format": 1, "listed": 1' + "0" * 400 + ', "ranges": []}',  # no float: OverflowError
+        "[" * 100_000 + "]" * 100_000,  # RecursionError
     ],
 )
 def test_a_shared_listing_that_is_not_exactly_what_a_processor_wrote_is_listed_again(
@@ -450,6 +452,7 @@ def test_a_hosts_takeovers_read_ranges_and_parents_from_one_listing_and_a_new_sh
         '{"format": 1, "listed": 1000.0, "shards": [{"HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": "9"}}]}',
         '{"format": 1, "listed": 1000.0, "shards": [{"ShardId": "shardId-000000000002", "Other": 1, '
         '"HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": "9"}}]}',
+        '{"format": 1, "listed": 1' + "0" * 400 + ', "shards": []}',  # no float: OverflowError
     ],
 )
 def test_shared_entries_that_are_not_exactly_what_a_processor_wrote_are_listed_again(

@@ -351,7 +351,9 @@ class KinesisStreams:
     def shard_entry(self, stream: str, shard_id: str) -> dict[str, Any] | None:
         """A shard's ListShards entry, None when not listed. ListShards is cached for a few seconds
         (``LINEAGE_MAX_AGE_S``): a takeover reads its own range and walks a lineage, asking about several
-        shards in a row. A shard the cached listing does not name is asked about once more, fresh.
+        shards in a row. A shard the cached listing does not name is asked about once more, fresh, unless
+        the listing names a child of it: a listing taken after the child existed lists the parent while the
+        stream's retention keeps it, so its absence there is its expiry, final (no fresh listing would name it).
 
         The host's processors share their listings (``share``), up to ``SHARD_MAP_MAX_AGE_S`` old: what is
         read from an entry, a shard's hash key range and parents, never changes once the shard exists, and a
@@ -374,6 +376,8 @@ class KinesisStreams:
             for shard in cached[1]:
                 if shard["ShardId"] == shard_id:
                     return shard
+            if any(shard_id in (s.get("ParentShardId"), s.get("AdjacentParentShardId")) for s in cached[1]):
+                return None  # its child is named and it is not: it had expired when listed (a parent is older)
         return None
 
     def parents(self, stream: str, shard_id: str, ancestor: bool = False) -> list[str]:

@@ -86,9 +86,10 @@ class Streams(Protocol):
         """The stream's retention period in milliseconds (None when it cannot be read)."""
         ...
 
-    def describe(self, stream: str) -> StreamSettings:
+    def describe(self, stream: str, keep: bool = False) -> StreamSettings:
         """The stream's settings from DescribeStreamSummary now, uncached (a put was just refused: a record limit
-        may have been lowered since the cached answer); an ``AwsError`` goes up."""
+        may have been lowered since the cached answer); an ``AwsError`` goes up. ``keep``: the answer becomes
+        the one :meth:`settings` gives (and the host's other processors')."""
         ...
 
     def settings(self, stream: str, refresh: bool = False) -> StreamSettings | None:

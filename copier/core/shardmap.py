@@ -130,6 +130,7 @@ def decode_listing(text: str) -> Listing | None:
         listed = raw["listed"]
         if isinstance(listed, bool) or not isinstance(listed, (int, float)):
             return None
+        listed = float(listed)
         ranges = []
         for low, high, shard_id in raw["ranges"]:
             bounds = int(low), int(high)
@@ -137,9 +138,9 @@ def decode_listing(text: str) -> Listing | None:
                 return None
             shard_number(shard_id)  # a shard ID, or ValueError
             ranges.append((bounds[0], bounds[1], shard_id))
-    except (ValueError, TypeError, KeyError, AttributeError):
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError):
         return None
-    return float(listed), ShardMap(tuple(sorted(ranges)))
+    return listed, ShardMap(tuple(sorted(ranges)))
 
 
 _LINEAGE_FIELDS = ("ShardId", "ParentShardId", "AdjacentParentShardId")
@@ -166,6 +167,7 @@ def decode_entries(text: str) -> tuple[float, list[dict[str, Any]]] | None:
         listed, shards = raw["listed"], raw["shards"]
         if isinstance(listed, bool) or not isinstance(listed, (int, float)) or not isinstance(shards, list):
             return None
+        listed = float(listed)
         for shard in shards:
             keys = shard["HashKeyRange"]
             if set(shard) - {*_LINEAGE_FIELDS, "HashKeyRange"} or set(keys) != {"StartingHashKey", "EndingHashKey"}:
@@ -177,11 +179,11 @@ def decode_entries(text: str) -> tuple[float, list[dict[str, Any]]] | None:
                 return None
             if not all(isinstance(v, str) for v in keys.values()):
                 return None
-    except (ValueError, TypeError, KeyError, AttributeError):
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError):
         return None
     if any("ShardId" not in shard for shard in shards):
         return None
-    return float(listed), shards
+    return listed, shards
 
 
 def shards_covering(shard_map: ShardMap, partition_keys: Iterable[str]) -> set[int] | None:

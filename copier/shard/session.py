@@ -120,7 +120,7 @@ class ShardSession:
     def _stream_settings(self, stream: str, refresh: bool, now: bool) -> StreamSettings | None:
         if now:
             try:
-                found: StreamSettings | None = self.streams.describe(stream)
+                found: StreamSettings | None = self.streams.describe(stream, keep=True)  # the host's answer too
                 self.unread.discard(stream)
                 return found
             except AwsError:

@@ -130,9 +130,12 @@ class InMemoryStreams(ShardLayout):
         self._summaries[stream] = (now, settings)
         return settings
 
-    def describe(self, stream: str) -> StreamSettings:
+    def describe(self, stream: str, keep: bool = False) -> StreamSettings:
         """DescribeStreamSummary now, uncached (``KinesisStreams.describe``)."""
-        return self._describe(stream)
+        settings = self._describe(stream)
+        if keep:
+            self._summaries[stream] = (self.clock.now_ms(), settings)
+        return settings
 
     def forget_settings(self) -> None:
         """A new processor starts with no cached settings (its own process): its first answers are fresh."""
