@@ -1,15 +1,19 @@
-"""A host's DescribeStreamSummary answers, one file a stream, shared by the processors of one daemon run.
+"""A host's DescribeStreamSummary answers and shard listings, one file each a stream, shared by the processors
+of one daemon run.
 
-The rules (who asks, when) are ``copier.core.summaryage``; this is their
-I/O. The daemon's supervisor (``copier run``, ``copier.kcl.supervisor``)
-makes a fresh private directory for its run
+The rules (who asks, when) are ``copier.core.summaryage`` and
+``copier.core.shardmap``; this is their I/O. ``copier run`` makes a fresh
+private directory for its run before its checks
 (``$TMPDIR/copier-<uid>/summaries-<random>``: :meth:`SummaryShare.start_run`),
-names it to the daemon's processors in the environment (``SHARE_ENV``), and
-removes it when the daemon ends (:meth:`SummaryShare.end_run`). Scoped to the
-run, not the host or a process id, so that a new run never acts on a previous
-run's answer (a stream deleted and created again under its name, a limit
-raised before a restart, a container restarted with the same pids): it starts
-with none. A run killed before it could clean up is removed by the next run
+whose DescribeStreamSummary answers go there as the processors' first; the
+daemon's supervisor (``copier.kcl.supervisor``, the same process after the
+exec) adopts it, names it to the daemon's processors in the environment
+(``SHARE_ENV``), and removes it when the daemon ends
+(:meth:`SummaryShare.end_run`). Scoped to the run, not the host or a process
+id, so that a new run never acts on a previous run's answer (a stream deleted
+and created again under its name, a limit raised before a restart, a
+container restarted with the same pids): it starts with none but its own
+checks'. A run killed before it could clean up is removed by the next run
 on the host (its ``owner`` file names the supervisor's pid). Inside, one
 directory per application, endpoints and target account (``copier process``
 reads its properties when it starts, so a file edited under a running daemon
@@ -22,7 +26,13 @@ stream:
 * ``<stream>.lock``: held (``flock``) by the processor asking for the stream
   now. Another with an answer goes on with it; one with none waits for the
   holder's answer a bounded time (``copier.adapters.kinesis``); a processor
-  that dies while asking lets go of it with its file descriptors.
+  that dies while asking lets go of it with its file descriptors;
+* ``<stream>.map`` and ``<stream>.maplock``: the stream's open shards by hash
+  key range (the target's, for the chunks' target shards) and the turn to
+  list it, kept as the answer and its lock are;
+* ``<stream>.shards``: the stream's shard IDs, parents and ranges (the
+  staging stream's, for takeovers), written by whichever processor listed it
+  last, no turn taken.
 
 Nothing here may stop forwarding: a directory that cannot be made or
 trusted (another user's, or open to others), no temporary directory at all, a
