@@ -167,16 +167,22 @@ def markdown(result: dict[str, Any]) -> list[str]:
         f"{result['reserve_share']:.0%} kept for the KCL and other applications; the peak is the most calls in one",
         f"second on one scope key. {result['cpu_seconds']} CPU seconds.",
         "",
-        "| API | caller | scope | limit/s | budget/s | peak/s | mean/s | throttled | peak during |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| API | caller | scope | limit/s | budget/s | peak/s | mean/s | throttled | peak during | copier's peak |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for a in result["apis"]:
         if a["calls"]:
+            verdict = "" if a["caller"] != "copier" else "within budget" if a["within"] else "**over budget**"
             lines.append(
                 f"| {a['api']} | {a['caller']} | {a['scope']} | {a['limit']:g} | {a['budget']:g} | {a['peak']} | "
-                f"{a['mean']:.4f} | {a['throttled']} | {a['peak_during']} |"
+                f"{a['mean']:.4f} | {a['throttled']} | {a['peak_during']} | {verdict} |"
             )
+    over = [a["api"] for a in result["apis"] if a["calls"] and not a["within"]]
     lines += [
+        "",
+        "copier's calls stay within every budget at their peak second."
+        if not over
+        else f"Over its budget at its peak second: {', '.join(over)} (see docs/operations.md, \"The AWS API budget\").",
         "",
         f"Forwarding waited at most {result['forwarding_wait_max_s']:g} s on a control-plane call over "
         f"{result['batches']:,} batches; a takeover at most {result['takeover_wait_max_s']:g} s. "
