@@ -146,6 +146,8 @@ def test_each_failure_is_classed_for_the_caller(server: _Server) -> None:
     client = _client(server.url)
     cases: list[tuple[int, str, type[AwsError]]] = [
         (500, "InternalFailure", Unanswered),
+        (202, "Accepted", Unanswered),  # neither a success nor a refusal (a proxy's): its outcome is unknown
+        (307, "Redirect", Unanswered),
         (400, "ConditionalCheckFailedException", ConditionFailed),
         (400, "ResourceNotFoundException", FatalAwsError),
         (400, "ProvisionedThroughputExceededException", TransientAwsError),

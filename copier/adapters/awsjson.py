@@ -295,7 +295,10 @@ def _error(operation: str, status: int, headers: Message, data: bytes) -> AwsErr
     code = error_code(raw, status)
     text = doc.get("message") or doc.get("Message")
     message = text if isinstance(text, str) else repr(data[:200])
-    if status >= 500:
+    if status >= 500 or status < 400:
+        # A 5xx, or an answer that is neither a success nor a refusal (a 1xx, a 2xx other than 200, a 3xx: a
+        # proxy's, never AWS's): nothing says the request was not carried out. A put's outcome is unknown
+        # (verified, never resent blindly); a definite failure here could make a resend a duplicate.
         return Unanswered(operation, code, message)
     if code == "ConditionalCheckFailedException":
         return ConditionFailed(operation, code, message)
