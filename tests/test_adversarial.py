@@ -153,6 +153,30 @@ def test_a_chunk_in_flight_across_a_configuration_change_lands_exactly_once(
     assert unkeyed_copies >= 1
 
 
+@pytest.mark.parametrize("after", [{"unkeyedPolicy": "forward"}, {"unkeyedPolicy": "deadletter"}])
+def test_the_report_of_a_redone_chunk_covers_the_copy_its_first_owner_put(after: dict[str, object]) -> None:
+    """A record without an event ID put by an owner that died before it committed (the put landed) is sent again
+    by its successor, to the target or, under ``unkeyedPolicy = deadletter`` (a rolling deploy), to the
+    dead-letter stream. The successor's report must excuse the first owner's copy, which arrived before the redo:
+    when the resend goes to the dead-letter stream, that earlier copy is the extra one. Before, the report's
+    window began at the redo (chaos seed 20 on kinesis-mock: the first owner's copy arrived before it, and
+    nothing excused it)."""
+    world = World(cfg=config(deadLetterStreamName="dlq"))
+    owner = world.worker()
+    crash_mid_put(world, landed=True)
+    with pytest.raises(SimulatedCrash):
+        owner.process([unkeyed(1, "no id", world.clock.now_ms())])
+    all_land(world)
+    first_copy_ms = max(arrival for _, data, arrival, _ in world.streams.records["target"] if data == b"no id")
+    world.clock.advance(MINUTE)
+    with capture_logs() as logs:
+        world.worker(cfg=config(deadLetterStreamName="dlq", **after)).process(
+            [unkeyed(1, "no id", world.clock.now_ms())]
+        )
+    (report,) = [e for e in logs if e["event"] == "possible_duplicates"]
+    assert report["unkeyed_digests"] and report["window_from_ms"] <= first_copy_ms
+
+
 def test_a_producer_retry_after_the_dedup_key_changed_is_still_dropped() -> None:
     """The window holds IDs read under the old dedup key: a retry of an event forwarded under it is a duplicate."""
     world = World()

@@ -116,10 +116,12 @@ class InFlight:
             settings_changed=bool(batch.settings) and batch.settings != s.settings().encode(),
         )
         if batch.unkeyed:  # resent when the daemon replays them, whether or not they landed: said first
+            # From the chunk's start (``since``), not now: the extra copy may be the first owner's, landed before
+            # this redo (the resend going to the dead-letter stream under a policy changed since, say).
             s.possible_duplicates(
                 batch.index,
                 (),
-                s.clock.now_ms(),
+                since,
                 "a chunk in flight is redone: its records without an event ID are sent again, since a verification "
                 "cannot tell their copies from identical records",
                 unkeyed=unpack_digests(batch.unkeyed),
