@@ -27,6 +27,7 @@ botocore (``copier.commands.cli``), at the memory it costs.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import hmac
 import importlib.util
@@ -240,17 +241,36 @@ def endpoint_for(service: str, region: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=64)
 def host_header(url: str) -> str:
     """The Host header a request to ``url`` carries and is signed with: no userinfo, an IPv6 address in
-    brackets, the port only when it is not the scheme's default (botocore's rule)."""
+    brackets, the port only when it is not the scheme's default (botocore's rule). Cached: a client signs
+    every request to the same URL."""
     parts = urlsplit(url)
     host = parts.netloc.rpartition("@")[2]
     default = ":443" if parts.scheme == "https" else ":80"
     return host[: -len(default)] if host.endswith(default) else host
 
 
+@functools.lru_cache(maxsize=64)
+def _path(url: str) -> str:
+    return urlsplit(url).path or "/"
+
+
 def _hmac(key: bytes, text: str) -> bytes:
     return hmac.new(key, text.encode(), hashlib.sha256).digest()
+
+
+@functools.lru_cache(maxsize=16)
+def _signing_key(secret_key: str, day: str, region: str, service: str) -> bytes:
+    """SigV4's derived key: four HMACs that change only with the day (and the credentials). Cached, as
+    botocore's callers and AWS's own SDKs cache it: a processor signs three requests a delivery, and the
+    derivation was most of each signature's cost. Credentials refreshed from the instance profile come
+    with a new secret, hence a new entry; the cache is small and holds nothing a caller does not."""
+    key = _hmac(f"AWS4{secret_key}".encode(), day)
+    for part in (region, service, "aws4_request"):
+        key = _hmac(key, part)
+    return key
 
 
 def sign(
@@ -271,7 +291,6 @@ def sign(
     compares the two).
     """
     when = (now or dt.datetime.now(dt.UTC)).strftime("%Y%m%dT%H%M%SZ")
-    parts = urlsplit(url)
     out = {**headers, "Host": host_header(url), "X-Amz-Date": when}
     if credentials.token:
         out["X-Amz-Security-Token"] = credentials.token
@@ -280,7 +299,7 @@ def sign(
     canonical = "\n".join(
         [
             "POST",
-            parts.path or "/",
+            _path(url),
             "",
             "".join(f"{n}:{signed[n]}\n" for n in names),
             ";".join(names),
@@ -289,9 +308,7 @@ def sign(
     )
     scope = f"{when[:8]}/{region}/{service}/aws4_request"
     to_sign = f"AWS4-HMAC-SHA256\n{when}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
-    key = _hmac(f"AWS4{credentials.secret_key}".encode(), when[:8])
-    for part in (region, service, "aws4_request"):
-        key = _hmac(key, part)
+    key = _signing_key(credentials.secret_key, when[:8], region, service)
     signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
     out["Authorization"] = (
         f"AWS4-HMAC-SHA256 Credential={credentials.access_key}/{scope}, "

@@ -53,14 +53,13 @@ import ssl
 import urllib.request
 import zlib
 from collections.abc import Callable, Mapping
-from email.message import Message
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from copier.adapters.awsauth import sign
 from copier.adapters.awserrors import FATAL_CODES
-from copier.adapters.httpwire import NoAnswer, NotSent, Wire, request_head
+from copier.adapters.httpwire import Headers, NoAnswer, NotSent, Wire, request_head
 from copier.core.errors import AwsError, FatalAwsError, TransientAwsError
 
 __all__ = [
@@ -271,7 +270,7 @@ def _json_object(data: bytes) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-def _check_crc32(operation: str, headers: Message, data: bytes) -> None:
+def _check_crc32(operation: str, headers: Headers, data: bytes) -> None:
     """DynamoDB's ``x-amz-crc32`` of the body, checked as botocore does: a mismatch (or a value that is no
     number) means the answer was damaged on the way; what it said is unknown (:class:`Unreadable`)."""
     expected = headers.get("x-amz-crc32")
@@ -288,7 +287,7 @@ def error_code(raw: str, status: int) -> str:
     return code or f"HTTP{status}"
 
 
-def _error(operation: str, status: int, headers: Message, data: bytes) -> AwsError:
+def _error(operation: str, status: int, headers: Headers, data: bytes) -> AwsError:
     doc = _json_object(data) or {}
     kind = doc.get("__type")
     raw = kind if isinstance(kind, str) else headers.get("x-amzn-ErrorType") or ""
