@@ -1,0 +1,152 @@
+"""The lean client reads every answer http.client reads, as http.client reads it: the plain answers AWS sends
+(HTTP/1.1, one Content-Length) by itself, whatever pieces they arrive in, and any other kind (chunked, an
+interim 100 status, HTTP/1.0) through http.client; a body cut short, or a connection closed before a whole
+answer, is no answer."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pytest
+
+from copier.adapters import httpwire
+
+REQUEST = httpwire.request_head({"Host": "127.0.0.1"}, 2), b"{}"
+
+
+@dataclass
+class _Scripted:
+    """A server on 127.0.0.1 answering each request on one connection with its script: pieces of bytes sent
+    one by one, 20 ms apart (so that the client reads them apart), then the connection closed if ``close``."""
+
+    scripts: Sequence[Sequence[bytes]]
+    close: bool = False
+    listener: socket.socket = field(default_factory=socket.socket)
+    connections: int = 0
+
+    def __post_init__(self) -> None:
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(4)
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        scripts = list(self.scripts)
+        while scripts:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            with conn:
+                while scripts:
+                    if not _read_request(conn):
+                        break
+                    for piece in scripts.pop(0):
+                        conn.sendall(piece)
+                        time.sleep(0.02)
+                    if self.close:
+                        break
+
+    def stop(self) -> None:
+        self.listener.close()
+
+
+def _read_request(conn: socket.socket) -> bool:
+    """Read one request (a head and the 2-byte body REQUEST sends); False when the client closed instead."""
+    data = b""
+    while not data.endswith(b"\r\n\r\n{}"):
+        chunk = conn.recv(65536)
+        if not chunk:
+            return False
+        data += chunk
+    return True
+
+
+def _exchange(server: _Scripted, wire: httpwire.Wire | None = None) -> httpwire.Answer:
+    wire = wire or httpwire.Wire("127.0.0.1", server.port, None, 5.0)
+    return wire.exchange(*REQUEST, deadline=time.monotonic() + 5)
+
+
+def test_a_plain_answer_in_pieces_is_read_whole_with_its_headers_by_any_case() -> None:
+    """Status line, headers and body split across reads (and a header split mid-line): the body is exactly
+    Content-Length bytes; a header is found by any case; of a repeated one, the first (as email.message)."""
+    answer = [
+        b"HTTP/1.1 200 OK\r\nx-amz-crc32: 12",
+        b"34\r\nDate: Fri, 27 Nov 2026 04:20:00 GMT\r\nX-Dup: first\r\nx-dup: second\r\n",
+        b'Content-Length: 11\r\n\r\n{"a": ',
+        b'"bc"}',
+    ]
+    server = _Scripted([answer])
+    try:
+        got = _exchange(server)
+    finally:
+        server.stop()
+    assert (got.status, got.body) == (200, b'{"a": "bc"}')
+    assert got.headers.get("X-AMZ-CRC32") == "1234"
+    assert got.headers.get("date") == "Fri, 27 Nov 2026 04:20:00 GMT"
+    assert got.headers.get("x-dup") == "first"
+    assert got.headers.get("absent") is None
+
+
+def test_a_kept_alive_connection_carries_answers_one_after_the_other_and_closes_when_told() -> None:
+    """Two plain answers on one connection (bytes past a body's length are not part of it); the second says
+    ``Connection: close``, so the third request opens a new connection."""
+    first = [b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"]
+    second = [b"HTTP/1.1 400 Bad Request\r\nContent-Length: 4\r\nConnection: Close\r\n\r\n", b'{"x"', b"}"]
+    third = [b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"]
+    server = _Scripted([first, second, third])
+    wire = httpwire.Wire("127.0.0.1", server.port, None, 5.0)
+    try:
+        answers = [_exchange(server, wire) for _ in range(3)]
+    finally:
+        server.stop()
+    assert [(a.status, a.body) for a in answers] == [(200, b"{}"), (400, b'{"x"'), (200, b"")]
+    assert wire.opened == 2
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(
+            [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Kind: chunked\r\n\r\n", b"5\r\nhello\r\n0\r\n\r\n"],
+            id="chunked",
+        ),
+        pytest.param(
+            [b"HTTP/1.1 100 Continue\r\n\r\n", b"HTTP/1.1 200 OK\r\nX-Kind: final\r\nContent-Length: 5\r\n\r\nhello"],
+            id="interim-status",
+        ),
+        pytest.param([b"HTTP/1.0 200 OK\r\nX-Kind: old\r\n\r\nhello"], id="http-1.0-to-the-end"),
+    ],
+)
+def test_answers_of_other_kinds_are_read_as_http_client_reads_them(answer: list[bytes]) -> None:
+    """What AWS does not send but HTTP allows is left to http.client, with the bytes already read: the body and
+    the headers come out the same."""
+    server = _Scripted([answer], close=True)
+    try:
+        got = _exchange(server)
+    finally:
+        server.stop()
+    assert (got.status, got.body) == (200, b"hello")
+    assert got.headers.get("x-kind") in ("chunked", "final", "old")
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param([b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{}"], id="body-cut-short"),
+        pytest.param([], id="closed-before-answering"),
+    ],
+)
+def test_a_connection_closed_before_a_whole_answer_is_no_answer(answer: list[bytes]) -> None:
+    """The request was handed over whole and the answer never completed: its outcome is unknown."""
+    server = _Scripted([answer], close=True)
+    try:
+        with pytest.raises(httpwire.NoAnswer):
+            _exchange(server)
+    finally:
+        server.stop()
