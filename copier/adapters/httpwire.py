@@ -286,6 +286,17 @@ def _answer(sock: socket.socket, deadline: float) -> tuple[int, Headers, bytes, 
     return status, headers, bytes(body[:length]), will_close, received_ms
 
 
+_JOINED_BODY = 65536  # a body up to this is sent in one buffer with the head
+
+
+def _parts(head: bytes, body: bytes) -> tuple[memoryview, ...]:
+    """What the send loop hands the kernel: head and body in one buffer when the body is small (one write,
+    one segment on the wire, as http.client sends them), else the two apart (a large body is not copied)."""
+    if len(body) <= _JOINED_BODY:
+        return (memoryview(head + body),)
+    return memoryview(head), memoryview(body)
+
+
 class Wire:
     """A kept-alive connection to one host and port (TLS when ``tls`` is given). Not thread-safe."""
 
@@ -351,7 +362,7 @@ class Wire:
         sent_ms = wall_ms()
         done = 0
         try:
-            for part in (memoryview(head), memoryview(body)):
+            for part in _parts(head, body):
                 written = 0
                 while written < len(part):
                     left = deadline - time.monotonic()

@@ -48,6 +48,7 @@ that the error line names the clock instead of a credential or a permission.
 from __future__ import annotations
 
 import calendar
+import functools
 import threading
 import time
 from collections import deque
@@ -88,11 +89,13 @@ def wall_minus_monotonic() -> int:
     return time.time_ns() // 1_000_000 - time.monotonic_ns() // 1_000_000
 
 
+@functools.lru_cache(maxsize=4)
 def parse_http_date(value: str) -> int | None:
     """The start of the second an RFC 7231 HTTP date names, in epoch milliseconds; None if it is not one.
 
     Accepts the three forms RFC 7231 asks a recipient to read (IMF-fixdate,
     which AWS sends, RFC 850 and asctime); a zone other than GMT is applied.
+    Cached: every answer carries one, and answers within a second carry the same.
     """
     try:
         parts = parsedate_tz(value)
