@@ -13,7 +13,7 @@ from copier.core.identity import EventId, Unkeyed, content_digest, extract_event
 from copier.core.limits import CODE_POINTS, UTF16_UNITS, key_length, key_problem, record_size
 from copier.core.plan import PlanSettings
 from copier.core.positions import Position
-from copier.core.shardmap import hash_key
+from copier.core.shardmap import ShardMap, hash_key, key_hashes, shards_covering
 from tests.support.fakes import SHARD, config
 from tests.support.records import kinesis_takes
 
@@ -128,6 +128,25 @@ def test_sizes_digests_and_hash_keys_are_defined_for_every_key(key: str, data: b
     assert 0 <= content_digest(key, data) < 2**80
     assert 0 <= hash_key(key) < 2**128
     assert (key_problem(key) is None) == kinesis_takes(key)
+
+
+def _map(*bounds: int) -> ShardMap:
+    """Open shards 0.. splitting the hash key space at ``bounds``."""
+    edges = [0, *bounds, 2**128]
+    return ShardMap(tuple((edges[i], edges[i + 1] - 1, f"shardId-{i:012d}") for i in range(len(edges) - 1)))
+
+
+@given(st.lists(st.text(max_size=20), max_size=30), st.lists(st.integers(1, 2**128 - 1), max_size=4, unique=True))
+def test_the_target_shards_of_keys_hashed_once_for_a_chunk_are_those_of_the_keys_hashed_again(
+    keys: list[str], bounds: list[int]
+) -> None:
+    """The digest batch names the same target shards whether the chunk's keys come hashed (``key_hashes``, for
+    some of them: a replacement key is hashed on the spot) or are hashed where they are looked up."""
+    shard_map = _map(*sorted(bounds))
+    hashed = key_hashes(keys[: len(keys) // 2])
+    assert shards_covering(shard_map, keys, hashed) == shards_covering(shard_map, keys)
+    expected = {int(s[2].rsplit("-", 1)[1]) for s in shard_map.ranges if any(s[0] <= hash_key(k) <= s[1] for k in keys)}
+    assert shards_covering(shard_map, keys, hashed) == (None if len(expected) == len(shard_map.ranges) else expected)
 
 
 def test_a_partition_key_is_counted_in_code_points_and_an_old_batch_in_utf16_units() -> None:

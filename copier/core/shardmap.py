@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 from bisect import bisect_right
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +34,7 @@ __all__ = [
     "encode_entries",
     "encode_listing",
     "hash_key",
+    "key_hashes",
     "listing_fresh",
     "shard_id_of",
     "shard_number",
@@ -186,26 +187,37 @@ def decode_entries(text: str) -> tuple[float, list[dict[str, Any]]] | None:
     return listed, shards
 
 
-def shards_covering(shard_map: ShardMap, partition_keys: Iterable[str]) -> set[int] | None:
+def key_hashes(partition_keys: Iterable[str]) -> dict[str, int]:
+    """Each distinct key's :func:`hash_key`: a chunk's keys hashed once, for every look at where they go (the
+    staging shard's range, the target shards its digest batch names)."""
+    return {key: hash_key(key) for key in partition_keys}
+
+
+def shards_covering(
+    shard_map: ShardMap, partition_keys: Iterable[str], hashes: Mapping[str, int] | None = None
+) -> set[int] | None:
     """Numbers of the open shards these partition keys go to; None (read them all) when unknown or all.
 
-    Each distinct key is hashed once, and hashing stops as soon as every
-    open shard is covered: a chunk of random keys on a target of few shards
-    costs a handful of hashes, not one per record. Use a map taken *before*
+    Each distinct key is hashed once (or its hash taken from ``hashes``,
+    :func:`key_hashes`), and hashing stops as soon as every open shard is
+    covered: a chunk of random keys on a target of few shards costs a
+    handful of hashes, not one per record. Use a map taken *before*
     the put it is for: a map refreshed after the put may already name the
     children of a shard split since, and miss the parent the records went
     to; an older map names only ancestors, and their descendants are read.
     """
     total = len(shard_map.ranges)
-    numbers: set[int] = set()
+    known = hashes or {}
+    found: set[int] = set()  # indexes in the map's ranges
     for partition_key in dict.fromkeys(partition_keys):
-        shard = shard_map.shard_for(partition_key)
-        if shard is None:
+        hashed = known.get(partition_key)
+        i = shard_map.position_for_hash(hash_key(partition_key) if hashed is None else hashed)
+        if i < 0:
             return None  # mid-reshard: no open shard covers the key
-        numbers.add(shard_number(shard))
-        if len(numbers) == total:
+        found.add(i)
+        if len(found) == total:
             return None  # every shard: the same as no bound
-    return numbers
+    return {shard_number(shard_map.ranges[i][2]) for i in found}
 
 
 def descendants(shards: Iterable[dict[str, Any]], roots: Iterable[str]) -> set[str]:

@@ -14,12 +14,11 @@ the staging stream ignoring keys, or the target doing so under
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from copier.core.plan import SourceRecord
 from copier.core.positions import Position
-from copier.core.shardmap import hash_key
 from copier.core.streamsettings import blocking
 from copier.shard.session import ShardSession
 
@@ -55,11 +54,12 @@ class StreamGuard:
                 self._range = (int(keys["StartingHashKey"]), int(keys["EndingHashKey"]))
         return self._range
 
-    def scattered(self, records: Sequence[SourceRecord]) -> set[Position]:
-        """Records whose partition key this shard's hash range does not hold. KPL aggregates never show here
-        (the KCL drops their user records outside the range before copier sees them)."""
+    def scattered(self, records: Sequence[SourceRecord], hashes: Mapping[str, int]) -> set[Position]:
+        """Records whose partition key this shard's hash range does not hold (``hashes``: each key's
+        ``hash_key``, ``copier.core.shardmap.key_hashes``). KPL aggregates never show here (the KCL drops their
+        user records outside the range before copier sees them)."""
         low, high = self.own_range()
-        return {r.position for r in records if not low <= hash_key(r.partition_key) <= high}
+        return {r.position for r in records if not low <= hashes[r.partition_key] <= high}
 
     def await_streams(self, refresh: bool) -> None:
         """Stop forwarding while a stream setting makes exactly-once impossible, holding the lease and

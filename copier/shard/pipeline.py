@@ -26,7 +26,7 @@ crash during the put cannot hide it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from copier.core.config import DedupKey
@@ -35,6 +35,7 @@ from copier.core.packing import pack_digests
 from copier.core.plan import BatchPlan, Outgoing, PlanSettings, Redo, SourceRecord, chunks, plan_batch
 from copier.core.positions import Position
 from copier.core.replan import replan, rerouted_batch, with_columns
+from copier.core.shardmap import key_hashes
 from copier.core.startpoint import NO_ARRIVAL
 from copier.core.state import DigestBatch, ShardState, digest_expiry_ms
 from copier.core.streamsettings import refused_limit
@@ -111,7 +112,8 @@ class ChunkPipeline:
 
     def _chunk(self, records: Sequence[SourceRecord], behind_ms: int | None) -> Position | None:
         s = self.s
-        scattered = self.guard.scattered(records)
+        hashes = key_hashes(r.partition_key for r in records)  # where each key goes: hashed once for the chunk
+        scattered = self.guard.scattered(records, hashes)
         try:
             self.guard.await_streams(refresh=bool(scattered))
         except FencedError:
@@ -130,7 +132,7 @@ class ChunkPipeline:
             return None
         self._report(plan, older, records)
         try:
-            return self._put_and_commit(plan, settings, records, scattered, behind_ms)
+            return self._put_and_commit(plan, settings, records, scattered, behind_ms, hashes)
         except FencedError:
             s.fence("process_records")
             return None
@@ -218,14 +220,16 @@ class ChunkPipeline:
             now, plan.arrival_max_ms, config.dedup_window_ms, retention, config.digest_ttl_hours * HOUR_MS
         )
 
-    def _record(self, plan: BatchPlan, settings: PlanSettings, index: int, now: int, bound: int) -> DigestBatch:
+    def _record(
+        self, plan: BatchPlan, settings: PlanSettings, index: int, now: int, bound: int, hashes: Mapping[str, int]
+    ) -> DigestBatch:
         """The chunk's digest batch (its intent), stored before anything is put. ``now`` and ``bound``: the
         start and the clock bound read with it (``ClockMargins.start``); the larger of it and the bound now
-        is kept."""
+        is kept. ``hashes``: the chunk's keys hashed (a replacement key is hashed here)."""
         s = self.s
         assert s.state is not None and plan.last is not None
         target = [o.partition_key for o in plan.send if o.destination == "target"]
-        shards = s.target_shards(settings.target_stream, target) if target else ()
+        shards = s.target_shards(settings.target_stream, target, hashes) if target else ()
         redo_ids = b""
         redo_settings = ""
         if plan.redo_ids:
@@ -259,6 +263,7 @@ class ChunkPipeline:
         records: Sequence[SourceRecord],
         scattered: set[Position],
         behind_ms: int | None,
+        hashes: Mapping[str, int],
     ) -> Position:
         s = self.s
         state = s.state
@@ -284,7 +289,7 @@ class ChunkPipeline:
                     "put on this staging shard against its partition key (RecordDistributionStrategy AUTO, now or "
                     "earlier, or an ExplicitHashKey): a copy of the same event on another shard may be forwarded too",
                 )
-            batch = self._record(plan, settings, index, now, bound)
+            batch = self._record(plan, settings, index, now, bound, hashes)
             replan = Replanner(s, plan, records, batch) if self.replanning else None
             try:
                 stats = self.forwarder.forward(plan.send, now - max(s.config.clock_skew_millis, bound), replan)
@@ -294,7 +299,7 @@ class ChunkPipeline:
             s.log.debug("put_done", batch=index, entries=len(plan.send), requests=stats.requests)
         elif plan.before_ids:  # nothing to put, IDs to learn (what arrived before the start): recorded all the same
             index = state.batches + 1
-            self._record(plan, settings, index, now, bound)
+            self._record(plan, settings, index, now, bound, hashes)
         read_under = (str(settings.dedup_key), settings.typed_ids)
         self.history.add(plan.keyed_digests + plan.dead_ids + plan.before_ids, plan.arrival_max_ms, read_under)
         window = s.window.stats()

@@ -25,7 +25,7 @@ It is also what the forwarder is given (``copier.shard.forward.PutSession``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -146,10 +146,13 @@ class ShardSession:
             return content_digest
         return lambda pk, data: identity_of(self.config.dedup_key, pk, data)
 
-    def target_shards(self, stream: str, partition_keys: Iterable[str]) -> set[int] | None:
-        """Numbers of the target shards these keys go to (from a map taken now, before the put)."""
+    def target_shards(
+        self, stream: str, partition_keys: Iterable[str], hashes: Mapping[str, int] | None = None
+    ) -> set[int] | None:
+        """Numbers of the target shards these keys go to (from a map taken now, before the put); ``hashes``: keys
+        already hashed (``copier.core.shardmap.key_hashes``)."""
         shard_map = self.retrying("list_target_shards", lambda: self.streams.shard_map(stream))
-        return shards_covering(shard_map, partition_keys)
+        return shards_covering(shard_map, partition_keys, hashes)
 
     # -- AWS calls ------------------------------------------------------------------
 
