@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from copier.bench.cpu import key_in
 from copier.bench.host import _pause_restart
+from copier.core.shardmap import hash_key
 
 pytestmark = [pytest.mark.protocol, pytest.mark.timeout(900)]
 
@@ -232,3 +234,17 @@ def test_a_redrive_and_a_repairs_cost_is_reported_per_event_sent() -> None:
         "(10 PutRecords, 2 GetRecords)."
     ]
     assert _sources({}) == []
+
+
+@pytest.mark.parametrize("shards", [1, 7, 74])
+def test_the_cpu_parts_records_carry_keys_that_hash_to_the_shard_they_are_delivered_on(shards: int) -> None:
+    """As Kinesis routes a record by its key: a processor is measured on the path a stream that routes by key
+    takes, not on the reports of records put against their key (copier.shard.guard). Each key stays the
+    event's own (its ID, suffixed only when the ID hashes elsewhere), so keys stay distinct."""
+    width = 2**128 // shards
+    for shard in (0, shards - 1):
+        low, high = shard * width, (2**128 - 1 if shard == shards - 1 else (shard + 1) * width - 1)
+        keys = [key_in(f"event-{n}", (low, high)) for n in range(200)]
+        assert all(low <= hash_key(k) <= high for k in keys)
+        assert all(k == f"event-{n}" or k.startswith(f"event-{n}-") for n, k in enumerate(keys))
+    assert key_in("event-1", None) == "event-1"

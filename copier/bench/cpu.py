@@ -33,10 +33,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from copier.core.config import load_config
 from copier.core.errors import CopierError
+from copier.core.shardmap import hash_key
 from copier.local.multilang import Processor, records_message
 
-__all__ = ["CpuCase", "CpuResult", "bench_properties", "measure", "messages", "payload", "run_case"]
+__all__ = [
+    "CpuCase",
+    "CpuResult",
+    "KeyRange",
+    "bench_properties",
+    "key_in",
+    "measure",
+    "messages",
+    "payload",
+    "run_case",
+    "shard_range",
+]
 
 
 @dataclass(frozen=True)
@@ -103,22 +116,60 @@ def payload(n: int, size: int, run: str) -> tuple[str, bytes]:
     return event_id, json.dumps(doc).encode()
 
 
-def messages(case: CpuCase, run: str, first_seq: int) -> Iterator[str]:
-    """The processRecords lines of a case, encoded up front so that encoding is not measured."""
+KeyRange = tuple[int, int]  # a staging shard's hash key range (ListShards' HashKeyRange)
+
+
+def key_in(event_id: str, key_range: KeyRange | None) -> str:
+    """The partition key of an event delivered on the shard of ``key_range``: its ID, or its ID and the first
+    suffix whose MD5 hash falls in the range, as Kinesis routes a key (None: the ID, wherever it hashes).
+
+    A record on a shard its key does not hash to is what a stream ignoring keys delivers (AUTO, or an
+    ExplicitHashKey): copier reports every such record as a possible duplicate before its put
+    (``copier.shard.guard``), a log line per chunk naming every ID, which is not the path a stream that
+    routes by key takes, and not the cost this benchmark is for.
+    """
+    if key_range is None:
+        return event_id
+    low, high = key_range
+    key, suffix = event_id, 0
+    while not low <= hash_key(key) <= high:
+        key, suffix = f"{event_id}-{suffix}", suffix + 1
+    return key
+
+
+def messages(case: CpuCase, run: str, first_seq: int, key_range: KeyRange | None = None) -> Iterator[str]:
+    """The processRecords lines of a case, encoded up front so that encoding is not measured; each record's key
+    hashes into ``key_range`` (:func:`key_in`)."""
     for first in range(0, case.events, case.batch):
         entries = [payload(n, case.payload_bytes, run) for n in range(first, min(case.events, first + case.batch))]
-        yield records_message(entries, first_seq + first)
+        yield records_message([(key_in(key, key_range), data) for key, data in entries], first_seq + first)
+
+
+def shard_range(properties: Path, shard: str) -> KeyRange:
+    """The hash key range of a staging shard, from ListShards on the backend ``properties`` name."""
+    import boto3
+
+    from copier.adapters.kinesis import paged_shards
+
+    config = load_config(properties)
+    kinesis = boto3.session.Session(region_name=config.region).client("kinesis", endpoint_url=config.kinesis_endpoint)
+    for entry in paged_shards(kinesis.list_shards, config.stream_name):
+        if entry["ShardId"] == shard:
+            keys = entry["HashKeyRange"]
+            return int(keys["StartingHashKey"]), int(keys["EndingHashKey"])
+    raise CopierError(f"{config.stream_name} has no shard {shard}")
 
 
 def measure(command: list[str] | None, properties: Path, case: CpuCase, shard: str, run: str) -> float:
-    """CPU seconds per event of one processor over one case."""
+    """CPU seconds per event of one processor over one case (records whose keys hash to ``shard``)."""
+    key_range = shard_range(properties, shard)
     proc = Processor(properties, shard, command)
     try:
         proc.initialize(shard)
         warm_up = CpuCase(case.payload_bytes, min(case.batch, 500), min(case.batch, 500))
-        for message in messages(warm_up, f"{run}-warm", 1):
+        for message in messages(warm_up, f"{run}-warm", 1, key_range):
             proc.process_json(message)
-        lines = list(messages(case, run, 1_000_000))
+        lines = list(messages(case, run, 1_000_000, key_range))
         before = proc.cpu_seconds()
         for message in lines:
             proc.process_json(message)
