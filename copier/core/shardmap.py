@@ -206,18 +206,24 @@ def shards_covering(
     children of a shard split since, and miss the parent the records went
     to; an older map names only ancestors, and their descendants are read.
     """
-    total = len(shard_map.ranges)
+    ranges = shard_map.ranges
+    total = len(ranges)
     known = hashes or {}
     found: set[int] = set()  # indexes in the map's ranges
+    low, high, i = 1, 0, -1  # the range the last key fell in: a staging shard's keys mostly share one
     for partition_key in dict.fromkeys(partition_keys):
         hashed = known.get(partition_key)
-        i = shard_map.position_for_hash(hash_key(partition_key) if hashed is None else hashed)
-        if i < 0:
-            return None  # mid-reshard: no open shard covers the key
-        found.add(i)
-        if len(found) == total:
-            return None  # every shard: the same as no bound
-    return {shard_number(shard_map.ranges[i][2]) for i in found}
+        if hashed is None:
+            hashed = hash_key(partition_key)
+        if not low <= hashed <= high:
+            i = shard_map.position_for_hash(hashed)
+            if i < 0:
+                return None  # mid-reshard: no open shard covers the key
+            low, high = ranges[i][0], ranges[i][1]
+            found.add(i)
+            if len(found) == total:
+                return None  # every shard: the same as no bound
+    return {shard_number(ranges[i][2]) for i in found}
 
 
 def descendants(shards: Iterable[dict[str, Any]], roots: Iterable[str]) -> set[str]:
