@@ -47,11 +47,15 @@ def put_results(answer: Any, count: int) -> list[str | None]:
     if not isinstance(records, list) or len(records) != count:
         raise ValueError(f"Records is not a list of {count} entries")
     codes: list[str | None] = []
-    for entry in records:
-        entry = _object(entry, "a Records entry")
+    for entry in records:  # the checks inline, their helpers only to say what failed: this runs per record
+        if not isinstance(entry, dict):
+            _object(entry, "a Records entry")
         code = entry.get("ErrorCode")
-        _need(code is None or (isinstance(code, str) and code != ""), f"ErrorCode is {code!r}")
-        _need(code is not None or "SequenceNumber" in entry, "an entry without ErrorCode or SequenceNumber")
+        if code is None:
+            if "SequenceNumber" not in entry:
+                raise ValueError("an entry without ErrorCode or SequenceNumber")
+        elif not isinstance(code, str) or code == "":
+            raise ValueError(f"ErrorCode is {code!r}")
         codes.append(code)
     return codes
 
