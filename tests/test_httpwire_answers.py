@@ -57,10 +57,14 @@ class _Scripted:
 
 
 def _read_request(conn: socket.socket) -> bool:
-    """Read one request (a head and the 2-byte body REQUEST sends); False when the client closed instead."""
+    """Read one request (a head and the 2-byte body REQUEST sends); False when the client closed instead (a
+    reset too: a client closing with bytes of an answer unread resets the connection)."""
     data = b""
     while not data.endswith(b"\r\n\r\n{}"):
-        chunk = conn.recv(65536)
+        try:
+            chunk = conn.recv(65536)
+        except OSError:
+            return False
         if not chunk:
             return False
         data += chunk

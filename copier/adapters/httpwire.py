@@ -277,13 +277,16 @@ def _answer(sock: socket.socket, deadline: float) -> tuple[int, Headers, bytes, 
         return answer.status, Headers(answer.msg.items()), data, bool(answer.will_close), received_ms
     received_ms = wall_ms()
     status, headers, length, will_close = plain
-    body = buffer[end + 4 :]
-    while len(body) < length:
-        count = _recv_into(sock, view, deadline)
+    body = bytearray(length)  # the rest is read straight into it: a page of megabytes in few reads
+    got = len(buffer[end + 4 : end + 4 + length])
+    body[:got] = buffer[end + 4 : end + 4 + got]
+    into = memoryview(body)
+    while got < length:
+        count = _recv_into(sock, into[got:], deadline)
         if not count:
-            raise http.client.IncompleteRead(bytes(body), length - len(body))
-        body += view[:count]
-    return status, headers, bytes(body[:length]), will_close, received_ms
+            raise http.client.IncompleteRead(bytes(body[:got]), length - got)
+        got += count
+    return status, headers, bytes(body), will_close, received_ms
 
 
 _JOINED_BODY = 65536  # a body up to this is sent in one buffer with the head
