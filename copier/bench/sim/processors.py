@@ -28,7 +28,7 @@ from copier.bench.sim.account import Account, Wire
 from copier.core.config import Config, parse_config
 from copier.core.plan import SourceRecord
 from copier.core.positions import Position
-from copier.core.shardmap import Listing, ShardMap
+from copier.core.shardmap import Listing, ShardMap, key_hashes
 from copier.core.summaryage import Answer
 from copier.shard.guard import StreamGuard
 from copier.shard.session import ShardSession
@@ -236,11 +236,12 @@ class Processor:
         with self._step(waits):
             self.sequence += 1
             record = SourceRecord(Position(self.sequence), self.partition_key, b"{}", s.clock.now_ms())
-            scattered = self.guard.scattered([record])
+            hashes = key_hashes([self.partition_key])  # hashed once for the chunk, as the pipeline does
+            scattered = self.guard.scattered([record], hashes)
             self.guard.await_streams(refresh=bool(scattered))
             settings = s.settings()
             s.retention(s.config.stream_name)
-            s.target_shards(settings.target_stream, [self.partition_key])
+            s.target_shards(settings.target_stream, [self.partition_key], hashes)
 
     def target_answer(self) -> Answer | None:
         """The target's DescribeStreamSummary answer this processor acts on now."""
