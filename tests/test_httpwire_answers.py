@@ -5,10 +5,11 @@ answer, is no answer."""
 
 from __future__ import annotations
 
+import http.client
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import pytest
@@ -154,3 +155,102 @@ def test_a_connection_closed_before_a_whole_answer_is_no_answer(answer: list[byt
             _exchange(server)
     finally:
         server.stop()
+
+
+_LOOKED_UP = ("content-length", "connection", "date", "x-amz-crc32", "x-amzn-errortype", "x-a", "transfer-encoding")
+
+
+def _outcome(read: Callable[[socket.socket, float], tuple[int, httpwire.Headers, bytes, bool]], data: bytes) -> object:
+    """What ``read`` makes of ``data`` sent on a connection left open (as a kept-alive one is): the status, the
+    headers copier looks up, the body and whether the connection is closed after; or "no answer" (the kinds
+    ``Wire.exchange`` turns into NoAnswer). Every byte is written before the read starts; a read that waits
+    for more bytes than ``data`` holds gives up at a deadline (the "no answer" it must be)."""
+    client, server = socket.socketpair()
+    try:
+        server.sendall(data)
+        try:
+            status, headers, body, will_close = read(client, time.monotonic() + 0.3)
+        except (OSError, http.client.HTTPException):
+            return "no answer"
+        return status, [headers.get(name) for name in _LOOKED_UP], body, will_close
+    finally:
+        client.close()
+        server.close()
+
+
+def _lean(sock: socket.socket, deadline: float) -> tuple[int, httpwire.Headers, bytes, bool]:
+    status, headers, body, will_close, _ = httpwire._answer(sock, deadline)  # noqa: SLF001 - the reader itself
+    return status, headers, body, will_close
+
+
+def _http_client(sock: socket.socket, deadline: float) -> tuple[int, httpwire.Headers, bytes, bool]:
+    """The answer as http.client alone reads it (the client before the lean reader)."""
+    answer = http.client.HTTPResponse(httpwire._Reader(sock, deadline), method="POST")  # type: ignore[arg-type]  # noqa: SLF001
+    answer.begin()
+    body = answer.read()
+    return answer.status, httpwire.Headers(answer.msg.items()), body, bool(answer.will_close)
+
+
+_OK = b"HTTP/1.1 200 OK\r\n"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(_OK + b"Content-Length: 2\r\n\r\n{}", id="plain"),
+        pytest.param(_OK + b"X-A: v \t\r\nContent-Length: 2\r\n\r\n{}", id="value-trailing-blanks"),
+        pytest.param(_OK + b"X-A: \xe9t\xe9\r\nContent-Length: 2\r\n\r\n{}", id="non-ascii-value"),
+        pytest.param(_OK + b"X\xffA: 1\r\nContent-Length: 2\r\n\r\n{}", id="non-ascii-name"),
+        pytest.param(_OK + b"Bad Name: 1\r\nContent-Length: 2\r\n\r\n{}", id="name-with-a-space"),
+        pytest.param(_OK + b"X-A: a\nContent-Length: 3\r\nContent-Length: 2\r\n\r\n{}x", id="bare-lf-in-a-line"),
+        pytest.param(_OK + b"X-A: a\rContent-Length: 3\r\nContent-Length: 2\r\n\r\n{}x", id="bare-cr-in-a-line"),
+        pytest.param(b"HTTP/1.1 200 OK\nContent-Length: 2\n\n{}", id="bare-lf-head"),
+        pytest.param(_OK + b"Content-Length: 2\r\n\n{}", id="bare-lf-blank-line"),
+        pytest.param(b"HTTP/1.1 204 No Content\r\nContent-Length: 2\r\n\r\n{}", id="no-content-with-a-length"),
+        pytest.param(b"HTTP/1.1 304 Not Modified\r\nContent-Length: 2\r\n\r\n{}", id="not-modified-with-a-length"),
+        pytest.param(_OK + b"X-A: 1\r\n" * 100 + b"Content-Length: 2\r\n\r\n{}", id="101-headers"),
+        pytest.param(_OK + b"X-A: 1\r\n" * 99 + b"Content-Length: 2\r\n\r\n{}", id="100-headers"),
+        pytest.param(_OK + b"X-A: " + b"a" * 65600 + b"\r\nContent-Length: 2\r\n\r\n{}", id="line-too-long"),
+        pytest.param(_OK + b"X-A: " + b"a" * 65525 + b"\r\nContent-Length: 2\r\n\r\n{}", id="longest-line"),
+        pytest.param(_OK + b"X-A: 1\r\n\tfolded\r\nContent-Length: 2\r\n\r\n{}", id="folded-header"),
+        pytest.param(_OK + b"Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}x", id="two-lengths"),
+        pytest.param(_OK + b"Content-Length: +2\r\n\r\n{}", id="signed-length"),
+        pytest.param(_OK + b"Content-Length: 5\r\n\r\n{}", id="body-shorter-than-declared"),
+        pytest.param(_OK + b"Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", id="chunked"),
+        pytest.param(_OK + b"Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n", id="chunked-unfinished"),
+        pytest.param(b"HTTP/1.1 100 Continue\r\n\r\n" + _OK + b"Content-Length: 2\r\n\r\n{}", id="interim-status"),
+        pytest.param(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}", id="http-1.0"),
+        pytest.param(b"HTTP/1.1 200 OK", id="status-line-unfinished"),
+        pytest.param(b"\r\n" + _OK + b"Content-Length: 2\r\n\r\n{}", id="leading-blank-line"),
+        pytest.param(_OK + b"Connection: keep-alive, close\r\nContent-Length: 2\r\n\r\n{}", id="close"),
+        pytest.param(_OK + b"Content-Length: 2 \t\r\nX-A:\r\nx-amz-crc32:1 \r\n\r\n{}", id="blanks-and-empty"),
+        pytest.param(_OK + b"X(A): 1\r\nContent-Length: 2\r\n\r\n{}", id="name-email-takes"),
+        pytest.param(b"HTTP/1.1 500 \xc9chec\r\nx-amzn-ErrorType: X\r\nContent-Length: 2\r\n\r\n{}", id="reason"),
+        pytest.param(
+            _OK + b"Connection: close\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\n{}",
+            id="two-connection-headers",
+        ),
+    ],
+)
+def test_the_lean_reader_makes_of_every_answer_what_http_client_makes_of_it(data: bytes) -> None:
+    """Byte for byte, whatever a server sends on a kept-alive connection, the lean reader comes to what
+    http.client alone came to: the same status, headers, body and closing, or no answer where it had none (a
+    read past the deadline, a refused head). A success where http.client had no answer would let copier act
+    on an answer it never read; a different body would be another answer."""
+    assert _outcome(_lean, data) == _outcome(_http_client, data)
+
+
+def test_bytes_past_a_body_close_the_connection_and_are_never_read_as_the_next_answer() -> None:
+    """A server that sent more than its Content-Length (here a whole second answer, in the same write) is out of
+    step: the connection is not used again, and the next request's answer is the one the server sends it."""
+    stray = b'HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n{"x": 1}'
+    first = [b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}" + stray]
+    second = [b"HTTP/1.1 400 Bad Request\r\nContent-Length: 2\r\n\r\n{}"]
+    server = _Scripted([first, second])
+    wire = httpwire.Wire("127.0.0.1", server.port, None, 5.0)
+    try:
+        answers = [_exchange(server, wire) for _ in range(2)]
+    finally:
+        server.stop()
+    assert [(a.status, a.body) for a in answers] == [(200, b"{}"), (400, b"{}")]
+    assert wire.opened == 2

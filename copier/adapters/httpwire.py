@@ -220,32 +220,44 @@ def _recv_into(sock: socket.socket, buffer: Any, deadline: float) -> int:
     return sock.recv_into(buffer)
 
 
-_MAX_HEAD = 65536  # http.client's longest line: a head longer than this is left to it (it refuses it)
+_MAX_HEAD = 65536  # http.client's longest line: a head longer than this is left to it (it refuses a longer line)
+_MAX_HEADERS = 100  # http.client's most lines after the status line, the blank line that ends them counted
+_HEAD_END = re.compile(rb"\n\r?\n")  # where http.client's head ends: a line break, then an empty line
 _STATUS_LINE = re.compile(rb"HTTP/1\.1 ([2-9][0-9][0-9])(?: [^\r\n]*)?")
+# A header line email.parser reads as one header: a name of token characters (a name with any other character,
+# a blank or a byte past ASCII, ends its headers there), the value without the blanks before it (those after it
+# kept, as email.message keeps them)
+_HEADER = re.compile(rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*(.*)", re.DOTALL)
 _LENGTH = re.compile(rb"[0-9]{1,18}")
+_NO_BODY = (204, 304)  # http.client reads no body after these, whatever Content-Length says
 
 
 def _plain_head(head: bytes) -> tuple[int, Headers, int, bool] | None:
-    """(status, headers, body length, will close) of an HTTP/1.1 head, or None when it is not the plain kind
-    this reads: not HTTP/1.1, an interim (1xx) status, a body without one Content-Length (chunked, or to
-    the end of the connection), a folded or malformed header line. AWS answers the plain kind; the other
-    kinds are left to http.client (:func:`_answer`)."""
+    """(status, headers, body length, will close) of an HTTP/1.1 head (without the blank line that ends it), or
+    None when it is not the plain kind this reads exactly as http.client does: not HTTP/1.1, an interim (1xx)
+    status or one without a body (204, 304), a body without one Content-Length (chunked, or to the end of the
+    connection), a line break other than CR LF, a folded or malformed header line, more headers or a longer
+    line than http.client takes. AWS answers the plain kind; the other kinds are left to http.client
+    (:func:`_answer`), which reads them, or refuses them, as it always did."""
+    crlf = head.count(b"\r\n")
+    if head.count(b"\n") != crlf or head.count(b"\r") != crlf or crlf >= _MAX_HEADERS or len(head) > _MAX_HEAD - 2:
+        return None
     lines = head.split(b"\r\n")
     status = _STATUS_LINE.fullmatch(lines[0])
-    if status is None:
+    if status is None or int(status.group(1)) in _NO_BODY:
         return None
     pairs = []
     for line in lines[1:]:
-        name, colon, value = line.partition(b":")
-        if not colon or not name or name != name.strip() or line[:1] in b" \t":
+        header = _HEADER.fullmatch(line)
+        if header is None:
             return None
-        pairs.append((name.decode("latin-1"), value.strip(b" \t").decode("latin-1")))
+        pairs.append((header.group(1).decode("latin-1"), header.group(2).decode("latin-1")))
     headers = Headers(pairs)
     length = headers.get("Content-Length")
     lengths = [v for k, v in pairs if k.lower() == "content-length"]
     if length is None or headers.get("Transfer-Encoding") is not None or len(lengths) != 1:
         return None
-    if not _LENGTH.fullmatch(length.encode("latin-1")):
+    if not _LENGTH.fullmatch(length.rstrip(" \t").encode("latin-1")):
         return None
     will_close = "close" in (headers.get("Connection") or "").lower()
     return int(status.group(1)), headers, int(length), will_close
@@ -258,17 +270,22 @@ def _answer(sock: socket.socket, deadline: float) -> tuple[int, Headers, bytes, 
     Why not http.client alone: its header parsing (``email.parser``) cost about 60 µs of CPU an answer,
     and a processor reads three answers a delivery. The plain answers AWS sends (HTTP/1.1, a
     Content-Length, no interim status) are read here; any other is handed whole to http.client, with the
-    bytes already read, so what it accepts and refuses is unchanged.
+    bytes already read, so what it accepts and refuses is unchanged (tests/test_httpwire_answers.py
+    compares the two byte for byte). Bytes read past the body are no part of this answer, and not of the
+    next either: a server that sent more than it declared is out of step, and its connection is closed.
     """
     buffer = bytearray()
     chunk = bytearray(16384)
     view = memoryview(chunk)
-    while (end := buffer.find(b"\r\n\r\n")) < 0 and len(buffer) <= _MAX_HEAD:
+    while (found := _HEAD_END.search(buffer)) is None and len(buffer) <= _MAX_HEAD:
         count = _recv_into(sock, view, deadline)
         if not count:
             break  # closed: http.client says how (RemoteDisconnected, a bad status line, ...)
         buffer += view[:count]
-    plain = _plain_head(bytes(buffer[:end])) if end >= 0 else None
+    plain = None
+    if found is not None and found.group() == b"\n\r\n" and buffer[found.start() - 1 : found.start()] == b"\r":
+        end = found.start() - 1  # the head ends with CR LF CR LF: the plain kind, if its lines are
+        plain = _plain_head(bytes(buffer[:end]))
     if plain is None:
         answer = http.client.HTTPResponse(_Reader(sock, deadline, bytes(buffer)), method="POST")  # type: ignore[arg-type]
         answer.begin()
@@ -280,6 +297,8 @@ def _answer(sock: socket.socket, deadline: float) -> tuple[int, Headers, bytes, 
     body = bytearray(length)  # the rest is read straight into it: a page of megabytes in few reads
     got = len(buffer[end + 4 : end + 4 + length])
     body[:got] = buffer[end + 4 : end + 4 + got]
+    if len(buffer) > end + 4 + length:
+        will_close = True  # bytes past the body: never read as the next answer's
     into = memoryview(body)
     while got < length:
         count = _recv_into(sock, into[got:], deadline)
