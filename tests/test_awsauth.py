@@ -62,6 +62,40 @@ def test_a_signature_is_the_one_botocore_makes(token: str | None, url: str, serv
     assert ours.get("X-Amz-Security-Token") == request.headers.get("X-Amz-Security-Token")
 
 
+def _botocore_signature(credentials: Credentials, service: str, region: str, body: bytes, now: dt.datetime) -> str:
+    request = AWSRequest(method="POST", url="https://kinesis.us-east-1.amazonaws.com/", data=body, headers={})
+    theirs = botocore.credentials.Credentials(credentials.access_key, credentials.secret_key, credentials.token)
+    with mock.patch.object(botocore.auth, "get_current_datetime", return_value=now.replace(tzinfo=None)):
+        botocore.auth.SigV4Auth(theirs.get_frozen_credentials(), service, region).add_auth(request)
+    return str(request.headers["Authorization"])
+
+
+def test_the_cached_signing_key_follows_the_day_the_region_the_service_and_a_rotated_secret() -> None:
+    """The derived key is cached (``awsauth._signing_key``); signed one after the other, with each of the day
+    (a signature either side of midnight), the region, the service and the secret (credentials rotated under
+    the same access key, as an instance profile's are) changed in turn, every signature is botocore's."""
+    first = Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "token-1")
+    rotated = Credentials("AKIDEXAMPLE", "rotatedSecretKeyOfTheSameAccessKey/EXAMPLE", "token-2")
+    midnight = dt.datetime(2026, 11, 24, 23, 59, 59, tzinfo=dt.UTC)
+    steps = [
+        (first, "kinesis", "us-east-1", midnight),
+        (first, "kinesis", "us-east-1", midnight + dt.timedelta(seconds=1)),
+        (first, "kinesis", "eu-west-1", midnight + dt.timedelta(seconds=1)),
+        (first, "dynamodb", "eu-west-1", midnight + dt.timedelta(seconds=1)),
+        (rotated, "dynamodb", "eu-west-1", midnight + dt.timedelta(seconds=1)),
+        (rotated, "kinesis", "us-east-1", midnight),
+        (first, "kinesis", "us-east-1", midnight),
+    ]
+    for credentials, service, region, now in steps:
+        ours = sign(credentials, service, region, "https://kinesis.us-east-1.amazonaws.com/", {}, b"{}", now=now)
+        assert ours["Authorization"] == _botocore_signature(credentials, service, region, b"{}", now), (
+            credentials.secret_key[:8],
+            service,
+            region,
+            now,
+        )
+
+
 @pytest.mark.parametrize(
     "region",
     [
