@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -160,16 +161,31 @@ def test_a_connection_closed_before_a_whole_answer_is_no_answer(answer: list[byt
 _LOOKED_UP = ("content-length", "connection", "date", "x-amz-crc32", "x-amzn-errortype", "x-a", "transfer-encoding")
 
 
-def _outcome(read: Callable[[socket.socket, float], tuple[int, httpwire.Headers, bytes, bool]], data: bytes) -> object:
+def _never_waiting(sock: socket.socket, buffer: Any, deadline: float) -> int:
+    """``httpwire._recv_into`` for :func:`_outcome`: every byte was written before the read, so a read that
+    finds none wants bytes the server never sent; it gives up at once, as a real read gives up at its deadline
+    (the same "no answer", without a wait)."""
+    sock.setblocking(False)
+    try:
+        return sock.recv_into(buffer)
+    except BlockingIOError:
+        raise TimeoutError("the read waits for bytes never sent") from None
+
+
+def _outcome(
+    read: Callable[[socket.socket, float], tuple[int, httpwire.Headers, bytes, bool]],
+    data: bytes,
+    monkeypatch: pytest.MonkeyPatch,
+) -> object:
     """What ``read`` makes of ``data`` sent on a connection left open (as a kept-alive one is): the status, the
     headers copier looks up, the body and whether the connection is closed after; or "no answer" (the kinds
-    ``Wire.exchange`` turns into NoAnswer). Every byte is written before the read starts; a read that waits
-    for more bytes than ``data`` holds gives up at a deadline (the "no answer" it must be)."""
+    ``Wire.exchange`` turns into NoAnswer: a read that would wait past what ``data`` holds, a refused head)."""
+    monkeypatch.setattr(httpwire, "_recv_into", _never_waiting)
     client, server = socket.socketpair()
     try:
         server.sendall(data)
         try:
-            status, headers, body, will_close = read(client, time.monotonic() + 0.3)
+            status, headers, body, will_close = read(client, time.monotonic() + 60)
         except (OSError, http.client.HTTPException):
             return "no answer"
         return status, [headers.get(name) for name in _LOOKED_UP], body, will_close
@@ -232,12 +248,14 @@ _OK = b"HTTP/1.1 200 OK\r\n"
         ),
     ],
 )
-def test_the_lean_reader_makes_of_every_answer_what_http_client_makes_of_it(data: bytes) -> None:
+def test_the_lean_reader_makes_of_every_answer_what_http_client_makes_of_it(
+    data: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Byte for byte, whatever a server sends on a kept-alive connection, the lean reader comes to what
     http.client alone came to: the same status, headers, body and closing, or no answer where it had none (a
     read past the deadline, a refused head). A success where http.client had no answer would let copier act
     on an answer it never read; a different body would be another answer."""
-    assert _outcome(_lean, data) == _outcome(_http_client, data)
+    assert _outcome(_lean, data, monkeypatch) == _outcome(_http_client, data, monkeypatch)
 
 
 def test_bytes_past_a_body_close_the_connection_and_are_never_read_as_the_next_answer() -> None:
