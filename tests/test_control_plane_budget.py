@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from copier.adapters import kinesis
+from copier.adapters import shardlistings
 from copier.adapters.awsauth import Credentials, StaticCredentials
 from copier.adapters.kinesis import KinesisStreams
 from copier.adapters.summaryshare import SHARE_ENV, SummaryShare
@@ -317,7 +317,7 @@ def test_while_another_lists_a_processor_goes_on_with_its_stale_map_and_one_with
     """A stale map is safe (it names only ancestors of today's shards, whose descendants verification reads), so
     a processor with one makes no call while another holds the turn to list. A processor with none waits for the
     lister's map a bounded time, then lists alone (a lister stuck must not stop the shard)."""
-    monkeypatch.setattr(kinesis, "FIRST_ANSWER_WAIT_S", 0.2)
+    monkeypatch.setattr(shardlistings, "FIRST_LISTING_WAIT_S", 0.2)
     fake.replies = [json_reply(200, TARGET_LISTING) for _ in range(3)]
     host = _shared_host(fake, tmp_path)
     assert host.share is not None

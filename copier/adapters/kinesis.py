@@ -35,6 +35,7 @@ from copier.adapters.awsjson import DECODING_ERRORS, CredentialSource, JsonClien
 from copier.adapters.kinesisanswers import put_results
 from copier.adapters.kinesisread import GET_RECORDS_LIMIT, KinesisReads
 from copier.adapters.leankinesis import LeanKinesis
+from copier.adapters.shardlistings import ShardListings
 from copier.adapters.summaryshare import SummaryShare
 from copier.core.clockcheck import ClockBounds
 from copier.core.config import Config
@@ -43,7 +44,7 @@ from copier.core.health import Waiting
 from copier.core.plan import SourceRecord
 from copier.core.ports import Found, Identity
 from copier.core.positions import Position
-from copier.core.shardmap import SHARD_MAP_MAX_AGE_S, Listing, ShardMap, listing_fresh
+from copier.core.shardmap import ShardMap
 from copier.core.streamsettings import StreamSettings
 from copier.core.summaryage import Answer, fresh, latest, may_ask
 
@@ -51,7 +52,6 @@ __all__ = ["GET_RECORDS_LIMIT", "KinesisStreams", "PutEntry", "paged_shards"]
 
 PutEntry = tuple[str, bytes, str | None]  # (partition key, data, data in base64 if already at hand)
 
-LINEAGE_MAX_AGE_S = 5.0
 HOUR_MS = 3_600_000
 FIRST_ANSWER_WAIT_S = 10.0  # the most a processor with no answer waits for another's call (see _ask)
 _NO_ANSWER = Answer()
@@ -138,10 +138,9 @@ class KinesisStreams:
             if credentials is not None and usable(self._put.meta.endpoint_url):
                 self._fast = JsonClient.for_botocore(self._put, credentials, 5.0, put_timeout, on_answer)
         self._monotonic = monotonic
-        self._maps: dict[str, tuple[float, ShardMap]] = {}
         self._summaries: dict[str, Answer] = {}
         self._share = share
-        self._lineage: dict[str, tuple[float, list[dict[str, Any]]]] = {}
+        self._listings = ShardListings(self.shards, monotonic, share)
         self._reads = KinesisReads(self._call, self._staging, self._read, sleep)
 
     def put_records(self, stream: str, entries: Sequence[PutEntry], deadline: float | None = None) -> list[str | None]:
@@ -225,43 +224,9 @@ class KinesisStreams:
         return paged_shards(lambda **kw: self._call("ListShards", client.list_shards, **kw), stream)
 
     def shard_map(self, stream: str) -> ShardMap:
-        """The stream's open shards by hash key range, from a ListShards at most ``SHARD_MAP_MAX_AGE_S`` old.
-
-        A stale map is safe: it can only name a shard that has since been
-        split or merged, and verification reads its descendants too. One
-        listing per stream is shared by the host's processors (``share``):
-        ListShards allows 1,000 calls a second per stream, and a processor
-        listing a target of 10,000 shards for itself spent 10 pages every 5
-        minutes, 333 calls a second for a fleet running them all.
-        """
-        now = self._monotonic()
-        held = self._maps.get(stream)
-        if held is None or not listing_fresh(held, now):
-            held = self._list(stream, now) if self._share is None else self._shared_listing(stream, held, now)
-            self._maps[stream] = held
-        return held[1]
-
-    def _list(self, stream: str, now: float) -> Listing:
-        return now, ShardMap.of(self.shards(stream))
-
-    def _shared_listing(self, stream: str, held: Listing | None, now: float) -> Listing:
-        """The host's listing of ``stream`` if fresh; else this processor lists it for the host, unless another
-        is listing now: then one with a map goes on with its stale one (safe, see :meth:`shard_map`), and one
-        with none waits a bounded time for the other's listing, then lists alone."""
-        assert self._share is not None
-        shared = self._share.read_listing(stream)
-        if shared is not None and listing_fresh(shared, now):
-            return shared
-        with self._share.turn(stream, FIRST_ANSWER_WAIT_S if held is None else 0.0, "listing") as mine:
-            if not mine:
-                return held if held is not None else self._list(stream, self._monotonic())
-            now = self._monotonic()
-            shared = self._share.read_listing(stream)  # listed while this one waited for its turn?
-            if shared is not None and listing_fresh(shared, now):
-                return shared
-            listing = self._list(stream, now)
-            self._share.write_listing(stream, listing)
-            return listing
+        """The stream's open shards by hash key range, from a listing at most ``SHARD_MAP_MAX_AGE_S`` old, the
+        host's (``copier.adapters.shardlistings``)."""
+        return self._listings.shard_map(stream)
 
     def describe(self, stream: str, keep: bool = False) -> StreamSettings:
         """The stream's settings from DescribeStreamSummary now, uncached; an AwsError goes up. ``keep``: the
@@ -349,36 +314,9 @@ class KinesisStreams:
             return Waiting(error=f"{exc.operation}: {exc.code}: {exc.message}")
 
     def shard_entry(self, stream: str, shard_id: str) -> dict[str, Any] | None:
-        """A shard's ListShards entry, None when not listed. ListShards is cached for a few seconds
-        (``LINEAGE_MAX_AGE_S``): a takeover reads its own range and walks a lineage, asking about several
-        shards in a row. A shard the cached listing does not name is asked about once more, fresh, unless
-        the listing names a child of it: a listing taken after the child existed lists the parent while the
-        stream's retention keeps it, so its absence there is its expiry, final (no fresh listing would name it).
-
-        The host's processors share their listings (``share``), up to ``SHARD_MAP_MAX_AGE_S`` old: what is
-        read from an entry, a shard's hash key range and parents, never changes once the shard exists, and a
-        shard created since is not named, so it is listed fresh. (An ancestor expired since is still named:
-        its digest batches are looked for in the state table, which only adds to what the window knows.) A
-        fleet start of 10,000 shards listed the staging stream 10 pages a processor, 620 ListShards a second
-        at its peak; now a page set per host."""
-        now = self._monotonic()
-        cached = self._lineage.get(stream)
-        if (cached is None or now - cached[0] > LINEAGE_MAX_AGE_S) and self._share is not None:
-            shared = self._share.read_entries(stream)  # the host's: a fleet start lists once a host, not a shard
-            fresh_enough = shared is not None and shared[0] <= now <= shared[0] + SHARD_MAP_MAX_AGE_S
-            cached = (now, shared[1]) if shared is not None and fresh_enough else None
-        for attempt in (1, 2):
-            if cached is None or now - cached[0] > LINEAGE_MAX_AGE_S or attempt == 2:
-                cached = (now, self.shards(stream))
-                if self._share is not None:
-                    self._share.write_entries(stream, now, cached[1])
-            self._lineage[stream] = cached
-            for shard in cached[1]:
-                if shard["ShardId"] == shard_id:
-                    return shard
-            if any(shard_id in (s.get("ParentShardId"), s.get("AdjacentParentShardId")) for s in cached[1]):
-                return None  # its child is named and it is not: it had expired when listed (a parent is older)
-        return None
+        """A shard's ListShards entry, None when not listed (``ShardListings.entry``: a listing kept a few
+        seconds, the host's up to ``SHARD_MAP_MAX_AGE_S`` old, a shard it does not name listed fresh)."""
+        return self._listings.entry(stream, shard_id)
 
     def parents(self, stream: str, shard_id: str, ancestor: bool = False) -> list[str]:
         """The parent shard IDs of a shard (one after a split, two after a merge), from :meth:`shard_entry`.

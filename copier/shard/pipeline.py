@@ -58,6 +58,7 @@ def checkpoint(records: Sequence[SourceRecord], last: Position, landed_ms: int) 
         return None, None
     return arrival, max(0, landed_ms - arrival)
 
+
 #: What a source's records become, chunk by chunk: ``(records, the state item as committed, the window, the plan
 #: settings) -> BatchPlan``. Pure (``copier.core``): the same chunk planned again gives the same plan.
 PlanRule = Callable[[Sequence[SourceRecord], ShardState, DedupWindow, PlanSettings], BatchPlan]
@@ -273,7 +274,7 @@ class ChunkPipeline:
         if plan.send:
             index = state.batches + 1
             if state.redo_suspect and plan.redo_sent:  # said before the put: a crash during it must not hide it
-                self.possible_duplicates(
+                self.s.possible_duplicates(
                     index,
                     plan.redo_sent,
                     now,
@@ -282,7 +283,7 @@ class ChunkPipeline:
                 )
             outside = [o for o in plan.send if o.position in scattered and o.event_id is not None]
             if outside:  # said before the put, as the other reports: a crash during it must not hide it
-                self.possible_duplicates(
+                self.s.possible_duplicates(
                     index,
                     outside,
                     now,
@@ -356,17 +357,12 @@ class ChunkPipeline:
         assert s.state is not None
         # A clock stepped back reads the lease as longer than it was: its measured bound makes up for it.
         if attempted and s.clock.now_ms() + (s.margins.own_bound() or 0) > s.state.lease_until_ms:
-            self.possible_duplicates(
+            self.s.possible_duplicates(
                 index,
                 attempted,
                 started_ms,
                 "the lease ran out during the put; a successor may have verified the batch before it landed",
             )
-
-    def possible_duplicates(self, index: int, sent: Sequence[Outgoing], since_ms: int, detail: str) -> None:
-        """Log (and count) the records of a chunk that may have landed twice: their event IDs, and the content
-        digests of those without one (``ShardSession.possible_duplicates``)."""
-        self.s.possible_duplicates(index, sent, since_ms, detail)
 
 
 class Replanner:

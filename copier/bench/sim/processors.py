@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from copier.adapters import kinesis as kinesis_adapter
+from copier.adapters import shardlistings as listings_adapter
 from copier.adapters.awsjson import JsonClient
 from copier.adapters.kinesis import KinesisStreams
 from copier.adapters.leankinesis import LeanKinesis
@@ -153,7 +154,7 @@ _SHARD_MAPS: dict[tuple[int, int, int], ShardMap] = {}
 @contextmanager
 def simulated_adapter(seed: int) -> Iterator[None]:
     """While the simulation runs, the Kinesis adapter's jitter (an answer's expiry) is drawn from a generator
-    seeded with ``seed``: a day comes out the same each time. And ``KinesisStreams.shard_map`` builds a
+    seeded with ``seed``: a day comes out the same each time. And ``ShardListings.shard_map`` builds a
     listing's ShardMap once: the fake answers the same page objects until the stream changes (and a change
     appends shards), so a listing of the same length and first and last entries is the same listing. Each
     processor still lists the stream as often as copier does; only the parsing of the answer is shared."""
@@ -168,13 +169,13 @@ def simulated_adapter(seed: int) -> Iterator[None]:
                 found = _SHARD_MAPS[key] = ShardMap.of(listed)
             return found
 
-    names = vars(kinesis_adapter)
-    saved = names["ShardMap"], names["random"]
-    names["ShardMap"], names["random"] = Memo, random.Random(seed)
+    names, listings = vars(kinesis_adapter), vars(listings_adapter)
+    saved = listings["ShardMap"], names["random"]
+    listings["ShardMap"], names["random"] = Memo, random.Random(seed)
     try:
         yield
     finally:
-        names["ShardMap"], names["random"] = saved
+        listings["ShardMap"], names["random"] = saved
         _SHARD_MAPS.clear()
 
 

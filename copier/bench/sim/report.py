@@ -182,7 +182,7 @@ def markdown(result: dict[str, Any]) -> list[str]:
         "",
         "copier's calls stay within every budget at their peak second."
         if not over
-        else f"Over its budget at its peak second: {', '.join(over)} (see docs/operations.md, \"The AWS API budget\").",
+        else f'Over its budget at its peak second: {", ".join(over)} (see docs/operations.md, "The AWS API budget").',
         "",
         f"Forwarding waited at most {result['forwarding_wait_max_s']:g} s on a control-plane call over "
         f"{result['batches']:,} batches; a takeover at most {result['takeover_wait_max_s']:g} s. "
