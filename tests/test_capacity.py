@@ -14,7 +14,7 @@ from copier.commands.cli import main
 from copier.core import capacitylines
 from copier.core.capacity import Plan, Workload, default_shards, per_chunk, plan
 from copier.core.shardmap import LIST_SHARDS_PAGE, SHARD_MAP_MAX_AGE_S
-from copier.core.summaryage import mean_refresh_s
+from copier.core.summaryboard import mean_refresh_s
 
 ROOT = Path(__file__).resolve().parent.parent
 DAY = 86_400
@@ -114,12 +114,14 @@ def test_hosts_follow_the_measured_daemon_memory(tmp_path: Path) -> None:
 
 
 def test_describe_stream_summary_rate_follows_the_code(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A host's processors share one answer per stream, refreshed every mean_refresh_s on average: the account's
-    rate is hosts x 2 / that, whatever the shard count; the refresh the code uses is the one the plan uses."""
+    """The application's hosts share one answer per stream in the state table, refreshed every mean_refresh_s on
+    average: the account's rate is 2 / that, whatever the hosts and shards; each host reads the item once per
+    refresh; the refresh the code uses is the one the plan uses."""
     p = _plan(events_per_s=1e11 / DAY)
     summary = _budget(p, "DescribeStreamSummary", "account")
-    assert summary.rate == pytest.approx(p.hosts * 2 / mean_refresh_s())
-    assert p.start_summary_calls == p.hosts * 2 < p.shards
+    assert summary.rate == pytest.approx(2 / mean_refresh_s())
+    assert _budget(p, "GetItem (a stream's answer)", "item").rate == pytest.approx(p.hosts / mean_refresh_s())
+    assert p.hosts > 1 and p.start_summary_calls == 2
     assert summary.flagged == (summary.rate > 10)
     monkeypatch.setattr(capacitylines, "mean_refresh_s", lambda: mean_refresh_s() * 2)
     assert _budget(_plan(events_per_s=1e11 / DAY), "DescribeStreamSummary", "account").rate == pytest.approx(
@@ -193,12 +195,14 @@ def test_json_says_the_budgets_and_what_it_cannot_know(capsys: pytest.CaptureFix
 
 
 def test_regions_split_the_account_budgets() -> None:
-    """Spread over two regions, each region's account sees only its own hosts' DescribeStreamSummary calls."""
+    """Spread over two regions, each region's account sees only its own application's DescribeStreamSummary calls
+    (one answer per stream and refresh), and each region's state table only its own hosts' reads of them."""
     one = _plan(events_per_s=1e11 / DAY, shards=2000)
     two = _plan(events_per_s=1e11 / DAY, regions=2, shards=2000)
     assert (one.shards, two.shards) == (2000, 1000)
     for p in (one, two):
-        assert _budget(p, "DescribeStreamSummary", "account").rate == pytest.approx(p.hosts * 2 / mean_refresh_s())
+        assert _budget(p, "DescribeStreamSummary", "account").rate == pytest.approx(2 / mean_refresh_s())
+        assert _budget(p, "GetItem (a stream's answer)", "item").rate == pytest.approx(p.hosts / mean_refresh_s())
     assert two.hosts <= one.hosts
     assert sum(x.usd_day for x in two.lines if not x.own) == pytest.approx(one.kinesis_usd_day)
 

@@ -382,10 +382,13 @@ def test_the_runs_checks_answers_are_its_processors_first_and_no_processor_asks_
     """``copier run``'s checks describe the staging and target streams before the daemon starts; with the run's
     share they keep their answers there, and the processors start on them: a fleet start asks once per host
     and stream (before: twice, the checks' call and the first processor's)."""
+    from copier.adapters import dynamo
     from copier.commands.preflight import stream_verdicts
+    from copier.testing.store import InMemoryStateStore
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEYS.access_key)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", KEYS.secret_key)
+    monkeypatch.setattr(dynamo, "DynamoStateStore", lambda config: InMemoryStateStore())  # the application's answers
     fake.replies = [json_reply(200, SUMMARY) for _ in range(2)]
     host = _shared_host(fake, tmp_path)
     stream_verdicts(host.config, host.share)

@@ -26,7 +26,7 @@ from pathlib import Path
 import botocore.exceptions
 import pytest
 
-from copier.adapters import kinesis, summaryshare
+from copier.adapters import summaries, summaryshare
 from copier.adapters.awsauth import Credentials, StaticCredentials
 from copier.adapters.kinesis import KinesisStreams
 from copier.adapters.summaryshare import SHARE_ENV, SummaryShare
@@ -112,7 +112,7 @@ def test_a_processor_with_no_answer_does_not_forward_to_a_target_it_has_not_read
     """The host's first processor to start asks for the target (holding its turn) and is stuck there; a second
     starting meanwhile has no answer of its own. It must not forward under ``ordering = partitionKey`` to a
     target it has never read: after a bounded wait it asks for itself, finds the target AUTO, and stops."""
-    monkeypatch.setattr(kinesis, "FIRST_ANSWER_WAIT_S", 0.2)
+    monkeypatch.setattr(summaries, "FIRST_ANSWER_WAIT_S", 0.2)
     fake.replies = [json_reply(200, KEYED), json_reply(200, AUTO)]
     config = load_config(_properties(tmp_path, fake.url))
     share = SummaryShare(tmp_path / "share")  # the host's share, wherever it is kept

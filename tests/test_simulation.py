@@ -71,12 +71,26 @@ def test_each_processor_asking_for_itself_goes_over_the_budget() -> None:
     """Copier before the host share (``shared=False``: every processor's own DescribeStreamSummary answer):
     at 1,000 shards its calls go over copier's half of the account's 20 a second within the first hour,
     where the shared answer keeps well inside it."""
-    hour = {"shards": 1000, "duration_s": 3600.0}
+    hour = {"shards": 1000, "duration_s": 3600.0, "application": False}
     alone, shared = run(Day(shared=False, **hour)), run(Day(shared=True, **hour))
     assert _api(alone, "DescribeStreamSummary")["peak"] > _api(alone, "DescribeStreamSummary")["budget"]
     assert not alone["within_budgets"]
     assert shared["within_budgets"]
     assert _api(shared, "DescribeStreamSummary")["calls"] * 5 < _api(alone, "DescribeStreamSummary")["calls"]
+
+
+def test_the_applications_answer_makes_describe_stream_summary_independent_of_the_fleets_size() -> None:
+    """With the application's answer in the state table, an hour of 1,000 shards asks DescribeStreamSummary about
+    as often as one of 250 (the hosts' starts and the refreshes of two streams), where one answer per host grows
+    with the hosts; the item's reads stay far inside its partition's 3,000 a second."""
+    hour = {"duration_s": 3600.0}
+    small, large = run(Day(shards=250, **hour)), run(Day(shards=1000, **hour))
+    per_host = run(Day(shards=1000, application=False, **hour))
+    calls = {name: _api(r, "DescribeStreamSummary")["calls"] for name, r in (("250", small), ("1000", large))}
+    assert calls["1000"] <= calls["250"] * 1.5, calls
+    assert calls["1000"] * 5 < _api(per_host, "DescribeStreamSummary")["calls"]
+    read = _api(large, "GetItem")
+    assert read["peak"] <= read["budget"] and large["within_budgets"]
 
 
 def _processor(account: Account, share: MemoryShare | None = None) -> Processor:

@@ -1,4 +1,4 @@
-"""One contract, two stores: the in-memory fake behaves as the DynamoDB store does."""
+"""One contract, three stores: the in-memory fake behaves as the DynamoDB stores (PynamoDB's and the lean one) do."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ from copier.core.errors import FencedError
 from copier.core.limits import MAX_CHUNK_EVENTS
 from copier.core.packing import pack_digests, unpack_digests
 from copier.core.positions import Position
-from copier.core.state import DigestBatch, ShardState, StateConflict, StateStore
+from copier.core.state import BoardItem, DigestBatch, ShardState, StateConflict, StateStore
+from copier.core.streamsettings import StreamSettings
+from copier.core.summaryboard import Posted
 from copier.local.backend import DUMMY_ENV
 from copier.local.independent import Endpoints
 from copier.testing import InMemoryStateStore
@@ -352,3 +354,31 @@ def test_a_full_chunk_fits_in_one_item(store: StateStore) -> None:
     big = replace(owned(), version=2, redo_digests=redo, redo_last=Position(5))
     store.write(KEY, owned(), big)
     assert store.get(KEY) == big
+
+
+def test_an_application_item_is_written_only_over_the_version_read(store: StateStore) -> None:
+    """The application's answers (``copier.core.summaryboard``): created only where absent, replaced only
+    over the version read, read back as written (a settings answer of every field); beside a shard's items,
+    never one of them."""
+    key = "#summary/0123456789abcdef/target"
+    assert store.get_posted(key) is None
+    text = Posted(
+        StreamSettings("target", 86_400_000, 10 * 1024 * 1024, "AUTO", "KMS", "alias/k", "ON_DEMAND", 4096),
+        1_800_000_000_000,
+        1_800_000_290_000,
+        None,
+        1_800_000_010_000,
+    ).encode()
+    first = store.post(key, None, text, 1_800_086_400_000)
+    assert first == BoardItem(1, text) and store.get_posted(key) == first
+    with pytest.raises(StateConflict):
+        store.post(key, None, "{}", 1_800_086_400_000)
+    second = store.post(key, first, "second", 1_800_086_400_000)
+    assert second.version == 2
+    with pytest.raises(StateConflict):
+        store.post(key, first, "late", 1_800_086_400_000)
+    assert store.get_posted(key) == second
+    assert store.get(key) is None, "not a shard's state"
+    store.replace_if_unchanged(KEY, None, owned())
+    assert store.get_posted(KEY) is None, "a shard's state is not an application item"
+    assert store.get_posted(key) == second

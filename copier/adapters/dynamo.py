@@ -32,11 +32,13 @@ from copier.adapters.clockhooks import watch_botocore
 from copier.adapters.dynamoitems import STATE_SK, batch_from, batch_item, make_model, state_from, state_item
 from copier.adapters.leanstate import LeanStateStore, naming_the_table
 from copier.adapters.sessions import host_session, share_loader
+from copier.adapters.stateitems import board_fields, board_from_fields
 from copier.adapters.statettl import ensure_ttl
 from copier.core.clockcheck import ClockBounds
 from copier.core.config import Config
-from copier.core.errors import AwsError, FencedError
-from copier.core.state import DigestBatch, ShardState, StateConflict, StateStore, batch_key
+from copier.core.errors import AwsError, FencedError, TransientAwsError
+from copier.core.state import BoardItem, DigestBatch, ShardState, StateConflict, StateStore, batch_key
+from copier.core.summaryboard import BOARD_SK
 
 __all__ = ["DynamoStateStore", "make_model"]
 
@@ -165,6 +167,26 @@ class DynamoStateStore(StateStore):
         condition = (m.epoch == owner.epoch) & (m.owner == owner.owner) & m.successor.does_not_exist()
         condition &= m.version < new.version  # stateitems.WRITE_CONDITION says why
         self._conditional_put(state_item(self.model, key, new), condition, fenced)
+
+    def get_posted(self, key: str) -> BoardItem | None:
+        def read() -> BoardItem | None:
+            try:
+                item = self.model.get(key, BOARD_SK, consistent_read=True)
+            except self.model.DoesNotExist:
+                return None
+            return board_from_fields({"version": item.version, "posted": item.posted})
+
+        try:
+            return self._call("GetItem", read)
+        except TypeError as exc:
+            raise TransientAwsError("GetItem", "Unreadable", str(exc)) from exc
+
+    def post(self, key: str, seen: BoardItem | None, text: str, expires_ms: int) -> BoardItem:
+        new = BoardItem(seen.version + 1 if seen is not None else 1, text)
+        condition = self.model.pk.does_not_exist() if seen is None else (self.model.version == seen.version)
+        item = self.model(key, BOARD_SK, **board_fields(new, expires_ms))
+        self._conditional_put(item, condition, StateConflict(key))
+        return new
 
     def put_batch(self, key: str, batch: DigestBatch) -> None:
         lean = self._lean()

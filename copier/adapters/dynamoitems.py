@@ -84,6 +84,7 @@ def make_model(config: Config) -> Any:
         batch_redo_settings = UnicodeAttribute(null=True)
         revision = NumberAttribute(null=True)
         before_ids = BinaryAttribute(null=True, legacy_encoding=False)
+        posted = UnicodeAttribute(null=True)  # an application item's (copier.core.summaryboard)
         expires_at = TTLAttribute(null=True)
 
     return CopierItem

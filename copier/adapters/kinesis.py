@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import base64
 import json
-import random
 import sys
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -36,6 +35,8 @@ from copier.adapters.kinesisanswers import put_results
 from copier.adapters.kinesisread import GET_RECORDS_LIMIT, KinesisReads
 from copier.adapters.leankinesis import LeanKinesis
 from copier.adapters.shardlistings import ShardListings
+from copier.adapters.summaries import StreamSummaries
+from copier.adapters.summaryboard import ApplicationAnswers
 from copier.adapters.summaryshare import SummaryShare
 from copier.core.clockcheck import ClockBounds
 from copier.core.config import Config
@@ -46,15 +47,12 @@ from copier.core.ports import Found, Identity
 from copier.core.positions import Position
 from copier.core.shardmap import ShardMap
 from copier.core.streamsettings import StreamSettings
-from copier.core.summaryage import Answer, fresh, latest, may_ask
 
 __all__ = ["GET_RECORDS_LIMIT", "KinesisStreams", "PutEntry", "paged_shards"]
 
 PutEntry = tuple[str, bytes, str | None]  # (partition key, data, data in base64 if already at hand)
 
 HOUR_MS = 3_600_000
-FIRST_ANSWER_WAIT_S = 10.0  # the most a processor with no answer waits for another's call (see _ask)
-_NO_ANSWER = Answer()
 
 
 def _botocore_error(exc: BaseException) -> bool:
@@ -95,11 +93,13 @@ class KinesisStreams:
         clock_bounds: ClockBounds | None = None,
         lean: CredentialSource | None = None,
         share: SummaryShare | None = None,
+        board: ApplicationAnswers | None = None,
     ) -> None:
         """``lean``: the lean path's credentials (``copier.adapters.awsauth``): every call through
         ``copier.adapters.awsjson``, botocore never imported; None: botocore's clients, and the lean client
         for the puts wherever no proxy is configured. ``share``: the host's DescribeStreamSummary answers
-        (``copier.adapters.summaryshare``; None: this process asks alone)."""
+        (``copier.adapters.summaryshare``; None: this process asks alone). ``board``: the application's, in
+        the state table (``copier.adapters.summaryboard``; None: the host asks for itself)."""
         self.config = config
         put_timeout = config.put_timeout_millis / 1000
         clock = clock_bounds
@@ -138,8 +138,8 @@ class KinesisStreams:
             if credentials is not None and usable(self._put.meta.endpoint_url):
                 self._fast = JsonClient.for_botocore(self._put, credentials, 5.0, put_timeout, on_answer)
         self._monotonic = monotonic
-        self._summaries: dict[str, Answer] = {}
         self._share = share
+        self.summaries = StreamSummaries(config, self._summary, monotonic, share, board)
         self._listings = ShardListings(self.shards, monotonic, share)
         self._reads = KinesisReads(self._call, self._staging, self._read, sleep)
 
@@ -229,64 +229,17 @@ class KinesisStreams:
         return self._listings.shard_map(stream)
 
     def describe(self, stream: str, keep: bool = False) -> StreamSettings:
-        """The stream's settings from DescribeStreamSummary now, uncached; an AwsError goes up. ``keep``: the
-        answer becomes this object's and the host's (``share``) as :meth:`settings` would keep it: ``copier
-        run``'s checks ask before the daemon starts, and their answers are its processors' first (a fleet start
-        then asks once per host and stream, not twice)."""
-        asked = self._monotonic()
+        """The stream's settings from DescribeStreamSummary now (``StreamSummaries.describe``)."""
+        return self.summaries.describe(stream, keep)
+
+    def _summary(self, stream: str) -> StreamSettings:
         client = self._staging if stream == self.config.stream_name else self._read
         answer = self._call("DescribeStreamSummary", client.describe_stream_summary, StreamName=stream)
-        settings = StreamSettings.from_summary(stream, answer["StreamDescriptionSummary"])
-        if keep:
-            kept = Answer().answered(settings, asked, random.random())  # noqa: S311 - jitter, not secrecy
-            self._summaries[stream] = kept
-            if self._share is not None:
-                self._share.write(stream, kept)
-        return settings
+        return StreamSettings.from_summary(stream, answer["StreamDescriptionSummary"])
 
     def settings(self, stream: str, refresh: bool = False) -> StreamSettings | None:
-        """The stream's settings from DescribeStreamSummary, as old as ``copier.core.summaryage`` allows (a
-        change is seen within ``SUMMARY_MAX_AGE_S``; ``refresh``: within ``SUMMARY_RETRY_S``, when records
-        suggest one). One answer per stream is shared by the host's processors (``share``), asked for by the
-        first to find it stale while the others go on with the answer they have: never waiting on the call
-        (DescribeStreamSummary allows 20 calls a second per account). The last known settings, or None, when
-        they cannot be read (the caller falls back and says so), asked again after ``SUMMARY_RETRY_S``."""
-        now = self._monotonic()
-        held = self._summaries.get(stream, _NO_ANSWER)
-        if fresh(held, now, refresh):
-            return held.settings
-        if self._share is not None:
-            held = latest(held, self._share.read(stream))  # another processor's answer, if later
-        if not fresh(held, now, refresh) and may_ask(held, now):
-            held = self._ask(stream, held, now, refresh)
-        self._summaries[stream] = held
-        return held.settings
-
-    def _ask(self, stream: str, held: Answer, now: float, refresh: bool) -> Answer:
-        """DescribeStreamSummary for the host, when no other processor of it is asking (then: ``held``)."""
-        if self._share is None:
-            return self._answer(stream, held, now)
-        # One with an answer goes on with it while another asks. One with none (a processor just started) waits
-        # a bounded time for the asker's answer: never read, the target might ignore partition keys (AUTO) under
-        # copier.ordering = partitionKey, and a guess is what the share must not add. A throttled call answers
-        # at once (failed: then the share says so and this one goes on as after its own failure).
-        first = held.settings is None and held.failed_s is None
-        with self._share.turn(stream, FIRST_ANSWER_WAIT_S if first else 0.0) as mine:
-            now = self._monotonic() if first else now  # after a wait: the asker's answer is not from the future
-            if not mine:
-                return self._answer(stream, held, now) if first else held  # the asker is stuck: ask alone
-            shared = self._share.read(stream)  # answered while this one waited for its turn?
-            if shared is not None and (fresh(shared, now, refresh) or not may_ask(shared, now)):
-                return shared
-            answer = self._answer(stream, held, now)
-            self._share.write(stream, answer)
-            return answer
-
-    def _answer(self, stream: str, held: Answer, now: float) -> Answer:
-        try:
-            return held.answered(self.describe(stream), now, random.random())  # noqa: S311 - jitter, not secrecy
-        except AwsError:
-            return held.failed(now)
+        """The stream's settings, as old as ``copier.core.summaryage`` allows (``StreamSummaries.settings``)."""
+        return self.summaries.settings(stream, refresh)
 
     def retention(self, stream: str) -> int | None:
         """The stream's retention period (ms) (see :meth:`settings`); None when it cannot be read."""

@@ -35,6 +35,8 @@ from copier.adapters.stateitems import (
     WRITE_CONDITION,
     batch_fields,
     batch_from_fields,
+    board_fields,
+    board_from_fields,
     from_wire,
     state_fields,
     state_from_fields,
@@ -42,7 +44,8 @@ from copier.adapters.stateitems import (
 )
 from copier.core.config import Config
 from copier.core.errors import AwsError, FencedError, TransientAwsError
-from copier.core.state import DigestBatch, ShardState, StateConflict, StateStore, batch_key
+from copier.core.state import BoardItem, DigestBatch, ShardState, StateConflict, StateStore, batch_key
+from copier.core.summaryboard import BOARD_SK
 
 __all__ = ["LeanStateStore", "naming_the_table"]
 
@@ -138,6 +141,19 @@ class LeanStateStore(StateStore):
         who = {"S": owner.owner} if owner.owner is not None else {"NULL": True}
         values = {":epoch": {"N": str(owner.epoch)}, ":owner": who, ":version": {"N": str(new.version)}}
         self._put(to_wire(key, STATE_SK, state_fields(new)), WRITE_CONDITION, values, fenced)
+
+    def get_posted(self, key: str) -> BoardItem | None:
+        fields = self._get(key, BOARD_SK)
+        return None if fields is None else reading("GetItem", board_from_fields, fields)
+
+    def post(self, key: str, seen: BoardItem | None, text: str, expires_ms: int) -> BoardItem:
+        new = BoardItem(seen.version + 1 if seen is not None else 1, text)
+        item = to_wire(key, BOARD_SK, board_fields(new, expires_ms))
+        if seen is None:
+            self._put(item, "attribute_not_exists(#pk)", {}, StateConflict(key))
+        else:
+            self._put(item, "#version = :version", {":version": {"N": str(seen.version)}}, StateConflict(key))
+        return new
 
     def put_batch(self, key: str, batch: DigestBatch) -> None:
         fenced = FencedError(f"{key}: {batch.key} was written under an epoch above {batch.epoch} or re-planned")

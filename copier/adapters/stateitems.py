@@ -19,11 +19,13 @@ from typing import Any
 from copier.core.errors import IncompatibleStateError
 from copier.core.packing import pack_digests, pack_uints, unpack_digests, unpack_uints
 from copier.core.positions import Position
-from copier.core.state import STATE_FORMAT, DigestBatch, ShardState
+from copier.core.state import STATE_FORMAT, BoardItem, DigestBatch, ShardState
 
 __all__ = [
     "BATCH_CONDITION",
     "STATE_SK",
+    "board_fields",
+    "board_from_fields",
     "WRITE_CONDITION",
     "batch_fields",
     "batch_from_fields",
@@ -165,6 +167,19 @@ def batch_fields(b: DigestBatch, ttl_hours: int) -> dict[str, Any]:
 
 #: The latest expiry a TTL attribute holds here (a datetime, as PynamoDB's ``TTLAttribute`` takes it).
 _LATEST_EXPIRY = datetime(9000, 1, 1, tzinfo=UTC)
+
+
+def board_fields(item: BoardItem, expires_ms: int) -> dict[str, Any]:
+    """An application item's attributes (``copier.core.summaryboard``): its version, its text, its TTL."""
+    return {"version": item.version, "posted": item.text, TTL_FIELD: _expiry(expires_ms)}
+
+
+def board_from_fields(f: Mapping[str, Any]) -> BoardItem:
+    """An application item read back; TypeError for one copier did not write (a version or text missing)."""
+    version, text = f.get("version"), f.get("posted")
+    if not isinstance(version, int) or isinstance(version, bool) or not isinstance(text, str):
+        raise TypeError(f"not an application item: version {version!r}, posted {type(text).__name__}")
+    return BoardItem(version, text)
 
 
 def _expiry(ms: int) -> datetime:

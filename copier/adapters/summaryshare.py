@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import os
 import shutil
 import tempfile
@@ -58,6 +57,7 @@ from typing import Any
 from copier.core.config import Config
 from copier.core.shardmap import Listing, decode_entries, decode_listing, encode_entries, encode_listing
 from copier.core.summaryage import Answer
+from copier.core.summaryboard import answer_scope
 
 __all__ = ["SHARE_ENV", "SummaryShare"]
 
@@ -112,20 +112,8 @@ class SummaryShare:
         run = (os.environ if env is None else env).get(SHARE_ENV)
         if not run:
             return None
-        scope = "\n".join(
-            str(part)
-            for part in (
-                config.application_name,
-                config.region,
-                config.kinesis_endpoint,
-                config.target_region,
-                config.target_endpoint,
-                config.target_role_arn,
-                config.target_external_id,
-            )
-        )
         try:
-            directory = Path(run) / hashlib.sha256(scope.encode()).hexdigest()[:16]
+            directory = Path(run) / answer_scope(config)
             if not _private(Path(run)):
                 return None
             directory.mkdir(mode=0o700, exist_ok=True)

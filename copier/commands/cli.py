@@ -59,7 +59,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     path = args.properties or args.file
     if path is None:
         raise SystemExit("copier check-config: give the properties file (FILE or --properties FILE)")
-    return _start(path, lambda: check_config(_config(path), args.offline))
+    return _start(path, lambda: check_config(_config(path), args.offline, args.shared))
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -108,14 +108,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _processor_clients(config: Config, clock_bounds: Any, shared: bool = False) -> tuple[Any, Any]:
     """The processor's state store and streams: on the lean path (``copier.adapters.awsauth``: no botocore,
     a third of the memory) wherever it does what botocore would, else botocore's, saying why once.
-    ``shared``: DescribeStreamSummary answers shared with the other processors of this daemon (``copier
-    process``); a command an operator runs (redrive, repair) asks for itself, so that a setting changed just
-    before it (a limit raised to redrive what it refused) is what it acts on."""
+    ``shared``: DescribeStreamSummary answers shared with the other processors of this daemon and the other
+    hosts of the application (``copier process``: ``copier.adapters.summaryboard``); a command an operator
+    runs (redrive, repair) asks for itself, so that a setting changed just before it (a limit raised to
+    redrive what it refused) is what it acts on."""
     import structlog
 
     from copier.adapters.awsauth import endpoint_for, lean_credentials, lean_reason
     from copier.adapters.awsjson import JsonClient, usable
     from copier.adapters.kinesis import KinesisStreams
+    from copier.adapters.summaryboard import ApplicationAnswers
     from copier.adapters.summaryshare import SummaryShare
 
     share = SummaryShare.for_host(config) if shared else None  # one answer per stream for the daemon's processors
@@ -132,13 +134,15 @@ def _processor_clients(config: Config, clock_bounds: Any, shared: bool = False) 
         url = config.state_endpoint or endpoint_for("dynamodb", config.region)
         assert url is not None  # lean_reason checked it
         client = JsonClient("dynamodb", config.region, url, credentials, 5.0, 10.0, clock_bounds.observe)
-        streams = KinesisStreams(config, clock_bounds=clock_bounds, lean=credentials, share=share)
-        return LeanStateStore(config, client), streams
+        store: Any = LeanStateStore(config, client)
+        board = ApplicationAnswers(config, store) if shared else None
+        return store, KinesisStreams(config, clock_bounds=clock_bounds, lean=credentials, share=share, board=board)
     from copier.adapters.dynamo import DynamoStateStore
 
     structlog.get_logger().info("botocore_clients", reason=reason)
     store = DynamoStateStore(config, clock_bounds=clock_bounds)
-    return store, KinesisStreams(config, clock_bounds=clock_bounds, share=share)
+    board = ApplicationAnswers(config, store) if shared else None
+    return store, KinesisStreams(config, clock_bounds=clock_bounds, share=share, board=board)
 
 
 def cmd_process(args: argparse.Namespace) -> int:
@@ -269,6 +273,12 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         action="store_true",
         help="only the file: not this host's executableName, nor AWS (copier.targetRoleArn, the state table, "
         "the streams)",
+    )
+    p.add_argument(
+        "--shared",
+        action="store_true",
+        help="take the streams' settings from the application's answers in the state table when at most 30 s "
+        "old, and post the ones asked for (the service's ExecStartPre: a fleet start asks once per stream)",
     )
     p.set_defaults(func=cmd_check_config)
 

@@ -183,15 +183,24 @@ def check_state_table(config: Config, quiet: bool = False) -> None:
         )
 
 
-def stream_verdicts(config: Config, share: SummaryShare | None = None) -> list[Verdict]:
+def stream_verdicts(config: Config, share: SummaryShare | None = None, application: bool = False) -> list[Verdict]:
     """DescribeStreamSummary of the staging, target and dead-letter streams, judged (copier.core.streamsettings);
     an AwsError (a stream missing, access denied, the endpoint unreachable) goes up. ``share``: the daemon
-    run's, where the answers are kept as its processors' first (``KinesisStreams.describe``)."""
+    run's, where the answers are kept as its processors' first (``KinesisStreams.describe``), taken from the
+    application's answers in the state table when one is at most ``SUMMARY_RETRY_S`` old, or posted there
+    (``copier.adapters.summaryboard``: a fleet start asks once per stream); ``application``: that too, without
+    a share (``check-config --shared``, the service's ``ExecStartPre``)."""
     from copier.adapters.kinesis import KinesisStreams
     from copier.commands.startcheck import start_verdicts
     from copier.core.streamsettings import judge
 
-    streams = KinesisStreams(config, share=share)
+    board = None
+    if share is not None or application:
+        from copier.adapters.dynamo import DynamoStateStore
+        from copier.adapters.summaryboard import ApplicationAnswers
+
+        board = ApplicationAnswers(config, DynamoStateStore(config))
+    streams = KinesisStreams(config, share=share, board=board)
     dlq = config.dead_letter_stream_name
     staging = streams.describe(config.stream_name, keep=True)
     return judge(
@@ -225,9 +234,10 @@ def _key_lines(path: str) -> dict[str, int]:
     return {key: number for key, (number, _) in parse_properties(text).items()}
 
 
-def check_config(config: Config, offline: bool) -> int:
+def check_config(config: Config, offline: bool, shared: bool = False) -> int:
     """check-config's checks in order (see the module docstring); the lint's errors raise ConfigError (the
-    first) after every finding was said, so that the caller says the failure once."""
+    first) after every finding was said, so that the caller says the failure once. ``shared``: the streams'
+    settings from the application's answers when at most ``SUMMARY_RETRY_S`` old (``stream_verdicts``)."""
     findings = lint(config, host=not offline)  # offline: the file alone (it may be meant for another host)
     errors = [line for line in findings if line[1] == "error"]
     if errors:
@@ -241,7 +251,7 @@ def check_config(config: Config, offline: bool) -> int:
 
                 print(f"{config.path}: {check_target(config)}")
             check_state_table(config)
-            verdicts = stream_verdicts(config)
+            verdicts = stream_verdicts(config, application=shared)
         except FatalAwsError:
             raise
         except AwsError as exc:  # throttled (the account's 20 DescribeStreamSummary a second) or a 5xx: passing

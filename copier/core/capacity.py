@@ -11,7 +11,8 @@ Where each number comes from:
   from the benchmarks dict and names the field each figure came from (:attr:`Plan.figures`); nothing
   measured is typed here;
 * how often copier and the KCL call an API follows from the code and the settings: DescribeStreamSummary
-  once per refresh per stream and host, a GetRecords every ``idleTimeBetweenReadsInMillis``,
+  once per refresh per stream for the application (its hosts read the answer from the state table), a
+  GetRecords every ``idleTimeBetweenReadsInMillis``,
   a lease renewal every third of ``failoverTimeMillis``;
 * the limits are AWS's: the per-shard ones are :mod:`copier.core.limits`' (the ones readers pace by), the
   per-account, per-stream and per-table ones the API reference's and the service quotas pages'
@@ -230,10 +231,11 @@ class Plan:
 
     @property
     def start_summary_calls(self) -> int:
-        """DescribeStreamSummary calls a fleet start makes at once: each host's ``copier run`` checks, per stream,
-        whose answers its processors start on (they share one answer; a takeover on a running host asks
-        nothing)."""
-        return self.hosts * STREAMS
+        """DescribeStreamSummary calls a fleet start makes at once: one per stream, by the first host's checks
+        (``check-config --shared`` and ``copier run`` take the application's answer while it is at most 30 s
+        old, and a host that finds another asking waits for its answer); a takeover on a running host asks
+        nothing."""
+        return STREAMS
 
     @property
     def start_window_read_s(self) -> float:

@@ -1,8 +1,9 @@
 """A capacity plan's cost lines and API budgets, from its sizing (``copier.core.capacity``).
 
-The call rates follow from the code and the settings: a host asks DescribeStreamSummary for each of its
-``STREAMS`` once per refresh, whatever its shard count (one answer shared by its processors, refreshed at a
-time drawn between half and all of ``SUMMARY_MAX_AGE_S``: ``copier.core.summaryage``); under polling the KCL
+The call rates follow from the code and the settings: the application asks DescribeStreamSummary for each of
+its ``STREAMS`` once per refresh, whatever its hosts and shards (one answer in the state table, refreshed at a
+time drawn between half and all of its life: ``copier.core.summaryboard``), and each host reads that answer
+once per refresh (one GetItem of the stream's item); under polling the KCL
 reads a shard every ``idleTimeBetweenReadsInMillis``, or at once after a full page of ``maxRecords``; it
 renews a lease every third of ``failoverTimeMillis`` and checkpoints every
 ``copier.checkpointIntervalMillis``; the leader scans the lease table every
@@ -26,7 +27,7 @@ from copier.core.limits import (
     WRITE_RECORDS_PER_SHARD_S,
 )
 from copier.core.shardmap import LIST_SHARDS_PAGE, SHARD_MAP_MAX_AGE_S
-from copier.core.summaryage import mean_refresh_s
+from copier.core.summaryboard import mean_refresh_s
 
 if TYPE_CHECKING:
     from copier.core.capacity import Plan, Settings
@@ -245,10 +246,18 @@ def budgets(p: Plan, s: Settings, units_per_event: float) -> list[Budget]:
         Budget(
             "DescribeStreamSummary",
             "account",
-            p.hosts * STREAMS / mean_refresh_s(),
+            STREAMS / mean_refresh_s(),
             DESCRIBE_STREAM_SUMMARY_PER_ACCOUNT_S,
             "calls/s",
-            "copier's hosts (one shared answer per stream)",
+            "copier's application (one answer per stream in the state table)",
+        ),
+        Budget(
+            "GetItem (a stream's answer)",
+            "item",
+            p.hosts / mean_refresh_s(),
+            PARTITION_RCU,
+            "reads/s",
+            "copier's hosts: each reads the application's answer of a stream once per refresh",
         ),
         Budget("DescribeStream", "account", 0.0, DESCRIBE_STREAM_PER_ACCOUNT_S, "calls/s", "copier never calls it"),
         Budget(

@@ -26,8 +26,10 @@ DOC_RECORD_BYTES = (200, 2048)
 
 # What to do about a budget that binds, by API (the first word of the budget's name).
 REMEDIES = {
-    "DescribeStreamSummary": "a quota increase for DescribeStreamSummary (Service Quotas), or the shards split "
-    "over a second account or region: every host asks for both streams every 2.5 to 5 minutes",
+    "DescribeStreamSummary": "a quota increase for DescribeStreamSummary (Service Quotas), or fewer applications "
+    "in the account: each application asks for each stream every 2.4 to 4.8 minutes, whatever its hosts",
+    "GetItem": "nothing to do below 3,000 hosts: each host reads a stream's answer once per refresh, one item a "
+    "stream",
     "DescribeStream": "nothing of copier's: it never calls DescribeStream",
     "ListShards": "a quota increase, or the target split over streams: each host lists the whole target every "
     "300 s for its processors (a page per 1,000 shards), so the rate grows with hosts times pages",
@@ -205,8 +207,9 @@ def document(plans: Sequence[Plan], sources: Mapping[str, str]) -> str:
         out.append(f"- **{name}**, over {FLAG_SHARE:.0%} at {', '.join(where)}: {remedy(budget)}.")
     out += [
         "",
-        "A fleet start asks DescribeStreamSummary once per stream and host at once (a host's processors share",
-        "one answer; a takeover on a running host asks nothing), and every processor loads its window from the",
+        "A fleet start asks DescribeStreamSummary once per stream (the first host's checks post the answers in the",
+        "state table, and the other hosts' take them while at most 30 s old; a takeover on a running host asks",
+        "nothing), and every processor loads its window from the",
         "state table (strongly consistent reads, at most a partition's",
         f"{PARTITION_RCU:,} read units a second and the table's default {TABLE_RCU:,}; a quota increase raises the "
         "table's):",

@@ -187,6 +187,15 @@ class DigestBatch:
         return self.target_digests() + self.deadletter_digests()
 
 
+@dataclass(frozen=True)
+class BoardItem:
+    """An item of the application's, not of a shard, in the state table (``copier.core.summaryboard``): its
+    text and the version a conditional write of it names."""
+
+    version: int
+    text: str
+
+
 class StateConflict(Exception):
     """A takeover or announcement raced with another writer; re-read and decide again."""
 
@@ -222,6 +231,15 @@ class StateStore(abc.ABC):
         through is refused too: the caller reads the item back
         (``ShardSession.write``).
         """
+
+    @abc.abstractmethod
+    def get_posted(self, key: str) -> BoardItem | None:
+        """Strongly consistent read of an application item (``copier.core.summaryboard``), None if absent."""
+
+    @abc.abstractmethod
+    def post(self, key: str, seen: BoardItem | None, text: str, expires_ms: int) -> BoardItem:
+        """Write an application item, if it is still ``seen`` (absent if ``seen`` is None), to expire (TTL)
+        at ``expires_ms``; the item as written. :class:`StateConflict`: another host wrote it in between."""
 
     @abc.abstractmethod
     def put_batch(self, key: str, batch: DigestBatch) -> None:

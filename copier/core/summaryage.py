@@ -38,7 +38,7 @@ from typing import Any
 
 from copier.core.streamsettings import SUMMARY_MAX_AGE_S, SUMMARY_RETRY_S, StreamSettings
 
-__all__ = ["JITTER", "Answer", "expiry", "fresh", "latest", "may_ask", "mean_refresh_s"]
+__all__ = ["JITTER", "Answer", "expiry", "fresh", "latest", "may_ask", "mean_refresh_s", "settings_of"]
 
 JITTER = 0.5  # an answer expires between (1 - JITTER) and all of SUMMARY_MAX_AGE_S after it came
 
@@ -90,7 +90,7 @@ class Answer:
             raw: Any = json.loads(text)
             if not isinstance(raw, dict) or raw.get("format") != FORMAT:
                 return None
-            settings = _settings(raw["settings"]) if raw["settings"] is not None else None
+            settings = settings_of(raw["settings"]) if raw["settings"] is not None else None
             return cls(settings, _time(raw["fetched"]), _time(raw["expires"]), _time(raw["failed"]))
         except (ValueError, TypeError, KeyError):
             return None
@@ -107,7 +107,7 @@ _KINDS: dict[str, tuple[type, ...]] = {
 }
 
 
-def _settings(raw: Any) -> StreamSettings:
+def settings_of(raw: Any) -> StreamSettings:
     """Exactly the fields of :class:`StreamSettings`, each of its type, or TypeError."""
     types = {f.name: f.type for f in fields(StreamSettings)}
     if not isinstance(raw, dict) or set(raw) != set(types):

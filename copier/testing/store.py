@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from copier.core.errors import FencedError
-from copier.core.state import DigestBatch, ShardState, StateConflict, StateStore
+from copier.core.state import BoardItem, DigestBatch, ShardState, StateConflict, StateStore
 from copier.testing.clock import FakeClock
 
 __all__ = ["InMemoryStateStore"]
@@ -30,6 +30,8 @@ class InMemoryStateStore(StateStore):
     def __init__(self, clock: FakeClock | None = None, ttl_ms: int | None = None) -> None:
         self._items: dict[str, ShardState] = {}
         self._batches: dict[str, dict[int, DigestBatch]] = {}
+        self._posted: dict[str, BoardItem] = {}
+        self.posted_reads = 0  # GetItems of application items (the simulation counts them)
         self._lock = threading.Lock()
         self.write_requests = 0
         self.clock = clock
@@ -74,6 +76,19 @@ class InMemoryStateStore(StateStore):
             ):
                 raise FencedError(f"{key}: epoch {owner.epoch} of {owner.owner} is fenced")
             self._items[key] = new
+
+    def get_posted(self, key: str) -> BoardItem | None:
+        with self._lock:
+            self.posted_reads += 1
+            return self._posted.get(key)
+
+    def post(self, key: str, seen: BoardItem | None, text: str, expires_ms: int) -> BoardItem:
+        with self._lock:
+            self.write_requests += 1
+            if self._posted.get(key) != seen:
+                raise StateConflict(key)
+            new = self._posted[key] = BoardItem(seen.version + 1 if seen is not None else 1, text)
+            return new
 
     def put_batch(self, key: str, batch: DigestBatch) -> None:
         with self._lock:

@@ -28,6 +28,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="each processor asks DescribeStreamSummary for itself (copier before the host share)",
     )
+    parser.add_argument(
+        "--per-host",
+        action="store_true",
+        help="each host asks DescribeStreamSummary for itself (copier before the application's answers)",
+    )
     parser.add_argument("--unthrottled", action="store_true", help="count the calls, refuse none")
     parser.add_argument("--seed", type=int, default=Day.seed)
     parser.add_argument("--json", type=Path, help="write the figures here")
@@ -37,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         shards_per_host=args.shards_per_host,
         interval_s=args.interval,
         shared=not args.per_processor,
+        application=not (args.per_processor or args.per_host),
         enforce=not args.unthrottled,
         seed=args.seed,
     )

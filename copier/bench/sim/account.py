@@ -27,6 +27,8 @@ from copier.core.capacitylines import (
     DESCRIBE_STREAM_SUMMARY_PER_ACCOUNT_S,
     GET_SHARD_ITERATOR_PER_SHARD_S,
     LIST_SHARDS_PER_STREAM_S,
+    PARTITION_RCU,
+    PARTITION_WCU,
     SUBSCRIBE_PER_CONSUMER_SHARD_S,
 )
 from copier.core.errors import TransientAwsError
@@ -56,6 +58,10 @@ LIMITS: dict[str, Limit] = {
     "GetShardIterator": Limit(GET_SHARD_ITERATOR_PER_SHARD_S, "shard", "ProvisionedThroughputExceededException"),
     "GetRecords": Limit(READ_CALLS_PER_SHARD_S, "shard", "ProvisionedThroughputExceededException"),
     "SubscribeToShard": Limit(SUBSCRIBE_PER_CONSUMER_SHARD_S, "consumer-shard", "LimitExceededException"),
+    # The application's answers in the state table (copier.core.summaryboard): one item per stream, whose reads
+    # and writes are bounded by its partition's (a hot item's) 3,000 read and 1,000 write units a second.
+    "GetItem": Limit(PARTITION_RCU, "item", "ProvisionedThroughputExceededException"),
+    "PutItem": Limit(PARTITION_WCU, "item", "ProvisionedThroughputExceededException"),
 }
 
 

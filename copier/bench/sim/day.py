@@ -2,8 +2,9 @@
 
 The day (times from its start; :class:`Day`'s fields hold the numbers):
 
-* **fleet start** (00:00): every host boots within ``start_spread_s``; its ``copier run`` checks the streams
-  (``preflight.stream_verdicts``: DescribeStreamSummary of staging and target, uncached), then its KCL worker
+* **fleet start** (00:00): every host boots within ``start_spread_s``; its ``check-config --shared`` and its
+  ``copier run`` check the streams (``preflight.stream_verdicts``: DescribeStreamSummary of staging and target,
+  through the application's answers), then its KCL worker
   lists the staging stream once (the KCL's shard sync) and is given its shards' leases within
   ``assign_s``; each processor takes its shard over (:meth:`Processor.take_over`), the KCL gets it a shard
   iterator, and it forwards a batch every ``interval_s`` from a random phase.
@@ -48,6 +49,7 @@ from copier.core.config import Config
 from copier.core.errors import AwsError
 from copier.core.shardmap import hash_key
 from copier.core.streamsettings import AUTO, PARTITION_KEY
+from copier.testing.store import InMemoryStateStore
 
 __all__ = ["Day", "Outcome", "simulate"]
 
@@ -66,6 +68,7 @@ class Day:
     # would list it; a host of 16 looks at its shared answers every 19 s or so.
     interval_s: float = 301.0
     shared: bool = True  # False: each processor asks DescribeStreamSummary for itself (before the host share)
+    application: bool = True  # False: each host asks for itself (before the application's answers)
     enforce: bool = True  # False: the account counts without refusing (what copier would ask unthrottled)
     seed: int = 47
     duration_s: float = DAY_S
@@ -141,6 +144,7 @@ class _Run:
         self.account = Account([self.staging, self.target], enforce=day.enforce)
         self.config: Config = sim_config()
         self.keys = _Keys()
+        self.application = InMemoryStateStore() if day.application else None  # the state table's answers
         self.hosts: list[_Host] = []
         self.owner: dict[str, _Host] = {}  # staging shard -> its host
         self.out = Outcome(day, self.account, hosts=math.ceil(day.shards / day.shards_per_host))
@@ -188,22 +192,27 @@ class _Run:
         self.at(18 * HOUR, self._deploy)
 
     def _boot(self, host: _Host, shards: list[str]) -> None:
-        """A host's ``copier run``: its streams checked (the preflight asks DescribeStreamSummary of each,
-        uncached, with botocore's standard retries: three attempts; still throttled, it says so and the start
-        goes on, ``preflight.check_before_run``), its answers kept in the run's share as the processors' first,
-        the KCL's shard sync, then its leases."""
-        checker = Processor(self.config, self.account, self.sim, "preflight", "", host.share)
-        for name in (STAGING, TARGET):
-            for tries in range(3):
-                try:
-                    checker.streams.describe(name, keep=True)
+        """A host's start: the service's ``check-config --shared`` (``ExecStartPre``), then its ``copier run``,
+        each checking the streams (the preflight's DescribeStreamSummary of each, through the application's
+        answers when there are, with botocore's standard retries: three attempts; still throttled, it says so
+        and the start goes on, ``preflight.check_before_run``), ``copier run``'s answers kept in the run's share
+        as the processors' first; then the KCL's shard sync, then its leases."""
+        lag = 0.0
+        for share in (None, host.share):  # check-config has no run share; copier run has the run's
+            checker = Processor(self.config, self.account, self.sim, "preflight", "", share, self.application)
+            checker.clock.lag = lag
+            for name in (STAGING, TARGET):
+                for tries in range(3):
+                    try:
+                        checker.streams.describe(name, keep=True)
+                        break
+                    except AwsError:
+                        checker.clock.sleep(self.rng.uniform(0, 2**tries))
+                else:
+                    self.out.preflight_failures += 1
                     break
-                except AwsError:
-                    checker.clock.sleep(self.rng.uniform(0, 2**tries))
-            else:
-                self.out.preflight_failures += 1
-                break
-        ready = self.sim.now + checker.clock.lag
+            lag = checker.clock.lag
+        ready = self.sim.now + lag
         self.at(ready, lambda: self._kcl_sync(ready))
         for shard_id in shards:
             self.at(ready + self.rng.uniform(0, self.day.assign_s), partial(self._start, host, shard_id))
@@ -219,7 +228,7 @@ class _Run:
             return
         keys = self.staging.entry(shard_id)["HashKeyRange"]
         key = self.keys.for_range(int(keys["StartingHashKey"]), int(keys["EndingHashKey"]))
-        processor = Processor(self.config, self.account, self.sim, shard_id, key, host.share)
+        processor = Processor(self.config, self.account, self.sim, shard_id, key, host.share, self.application)
         host.processors[shard_id] = processor
         self.owner[shard_id] = host
         processor.take_over(self.out.takeover_waits)

@@ -19,23 +19,26 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
-from copier.adapters import kinesis as kinesis_adapter
 from copier.adapters import shardlistings as listings_adapter
+from copier.adapters import summaries as summaries_adapter
+from copier.adapters import summaryboard as board_adapter
 from copier.adapters.awsjson import JsonClient
 from copier.adapters.kinesis import KinesisStreams
 from copier.adapters.leankinesis import LeanKinesis
+from copier.adapters.summaryboard import ApplicationAnswers
 from copier.adapters.summaryshare import SummaryShare
 from copier.bench.sim.account import Account, Wire
 from copier.core.config import Config, parse_config
 from copier.core.plan import SourceRecord
 from copier.core.positions import Position
 from copier.core.shardmap import Listing, ShardMap, key_hashes
+from copier.core.state import BoardItem, StateStore
 from copier.core.summaryage import Answer
 from copier.shard.guard import StreamGuard
 from copier.shard.session import ShardSession
 from copier.testing.store import InMemoryStateStore
 
-__all__ = ["SimClock", "MemoryShare", "Processor", "ProcessorClock", "simulated_adapter", "sim_config"]
+__all__ = ["CountedBoard", "SimClock", "MemoryShare", "Processor", "ProcessorClock", "simulated_adapter", "sim_config"]
 
 STAGING, TARGET = "staging", "target"
 
@@ -126,6 +129,27 @@ class MemoryShare(SummaryShare):
         yield True
 
 
+class CountedBoard:
+    """The application's answers (``copier.core.summaryboard``) in one state store for the whole simulated
+    application, each read and write counted by the account against its item's partition limits (a refused
+    one raised as DynamoDB refuses it): what one processor's :class:`ApplicationAnswers` calls."""
+
+    def __init__(self, store: InMemoryStateStore, account: Account, clock: ProcessorClock) -> None:
+        self.store, self.account, self.clock = store, account, clock
+
+    def _count(self, api: str, key: str) -> None:
+        if not self.account.call(api, key, "copier", self.clock.monotonic()):
+            raise self.account.refuse(api)
+
+    def get_posted(self, key: str) -> BoardItem | None:
+        self._count("GetItem", key)
+        return self.store.get_posted(key)
+
+    def post(self, key: str, seen: BoardItem | None, text: str, expires_ms: int) -> BoardItem:
+        self._count("PutItem", key)
+        return self.store.post(key, seen, text, expires_ms)
+
+
 class _TrustedPages(LeanKinesis):
     """The lean client, its ListShards pages not checked field by field (``kinesisanswers.shards_page``): the
     fake's pages are well formed, and checking 1,000 shards a page, every few minutes for each of 10,000
@@ -169,13 +193,14 @@ def simulated_adapter(seed: int) -> Iterator[None]:
                 found = _SHARD_MAPS[key] = ShardMap.of(listed)
             return found
 
-    names, listings = vars(kinesis_adapter), vars(listings_adapter)
-    saved = listings["ShardMap"], names["random"]
-    listings["ShardMap"], names["random"] = Memo, random.Random(seed)
+    names, board, listings = vars(summaries_adapter), vars(board_adapter), vars(listings_adapter)
+    saved = listings["ShardMap"], names["random"], board["random"]
+    draws = random.Random(seed)
+    listings["ShardMap"], names["random"], board["random"] = Memo, draws, draws
     try:
         yield
     finally:
-        listings["ShardMap"], names["random"] = saved
+        listings["ShardMap"], names["random"], board["random"] = saved
         _SHARD_MAPS.clear()
 
 
@@ -190,11 +215,22 @@ class Processor:
         shard_id: str,
         partition_key: str,
         share: SummaryShare | None,
+        application: InMemoryStateStore | None = None,
     ) -> None:
+        """``application``: the state store the application's answers are in (None: each host asks alone)."""
         self.shard_id = shard_id
         self.clock = ProcessorClock(sim)
+        board = None
+        if application is not None:
+            counted = cast(StateStore, CountedBoard(application, account, self.clock))  # what the board calls
+            board = ApplicationAnswers(config, counted, wall_ms=self.clock.now_ms, sleep=self.clock.sleep)
         self.streams = KinesisStreams(
-            config, sleep=self.clock.sleep, monotonic=self.clock.monotonic, lean=_NoCredentials(), share=share
+            config,
+            sleep=self.clock.sleep,
+            monotonic=self.clock.monotonic,
+            lean=_NoCredentials(),
+            share=share,
+            board=board,
         )
         wire = cast(JsonClient, Wire(account, self.clock))  # what LeanKinesis calls of it: call()
         self.streams._staging = _TrustedPages(wire, self.clock.sleep)  # noqa: SLF001 - the fake in place of HTTP
@@ -246,4 +282,4 @@ class Processor:
 
     def target_answer(self) -> Answer | None:
         """The target's DescribeStreamSummary answer this processor acts on now."""
-        return self.streams._summaries.get(TARGET)  # noqa: SLF001 - what the processor holds
+        return self.streams.summaries.held(TARGET)

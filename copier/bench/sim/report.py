@@ -116,10 +116,17 @@ def run(day: Day) -> dict[str, Any]:
     return summary(out, round(time.process_time() - started, 1))
 
 
+def _mode(day: dict[str, Any]) -> str:
+    """How DescribeStreamSummary answers are shared in the simulated fleet."""
+    if not day["shared"]:
+        return "each processor asking for itself"
+    return "one answer per application (the state table)" if day.get("application") else "one answer per host"
+
+
 def text(result: dict[str, Any]) -> str:
     """The figures as a short text: a line an API and caller, then the waits."""
     day = result["day"]
-    mode = "one answer per host" if day["shared"] else "each processor asking for itself"
+    mode = _mode(day)
     lines = [
         f"control-plane simulation: {day['shards']} staging shards, {result['hosts']} hosts of "
         f"{day['shards_per_host']}, {day['duration_s'] / 3600:g} h, a batch per processor every "
@@ -162,10 +169,11 @@ def markdown(result: dict[str, Any]) -> list[str]:
         f"{result['hosts']} hosts of {day['shards_per_host']}: a fleet start, splits and merges of both streams,",
         "the target switched to AUTO and back and its record limit raised, a host lost, a rolling deploy. Each",
         "processor makes its control-plane calls through copier's own code (`KinesisStreams`, the host's shared",
-        "DescribeStreamSummary answer, `ShardSession`, `StreamGuard`) against a fake account that enforces AWS's",
-        f"limits; a batch every {day['interval_s']:g} s stands for a processor's chunks. A budget is the limit less",
-        f"{result['reserve_share']:.0%} kept for the KCL and other applications; the peak is the most calls in one",
-        f"second on one scope key. {result['cpu_seconds']} CPU seconds.",
+        f"answers and listings, DescribeStreamSummary {_mode(day)}, `ShardSession`, `StreamGuard`) against a fake",
+        "account that enforces AWS's limits (the state table's item: its partition's read and write units,",
+        f"GetItem and PutItem); a batch every {day['interval_s']:g} s stands for a processor's chunks. A budget is",
+        f"the limit less {result['reserve_share']:.0%} kept for the KCL and other applications; the peak is the",
+        f"most calls in one second on one scope key. {result['cpu_seconds']} CPU seconds.",
         "",
         "| API | caller | scope | limit/s | budget/s | peak/s | mean/s | throttled | peak during | copier's peak |",
         "|---|---|---|---|---|---|---|---|---|---|",
