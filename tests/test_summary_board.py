@@ -389,3 +389,32 @@ def test_hosts_of_one_application_share_one_answer_through_the_real_state_table(
     first, second = (h.settings(config.target_stream_name) for h in hosts)
     assert first is not None and first == second
     assert asked == [config.target_stream_name]
+
+
+class _Racing(InMemoryStateStore):
+    """Another host takes the turn between this host's read and its write, every time."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        super().__init__()
+        self.fleet = fleet
+
+    def post(self, key: str, seen: BoardItem | None, text: str, expires_ms: int) -> BoardItem:
+        now = self.fleet.now_ms
+        super().post(key, seen, Posted(turn_until_ms=now + TURN_MS).encode(), expires_ms)  # the other host's
+        return super().post(key, seen, text, expires_ms)  # this host's, over a version it no longer holds
+
+
+def test_a_host_that_loses_the_race_for_the_turn_goes_on_at_once(fake: FakeAws, tmp_path: Path) -> None:
+    """A host with an answer whose conditional write loses to another host's reads the item again at once and
+    goes on with its answer while the other asks: no sleep inside a batch, no call of its own."""
+    fleet = Fleet(fake, tmp_path)
+    host = fleet.host()
+    assert host.settings("target") is not None and described(fake) == 1
+    fleet.now_ms += MAX_AGE_MS + 1
+    racing = _Racing(fleet)
+    racing._posted = dict(fleet.store._posted)  # noqa: SLF001 - the same table
+    late = fleet.host(store=racing)
+    late.summaries._summaries = dict(host.summaries._summaries)  # noqa: SLF001 - this host's stale answer
+    late.summaries._summaries["target"] = replace(late.summaries._summaries["target"], fetched_s=0.0, expires_s=1.0)
+    assert late.settings("target") is not None
+    assert fleet.slept == [] and described(fake) == 1

@@ -30,6 +30,7 @@ from copier.core.summaryboard import (
 
 __all__ = ["ApplicationAnswers", "POLL_S"]
 
+MAX_LOST_TURNS = 3  # conditional writes lost to other hosts in a row before going on as if one were asking
 POLL_S = 1.0  # how often a host waiting for another's call looks at the item again (one read unit each)
 
 
@@ -64,6 +65,7 @@ class ApplicationAnswers:
         after waiting ``wait_s`` for its answer. None when the item cannot be used: the caller asks alone."""
         key = board_key(self.scope, stream)
         deadline = self._wall_ms() + wait_s * 1000
+        lost = 0  # turns another host took first: read again at once (its turn, or its answer, is there now)
         try:
             while True:
                 item, posted = self._read(key)
@@ -74,7 +76,10 @@ class ApplicationAnswers:
                     taken = self._take_turn(key, item, posted, now)
                     if taken is not None:
                         return self._ask(key, taken, posted, ask)
-                elif now >= deadline:
+                    lost += 1
+                    if lost <= MAX_LOST_TURNS:
+                        continue  # never a sleep here: a host with an answer must not wait on another's write
+                if now >= deadline:
                     return posted  # another host is asking: the caller goes on with what it has
                 self._sleep(POLL_S)
         except (CopierError, StateConflict):
