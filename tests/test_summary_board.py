@@ -352,15 +352,15 @@ def test_two_applications_or_targets_in_two_accounts_never_share_an_item(fake: F
 
 
 def test_a_preflight_takes_a_recent_answer_and_posts_the_one_it_asks_for(fake: FakeAws, tmp_path: Path) -> None:
-    """``copier run``'s checks (``describe(keep=True)``): one at most SUMMARY_RETRY_S old is taken, the
+    """``copier run``'s checks (``StreamSummaries.starting``): one at most SUMMARY_RETRY_S old is taken, the
     processors' first; an older one is asked for and posted, so a fleet starting together asks once."""
     fleet = Fleet(fake, tmp_path)
-    first = fleet.host().describe("target", keep=True)
+    first = fleet.host().summaries.starting("target")
     assert described(fake) == 1 and fleet.posted().settings == first
     fleet.now_ms += RETRY_MS - 1000
-    assert fleet.host().describe("target", keep=True) == first and described(fake) == 1
+    assert fleet.host().summaries.starting("target") == first and described(fake) == 1
     fleet.now_ms += 2000
-    fleet.host().describe("target", keep=True)
+    fleet.host().summaries.starting("target")
     assert described(fake) == 2
 
 
@@ -418,3 +418,23 @@ def test_a_host_that_loses_the_race_for_the_turn_goes_on_at_once(fake: FakeAws, 
     late.summaries._summaries["target"] = replace(late.summaries._summaries["target"], fetched_s=0.0, expires_s=1.0)
     assert late.settings("target") is not None
     assert fleet.slept == [] and described(fake) == 1
+# -- found in review ------------------------------------------------------------------------------------------
+
+LOWERED = {"StreamDescriptionSummary": {"RetentionPeriodHours": 24, "MaxRecordSizeInKiB": 1024, "OpenShardCount": 1}}
+
+
+def test_a_refused_put_reads_the_limit_now_whatever_the_application_holds(fake: FakeAws, tmp_path: Path) -> None:
+    """A put was refused (``ShardSession.settings(now=True)``: ``describe(keep=True)``): the limit may have been
+    lowered since any answer, the application's of 10 s ago too. The processor asks Kinesis now and keeps that
+    answer; taking the application's instead re-planned the refused record under the old limit, and the shard
+    retried it until that answer was 30 s old."""
+    fleet = Fleet(fake, tmp_path)
+    first = fleet.host().settings("target")
+    assert first is not None and first.max_record_bytes == 2048 * 1024 and described(fake) == 1
+    fake.replies = [json_reply(200, LOWERED) for _ in range(10)]
+    fleet.now_ms += 10_000
+    refused = fleet.host()
+    assert refused.describe("target", keep=True).max_record_bytes == 1024 * 1024
+    assert described(fake) == 2
+    held = refused.summaries.held("target")
+    assert held is not None and held.settings is not None and held.settings.max_record_bytes == 1024 * 1024

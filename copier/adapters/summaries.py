@@ -45,24 +45,28 @@ class StreamSummaries:
         return self._summaries.get(stream)
 
     def describe(self, stream: str, keep: bool = False) -> StreamSettings:
-        """The stream's settings from DescribeStreamSummary now, uncached; an AwsError goes up. ``keep``: the
-        answer becomes this object's and the host's (``share``) as :meth:`settings` would keep it: ``copier
-        run``'s checks ask before the daemon starts, and their answers are its processors' first (a fleet start
-        then asks once per host and stream, not twice); with the application's answers (``board``), one at most
-        ``SUMMARY_RETRY_S`` old is taken instead of asking, and one asked for is posted (a fleet start then asks
-        once per stream)."""
-        if keep and self._board is not None:
+        """The stream's settings from DescribeStreamSummary now, uncached (a put was just refused: a limit may
+        have been lowered since any answer, the application's too); an AwsError goes up. ``keep``: the answer
+        becomes this object's and the host's (``share``) as :meth:`settings` would keep it."""
+        asked = self._monotonic()
+        settings = self._ask_now(stream)
+        if keep:
+            self._keep(stream, Answer().answered(settings, asked, random.random()))  # noqa: S311 - jitter
+        return settings
+
+    def starting(self, stream: str) -> StreamSettings:
+        """The stream's settings for ``copier run``'s checks, kept as :meth:`describe` keeps them: their answers
+        are the processors' first (a fleet start then asks once per host and stream, not twice); with the
+        application's answers (``board``), one at most ``SUMMARY_RETRY_S`` old is taken instead of asking, and
+        one asked for is posted (a fleet start then asks once per stream). An AwsError goes up."""
+        if self._board is not None:
             posted = self._board.answer(stream, RETRY_MS, FIRST_ANSWER_WAIT_S, lambda: self._ask_now(stream))
             now, now_ms = self._monotonic(), self._board.wall_ms()
             if posted is not None and posted_fresh(posted, now_ms, RETRY_MS, self.config.clock_skew_millis):
                 self._keep(stream, host_answer(posted, now_ms, now, random.random()))  # noqa: S311 - jitter
                 assert posted.settings is not None, "a fresh answer"
                 return posted.settings
-        asked = self._monotonic()
-        settings = self._ask_now(stream)
-        if keep:
-            self._keep(stream, Answer().answered(settings, asked, random.random()))  # noqa: S311 - jitter
-        return settings
+        return self.describe(stream, keep=True)
 
     def _keep(self, stream: str, answer: Answer) -> None:
         self._summaries[stream] = answer

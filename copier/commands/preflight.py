@@ -186,7 +186,7 @@ def check_state_table(config: Config, quiet: bool = False) -> None:
 def stream_verdicts(config: Config, share: SummaryShare | None = None, application: bool = False) -> list[Verdict]:
     """DescribeStreamSummary of the staging, target and dead-letter streams, judged (copier.core.streamsettings);
     an AwsError (a stream missing, access denied, the endpoint unreachable) goes up. ``share``: the daemon
-    run's, where the answers are kept as its processors' first (``KinesisStreams.describe``), taken from the
+    run's, where the answers are kept as its processors' first (``StreamSummaries.starting``), taken from the
     application's answers in the state table when one is at most ``SUMMARY_RETRY_S`` old, or posted there
     (``copier.adapters.summaryboard``: a fleet start asks once per stream); ``application``: that too, without
     a share (``check-config --shared``, the service's ``ExecStartPre``)."""
@@ -202,11 +202,11 @@ def stream_verdicts(config: Config, share: SummaryShare | None = None, applicati
         board = ApplicationAnswers(config, DynamoStateStore(config))
     streams = KinesisStreams(config, share=share, board=board)
     dlq = config.dead_letter_stream_name
-    staging = streams.describe(config.stream_name, keep=True)
+    staging = streams.summaries.starting(config.stream_name)
     return judge(
         staging,
-        streams.describe(config.target_stream_name, keep=True),
-        streams.describe(dlq, keep=True) if dlq else None,
+        streams.summaries.starting(config.target_stream_name),
+        streams.summaries.starting(dlq) if dlq else None,
         ordering=config.ordering,
         window_ms=config.dedup_window_ms,
         digest_ttl_floor_ms=config.digest_ttl_hours * 3_600_000,

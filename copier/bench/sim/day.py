@@ -204,7 +204,7 @@ class _Run:
             for name in (STAGING, TARGET):
                 for tries in range(3):
                     try:
-                        checker.streams.describe(name, keep=True)
+                        checker.streams.summaries.starting(name)
                         break
                     except AwsError:
                         checker.clock.sleep(self.rng.uniform(0, 2**tries))
