@@ -438,3 +438,25 @@ def test_a_refused_put_reads_the_limit_now_whatever_the_application_holds(fake: 
     assert described(fake) == 2
     held = refused.summaries.held("target")
     assert held is not None and held.settings is not None and held.settings.max_record_bytes == 1024 * 1024
+
+
+def test_a_refreshing_host_looks_at_the_item_once_a_second_while_another_host_asks(
+    fake: FakeAws, tmp_path: Path
+) -> None:
+    """A processor that wants an answer at most 30 s old (a setting stops it, or records suggest a switch) asks
+    at every chunk. While another host holds the turn it goes on with its answer and looks at the item again a
+    second later, not at every chunk: a GetItem a chunk was a busy loop for as long as the turn ran."""
+    fleet = Fleet(fake, tmp_path)
+    host = fleet.host()
+    assert host.settings("target") is not None
+    fleet.now_ms += RETRY_MS + 1000  # older than a refresh accepts, fresh otherwise
+    busy = replace(fleet.posted(), turn_until_ms=fleet.now_ms + TURN_MS)
+    fleet.store.post(fleet.key(), fleet.store.get_posted(fleet.key()), busy.encode(), fleet.now_ms + ITEM_LIFE_MS)
+    reads = fleet.store.posted_reads
+    for _ in range(20):
+        assert host.settings("target", refresh=True) is not None
+    assert fleet.store.posted_reads - reads == 1
+    fleet.now_ms += 1000
+    assert host.settings("target", refresh=True) is not None
+    assert fleet.store.posted_reads - reads == 2
+    assert described(fake) == 1 and fleet.slept == []

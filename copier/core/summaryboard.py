@@ -198,7 +198,12 @@ def adopt(
     if failing(posted, now_ms, skew_ms):
         return held.failed(now_s)
     if held.settings is not None and held.expires_s is not None:
-        return replace(held, expires_s=max(held.expires_s, now_s + LOOK_AGAIN_S))
+        # Not looked at again before LOOK_AGAIN_S, under a refresh too (an answer over SUMMARY_RETRY_S old is
+        # stale for it whatever its expiry): ``may_ask`` holds a look back SUMMARY_RETRY_S after a failed call,
+        # so the look is dated that much before the next one. Without it, every chunk read the item.
+        return replace(
+            held, expires_s=max(held.expires_s, now_s + LOOK_AGAIN_S), failed_s=now_s + LOOK_AGAIN_S - RETRY_MS / 1000
+        )
     return None
 
 
