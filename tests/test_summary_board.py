@@ -460,3 +460,14 @@ def test_a_refreshing_host_looks_at_the_item_once_a_second_while_another_host_as
     assert host.settings("target", refresh=True) is not None
     assert fleet.store.posted_reads - reads == 2
     assert described(fake) == 1 and fleet.slept == []
+
+
+def test_a_preflight_whose_call_fails_says_so_without_asking_again(fake: FakeAws, tmp_path: Path) -> None:
+    """``copier run``'s checks take the turn and ask; the call is throttled. The failure is posted (every host
+    held back 30 s) and goes up to the check (a warning, the start goes on), instead of the check asking again at
+    once: the throttled account asked twice by every host starting."""
+    fake.replies = [json_reply(400, THROTTLED)] + [json_reply(200, SUMMARY) for _ in range(10)]
+    fleet = Fleet(fake, tmp_path)
+    with pytest.raises(TransientAwsError):
+        fleet.host().summaries.starting("target")
+    assert described(fake) == 1 and fleet.posted().failed_ms == T0

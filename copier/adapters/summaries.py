@@ -58,9 +58,21 @@ class StreamSummaries:
         """The stream's settings for ``copier run``'s checks, kept as :meth:`describe` keeps them: their answers
         are the processors' first (a fleet start then asks once per host and stream, not twice); with the
         application's answers (``board``), one at most ``SUMMARY_RETRY_S`` old is taken instead of asking, and
-        one asked for is posted (a fleet start then asks once per stream). An AwsError goes up."""
+        one asked for is posted (a fleet start then asks once per stream). An AwsError goes up: this call's own
+        (posted as the application's failure; asking again at once would spend the throttled account twice)."""
         if self._board is not None:
-            posted = self._board.answer(stream, RETRY_MS, FIRST_ANSWER_WAIT_S, lambda: self._ask_now(stream))
+            failures: list[AwsError] = []
+
+            def ask() -> StreamSettings:
+                try:
+                    return self._ask_now(stream)
+                except AwsError as exc:
+                    failures.append(exc)
+                    raise
+
+            posted = self._board.answer(stream, RETRY_MS, FIRST_ANSWER_WAIT_S, ask)
+            if failures:
+                raise failures[0]
             now, now_ms = self._monotonic(), self._board.wall_ms()
             if posted is not None and posted_fresh(posted, now_ms, RETRY_MS, self.config.clock_skew_millis):
                 self._keep(stream, host_answer(posted, now_ms, now, random.random()))  # noqa: S311 - jitter
