@@ -391,33 +391,6 @@ def test_hosts_of_one_application_share_one_answer_through_the_real_state_table(
     assert asked == [config.target_stream_name]
 
 
-class _Racing(InMemoryStateStore):
-    """Another host takes the turn between this host's read and its write, every time."""
-
-    def __init__(self, fleet: Fleet) -> None:
-        super().__init__()
-        self.fleet = fleet
-
-    def post(self, key: str, seen: BoardItem | None, text: str, expires_ms: int) -> BoardItem:
-        now = self.fleet.now_ms
-        super().post(key, seen, Posted(turn_until_ms=now + TURN_MS).encode(), expires_ms)  # the other host's
-        return super().post(key, seen, text, expires_ms)  # this host's, over a version it no longer holds
-
-
-def test_a_host_that_loses_the_race_for_the_turn_goes_on_at_once(fake: FakeAws, tmp_path: Path) -> None:
-    """A host with an answer whose conditional write loses to another host's reads the item again at once and
-    goes on with its answer while the other asks: no sleep inside a batch, no call of its own."""
-    fleet = Fleet(fake, tmp_path)
-    host = fleet.host()
-    assert host.settings("target") is not None and described(fake) == 1
-    fleet.now_ms += MAX_AGE_MS + 1
-    racing = _Racing(fleet)
-    racing._posted = dict(fleet.store._posted)  # noqa: SLF001 - the same table
-    late = fleet.host(store=racing)
-    late.summaries._summaries = dict(host.summaries._summaries)  # noqa: SLF001 - this host's stale answer
-    late.summaries._summaries["target"] = replace(late.summaries._summaries["target"], fetched_s=0.0, expires_s=1.0)
-    assert late.settings("target") is not None
-    assert fleet.slept == [] and described(fake) == 1
 # -- found in review ------------------------------------------------------------------------------------------
 
 LOWERED = {"StreamDescriptionSummary": {"RetentionPeriodHours": 24, "MaxRecordSizeInKiB": 1024, "OpenShardCount": 1}}
@@ -471,3 +444,45 @@ def test_a_preflight_whose_call_fails_says_so_without_asking_again(fake: FakeAws
     with pytest.raises(TransientAwsError):
         fleet.host().summaries.starting("target")
     assert described(fake) == 1 and fleet.posted().failed_ms == T0
+
+
+class _Racing(InMemoryStateStore):
+    """The state table, where another host writes the item between this host's read and its write (once)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.before_post: Callable[[], None] | None = None
+
+    def post(self, key: str, seen: BoardItem | None, text: str, expires_ms: int) -> BoardItem:
+        hook, self.before_post = self.before_post, None
+        if hook is not None:
+            hook()
+        return super().post(key, seen, text, expires_ms)
+
+
+def test_a_host_with_an_answer_that_loses_the_turn_to_another_goes_on_at_once(fake: FakeAws, tmp_path: Path) -> None:
+    """Two hosts find the answer stale together; the other one's conditional write comes first. This host reads
+    the item again at once and goes on with its answer while the other asks: it never sleeps in a chunk."""
+    store = _Racing()
+    fleet = Fleet(fake, tmp_path, store)
+    host = fleet.host()
+    assert host.settings("target") is not None
+    fleet.now_ms += MAX_AGE_MS + 1
+
+    def other_takes_the_turn() -> None:
+        turn = replace(fleet.posted(), turn_until_ms=fleet.now_ms + TURN_MS)
+        store.post(fleet.key(), store.get_posted(fleet.key()), turn.encode(), fleet.now_ms + ITEM_LIFE_MS)
+
+    store.before_post = other_takes_the_turn
+    assert host.settings("target") is not None
+    assert fleet.slept == [] and described(fake) == 1
+
+
+def test_an_answer_whose_life_leaves_no_room_for_a_hosts_spread_is_not_trusted() -> None:
+    """A host's copy lives up to HOST_SPREAD_MS past the answer's expiry: an item whose expiry is further than
+    SUMMARY_MAX_AGE_S less that from its asking (another writer's, of the same format) would be acted on past
+    the longest age the docs promise, so it is asked again."""
+    posted = replace(answered(SETTINGS, T0, 0.0), expires_ms=T0 + MAX_AGE_MS)
+    copy = host_answer(posted, T0, 100.0, 0.999) if posted_fresh(posted, T0, MAX_AGE_MS, SKEW) else None
+    assert copy is None, f"a copy acted on for {copy.expires_s - 100.0 if copy and copy.expires_s else 0} s"
+    assert posted_fresh(answered(SETTINGS, T0, 0.0), T0, MAX_AGE_MS, SKEW)

@@ -139,7 +139,7 @@ def posted_fresh(posted: Posted, now_ms: int, max_age_ms: int, skew_ms: int) -> 
     asked, expires = posted.asked_ms, posted.expires_ms
     if posted.settings is None or asked is None or expires is None:
         return False
-    if asked > now_ms + skew_ms or expires - asked > MAX_AGE_MS:
+    if asked > now_ms + skew_ms or expires - asked > MAX_AGE_MS - HOST_SPREAD_MS:  # a host's copy adds the spread
         return False
     return now_ms - asked <= max_age_ms and now_ms <= expires
 
