@@ -283,3 +283,36 @@ def test_a_credential_process_botocore_would_use_keeps_botocore(
     assert reference is not None and reference.access_key == "PROCESS"
     reason = lean_reason([("kinesis", "us-east-1", None)], None, dict(os.environ))
     assert reason == f"{tmp_path / 'cfg' / 'config'} exists"
+
+
+def test_signatures_at_the_current_time_are_botocore_s_second_by_second_headers_and_token_changed() -> None:
+    """Without a given time, a signature is botocore's for the second it is made in (the X-Amz-Date text is
+    kept from one second to the next, never past it), and the canonical headers kept per header set follow a
+    change of target, of Host and of security token (credentials refreshed), each signature botocore's."""
+    first = Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "token-1")
+    rotated = Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "token-2")
+    unsigned = Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", None)
+    put = {"X-Amz-Target": "Kinesis_20131202.PutRecords", "Content-Type": "application/x-amz-json-1.1"}
+    item = {"X-Amz-Target": "DynamoDB_20120810.PutItem", "Content-Type": "application/x-amz-json-1.0"}
+    second = NOW.timestamp()
+    steps = [
+        (first, put, "https://kinesis.us-east-1.amazonaws.com/", second + 0.2),
+        (first, put, "https://kinesis.us-east-1.amazonaws.com/", second + 0.9),
+        (first, put, "https://kinesis.us-east-1.amazonaws.com/", second + 1.0),
+        (first, item, "https://kinesis.us-east-1.amazonaws.com/", second + 1.5),
+        (rotated, item, "https://kinesis.us-east-1.amazonaws.com/", second + 1.5),
+        (unsigned, item, "https://kinesis.us-east-1.amazonaws.com/", second + 2.5),
+        (first, put, "http://127.0.0.1:4566/", second + 86400.5),
+    ]
+    for credentials, headers, url, at in steps:
+        body = json.dumps({"at": at}).encode()
+        with mock.patch.object(awsauth.time, "time", return_value=at):
+            ours = sign(credentials, "kinesis", "us-east-1", url, headers, body)
+        moment = dt.datetime.fromtimestamp(int(at), dt.UTC)
+        request = AWSRequest(method="POST", url=url, data=body, headers=dict(headers))
+        theirs = botocore.credentials.Credentials(credentials.access_key, credentials.secret_key, credentials.token)
+        with mock.patch.object(botocore.auth, "get_current_datetime", return_value=moment.replace(tzinfo=None)):
+            botocore.auth.SigV4Auth(theirs.get_frozen_credentials(), "kinesis", "us-east-1").add_auth(request)
+        assert ours["X-Amz-Date"] == request.headers["X-Amz-Date"], (at, url)
+        assert ours["Authorization"] == request.headers["Authorization"], (at, url, credentials.token)
+        assert ours.get("X-Amz-Security-Token") == request.headers.get("X-Amz-Security-Token")

@@ -6,6 +6,7 @@ answer, is no answer."""
 from __future__ import annotations
 
 import http.client
+import re
 import socket
 import threading
 import time
@@ -272,3 +273,25 @@ def test_bytes_past_a_body_close_the_connection_and_are_never_read_as_the_next_a
         server.stop()
     assert [(a.status, a.body) for a in answers] == [(200, b"{}"), (400, b"{}")]
     assert wire.opened == 2
+
+
+def test_a_request_head_carries_its_headers_in_order_and_refuses_one_that_would_split_it() -> None:
+    """The head is the headers given, in their order, then Accept-Encoding and Content-Length; a name or a
+    value that would end its line (a line break, a NUL; a colon or a blank in a name) is refused, naming that
+    header, whichever header it is in and however many are fine."""
+    head = httpwire.request_head({"Host": "h", "X-Amz-Target": "T.Op", "Content-Type": "c"}, 12)
+    assert head == (
+        b"POST / HTTP/1.1\r\nHost: h\r\nX-Amz-Target: T.Op\r\nContent-Type: c\r\n"
+        b"Accept-Encoding: identity\r\nContent-Length: 12\r\n\r\n"
+    )
+    fine = {"Host": "h", "X-Amz-Date": "20261124T073015Z", "Authorization": "AWS4-HMAC-SHA256 Credential=a/b"}
+    for name, value in [
+        ("X-Amz-Security-Token", "tok\r\nX-Evil: 1"),
+        ("X-Amz-Security-Token", "tok\nen"),
+        ("X-Amz-Security-Token", "tok\0en"),
+        ("X-Bad Name", "v"),
+        ("X-Bad:Name", "v"),
+        ("X-Bad\rName", "v"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(f"header {name!r}")):
+            httpwire.request_head({**fine, name: value, "Content-Type": "c"}, 2)

@@ -98,6 +98,13 @@ class Headers:
             by_name.setdefault(name.lower(), value)
         self._by_name = by_name
 
+    @classmethod
+    def lowered(cls, by_name: dict[str, str]) -> Headers:
+        """The headers of ``by_name``, whose names are lowercased already and hold the first value of each."""
+        headers = cls.__new__(cls)
+        headers._by_name = by_name
+        return headers
+
     def get(self, name: str) -> str | None:
         return self._by_name.get(name.lower())
 
@@ -122,13 +129,16 @@ def request_head(headers: dict[str, str], length: int) -> bytes:
     """The head of a POST to "/" of a body of ``length`` bytes, with exactly these headers (Host among them).
 
     A header value with a line break would split the request: refused (ValueError), as http.client does.
+    Checked over all names and all values at once (a character is in one of them if and only if it is in
+    their concatenation), header by header only to name the one refused.
     """
-    lines = ["POST / HTTP/1.1"]
-    for name, value in {**headers, "Accept-Encoding": "identity", "Content-Length": str(length)}.items():
-        if _BAD_VALUE.search(value) or _BAD_NAME.search(name):
-            raise ValueError(f"header {name!r} cannot be sent: {value[:40]!r}")
-        lines.append(f"{name}: {value}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    sent = {**headers, "Accept-Encoding": "identity", "Content-Length": str(length)}
+    if _BAD_VALUE.search("".join(sent.values())) or _BAD_NAME.search("".join(sent)):
+        for name, value in sent.items():
+            if _BAD_VALUE.search(value) or _BAD_NAME.search(name):
+                raise ValueError(f"header {name!r} cannot be sent: {value[:40]!r}")
+    lines = "".join([f"{name}: {value}\r\n" for name, value in sent.items()])
+    return f"POST / HTTP/1.1\r\n{lines}\r\n".encode("latin-1")
 
 
 def _queue(sock: socket.socket, request: int) -> int | None:
@@ -223,12 +233,12 @@ def _recv_into(sock: socket.socket, buffer: Any, deadline: float) -> int:
 _MAX_HEAD = 65536  # http.client's longest line: a head longer than this is left to it (it refuses a longer line)
 _MAX_HEADERS = 100  # http.client's most lines after the status line, the blank line that ends them counted
 _HEAD_END = re.compile(rb"\n\r?\n")  # where http.client's head ends: a line break, then an empty line
-_STATUS_LINE = re.compile(rb"HTTP/1\.1 ([2-9][0-9][0-9])(?: [^\r\n]*)?")
+_STATUS_LINE = re.compile(r"HTTP/1\.1 ([2-9][0-9][0-9])(?: [^\r\n]*)?")
 # A header line email.parser reads as one header: a name of token characters (a name with any other character,
 # a blank or a byte past ASCII, ends its headers there), the value without the blanks before it (those after it
 # kept, as email.message keeps them)
-_HEADER = re.compile(rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*(.*)", re.DOTALL)
-_LENGTH = re.compile(rb"[0-9]{1,18}")
+_HEADER = re.compile(r"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*(.*)", re.DOTALL)
+_LENGTH = re.compile(r"[0-9]{1,18}")
 _NO_BODY = (204, 304)  # http.client reads no body after these, whatever Content-Length says
 
 
@@ -242,22 +252,25 @@ def _plain_head(head: bytes) -> tuple[int, Headers, int, bool] | None:
     crlf = head.count(b"\r\n")
     if head.count(b"\n") != crlf or head.count(b"\r") != crlf or crlf >= _MAX_HEADERS or len(head) > _MAX_HEAD - 2:
         return None
-    lines = head.split(b"\r\n")
+    lines = head.decode("latin-1").split("\r\n")  # latin-1: one character a byte, as http.client reads a head
     status = _STATUS_LINE.fullmatch(lines[0])
     if status is None or int(status.group(1)) in _NO_BODY:
         return None
-    pairs = []
+    by_name: dict[str, str] = {}
+    lengths = 0
     for line in lines[1:]:
         header = _HEADER.fullmatch(line)
         if header is None:
             return None
-        pairs.append((header.group(1).decode("latin-1"), header.group(2).decode("latin-1")))
-    headers = Headers(pairs)
-    length = headers.get("Content-Length")
-    lengths = [v for k, v in pairs if k.lower() == "content-length"]
-    if length is None or headers.get("Transfer-Encoding") is not None or len(lengths) != 1:
+        name, value = header.groups()
+        lower = name.lower()
+        lengths += lower == "content-length"
+        by_name.setdefault(lower, value)
+    headers = Headers.lowered(by_name)
+    length = by_name.get("content-length")
+    if length is None or "transfer-encoding" in by_name or lengths != 1:
         return None
-    if not _LENGTH.fullmatch(length.rstrip(" \t").encode("latin-1")):
+    if not _LENGTH.fullmatch(length.rstrip(" \t")):
         return None
     will_close = "close" in (headers.get("Connection") or "").lower()
     return int(status.group(1)), headers, int(length), will_close
