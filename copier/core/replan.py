@@ -45,6 +45,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import TypedDict
 
 from copier.core.identity import content_digest
 from copier.core.packing import pack_digests, unpack_digests
@@ -52,7 +53,7 @@ from copier.core.plan import BatchPlan, Outgoing, PlanSettings, SourceRecord, be
 from copier.core.positions import Position
 from copier.core.state import DigestBatch
 
-__all__ = ["replan", "rerouted_batch", "with_columns"]
+__all__ = ["Columns", "columns", "replan", "rerouted_batch", "with_columns"]
 
 
 def replan(
@@ -82,16 +83,30 @@ def _rewrapped(entry: Outgoing, record: SourceRecord, settings: PlanSettings) ->
     return entry._replace(data=envelope, identity=content_digest(entry.partition_key, envelope), b64=None)
 
 
-def with_columns(batch: DigestBatch, plan: BatchPlan) -> DigestBatch:
-    """``batch`` with the digest columns of what ``plan`` sends (``DigestBatch``: where each entry goes)."""
-    return replace(
-        batch,
+class Columns(TypedDict):
+    """A digest batch's digest columns (``DigestBatch``: where each entry goes)."""
+
+    keyed: bytes
+    unkeyed: bytes
+    deadletter: bytes
+    dead_ids: bytes
+    before_ids: bytes
+
+
+def columns(plan: BatchPlan) -> Columns:
+    """The digest columns of what ``plan`` sends, for a new batch (``DigestBatch(..., **columns(plan))``)."""
+    return Columns(
         keyed=pack_digests(plan.keyed_digests),
         unkeyed=pack_digests(plan.unkeyed_digests),
         deadletter=pack_digests(plan.deadletter_digests),
         dead_ids=pack_digests(plan.dead_ids),
         before_ids=pack_digests(plan.before_ids),
     )
+
+
+def with_columns(batch: DigestBatch, plan: BatchPlan) -> DigestBatch:
+    """``batch`` with the digest columns of what ``plan`` sends."""
+    return replace(batch, **columns(plan))
 
 
 def rerouted_batch(

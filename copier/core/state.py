@@ -126,10 +126,15 @@ class ShardState:
     stall_since_ms: int | None = None
 
     def with_counts(self, **delta: int) -> ShardState:
+        return replace(self, counters=self.counted(**delta))
+
+    def counted(self, **delta: int) -> dict[str, int]:
+        """The counters with ``delta`` added: for a ``replace`` that changes other fields too (one new state,
+        not two: a commit builds one per chunk)."""
         counters = dict(self.counters)
         for name, value in delta.items():
             counters[name] = counters.get(name, 0) + value
-        return replace(self, counters=counters)
+        return counters
 
     @property
     def redo_counter(self) -> Counter[int]:

@@ -34,7 +34,7 @@ from copier.core.errors import FatalAwsError, FencedError
 from copier.core.packing import pack_digests
 from copier.core.plan import BatchPlan, Outgoing, PlanSettings, Redo, SourceRecord, chunks, plan_batch
 from copier.core.positions import Position
-from copier.core.replan import replan, rerouted_batch, with_columns
+from copier.core.replan import columns, replan, rerouted_batch
 from copier.core.shardmap import key_hashes
 from copier.core.startpoint import NO_ARRIVAL
 from copier.core.state import DigestBatch, ShardState, digest_expiry_ms
@@ -62,6 +62,21 @@ def checkpoint(records: Sequence[SourceRecord], last: Position, landed_ms: int) 
 #: What a source's records become, chunk by chunk: ``(records, the state item as committed, the window, the plan
 #: settings) -> BatchPlan``. Pure (``copier.core``): the same chunk planned again gives the same plan.
 PlanRule = Callable[[Sequence[SourceRecord], ShardState, DedupWindow, PlanSettings], BatchPlan]
+
+
+def _counts(plan: BatchPlan) -> dict[str, int]:
+    """What a chunk's commit adds to the shard's counters."""
+    counts = {
+        "forwarded": sum(1 for o in plan.send if o.destination == "target"),
+        "dead_lettered": plan.dead_lettered,
+        "duplicates": plan.duplicates,
+        "replays": plan.replays,
+        "unkeyed": len(plan.unkeyed),
+        "already_landed": plan.already_landed,
+    }
+    if plan.before_start:  # counted only by an application with a start (copier.core.startpoint)
+        counts["before_start"] = plan.before_start
+    return counts
 
 
 class ChunkPipeline:
@@ -250,8 +265,8 @@ class ChunkPipeline:
             redo_settings=redo_settings,
             expires_ms=self._expires_ms(plan, now),
             clock_bound_ms=max(bound, s.margins.own_bound() or 0) or None,
+            **columns(plan),
         )
-        batch = with_columns(batch, plan)
         s.ensure_lease()
         s.retrying("put_batch", lambda: s.store.put_batch(s.key, batch))
         s.log.debug("batch_recorded", batch=index, entries=len(plan.send), last=str(plan.last))
@@ -324,16 +339,8 @@ class ChunkPipeline:
             window_ms=s.config.dedup_window_ms,  # what this chunk's digest batch lives by (_expires_ms)
             position_arrival_ms=arrival,
             position_age_ms=age,
-        ).with_counts(
-            forwarded=sum(1 for o in plan.send if o.destination == "target"),
-            dead_lettered=plan.dead_lettered,
-            duplicates=plan.duplicates,
-            replays=plan.replays,
-            unkeyed=len(plan.unkeyed),
-            already_landed=plan.already_landed,
+            counters=state.counted(**_counts(plan)),
         )
-        if plan.before_start:  # counted only by an application with a start (copier.core.startpoint)
-            commit = commit.with_counts(before_start=plan.before_start)
         s.stalls.over()  # everything landed: the commit says the shard moves again
         try:
             s.write(commit)
