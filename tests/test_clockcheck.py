@@ -345,3 +345,18 @@ def test_a_step_back_during_a_slow_request_leaves_the_true_offset_inside() -> No
     bounds.observe(sent, received, http_date(aws + 1))  # the server stamped right after its second ticked
     snapshot = bounds.snapshot()
     assert contains(snapshot, 3_000), snapshot
+
+
+@given(offset=st.floats(-1e8, 1e8), samples=timings)
+def test_the_bound_read_alone_is_the_snapshots_bound(
+    offset: float, samples: list[tuple[int, float, float, float]]
+) -> None:
+    """``bound_ms`` (read several times a delivery, without building a snapshot) is the snapshot's ``bound_ms``
+    before any answer and after each one."""
+    bounds = ClockBounds(frame=STEADY)
+    assert bounds.bound_ms() is None and bounds.snapshot().bound_ms is None
+    t = float(T0)
+    for gap, rtt, at, fraction in samples:
+        t += gap + fraction
+        answer(bounds, t, rtt, at, -offset)
+        assert bounds.bound_ms() == bounds.snapshot().bound_ms

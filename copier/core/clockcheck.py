@@ -244,8 +244,19 @@ class ClockBounds:
         return self.snapshot().error_ms
 
     def bound_ms(self) -> int | None:
-        """The largest ``|local - AWS|`` the samples allow (``|offset| + error``): what to hold against the skew."""
-        return self.snapshot().bound_ms
+        """The largest ``|local - AWS|`` the samples allow (``|offset| + error``): what to hold against the skew.
+
+        :meth:`snapshot`'s ``bound_ms`` without the rest: a processor reads it several times a delivery."""
+        frame = self._frame()
+        with self._lock:
+            return self._bound(frame)
+
+    def _bound(self, frame: int) -> int | None:
+        """:meth:`bound_ms` as the wall clock of ``frame`` reads it (lock held)."""
+        interval = self._interval()
+        if interval is None:
+            return None
+        return max(abs(interval[0] - frame), abs(interval[1] - frame))
 
     def snapshot(self) -> ClockSnapshot:
         """Everything at once, taken together (a log line's numbers agree with each other)."""
@@ -267,14 +278,16 @@ class ClockBounds:
         last reported, or a step was seen since; then the current bound is
         the one reported. False otherwise, and nothing changes.
         """
-        now = self.snapshot()
-        if now.bound_ms is None:
+        frame = self._frame()
+        with self._lock:
+            bound, steps = self._bound(frame), self.steps  # taken together, as a snapshot takes them
+        if bound is None:
             return False
         with self._lock:
             last = self._reported
-            if last is not None and abs(now.bound_ms - last[0]) <= threshold_ms and now.steps == last[1]:
+            if last is not None and abs(bound - last[0]) <= threshold_ms and steps == last[1]:
                 return False
-            self._reported = (now.bound_ms, now.steps)
+            self._reported = (bound, steps)
             return True
 
 
