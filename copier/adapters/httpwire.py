@@ -236,8 +236,12 @@ _HEAD_END = re.compile(rb"\n\r?\n")  # where http.client's head ends: a line bre
 _STATUS_LINE = re.compile(r"HTTP/1\.1 ([2-9][0-9][0-9])(?: [^\r\n]*)?")
 # A header line email.parser reads as one header: a name of token characters (a name with any other character,
 # a blank or a byte past ASCII, ends its headers there), the value without the blanks before it (those after it
-# kept, as email.message keeps them)
-_HEADER = re.compile(r"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[ \t]*(.*)", re.DOTALL)
+# kept, as email.message keeps them). Lines hold no CR or LF but the CR LF between them (_plain_head counts them
+# first), so the lines after the status line are all such lines exactly when _HEADER_LINES matches them whole,
+# and then _HEADER finds each line's name and value, one line after the other.
+_TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+_HEADER_LINES = re.compile(rf"{_TOKEN}:[^\r\n]*(?:\r\n{_TOKEN}:[^\r\n]*)*")
+_HEADER = re.compile(rf"({_TOKEN}):[ \t]*([^\r\n]*)")
 _LENGTH = re.compile(r"[0-9]{1,18}")
 _NO_BODY = (204, 304)  # http.client reads no body after these, whatever Content-Length says
 
@@ -252,17 +256,14 @@ def _plain_head(head: bytes) -> tuple[int, Headers, int, bool] | None:
     crlf = head.count(b"\r\n")
     if head.count(b"\n") != crlf or head.count(b"\r") != crlf or crlf >= _MAX_HEADERS or len(head) > _MAX_HEAD - 2:
         return None
-    lines = head.decode("latin-1").split("\r\n")  # latin-1: one character a byte, as http.client reads a head
-    status = _STATUS_LINE.fullmatch(lines[0])
-    if status is None or int(status.group(1)) in _NO_BODY:
+    # latin-1: one character a byte, as http.client reads a head
+    first, _, lines = head.decode("latin-1").partition("\r\n")
+    status = _STATUS_LINE.fullmatch(first)
+    if status is None or int(status.group(1)) in _NO_BODY or not _HEADER_LINES.fullmatch(lines):
         return None
     by_name: dict[str, str] = {}
     lengths = 0
-    for line in lines[1:]:
-        header = _HEADER.fullmatch(line)
-        if header is None:
-            return None
-        name, value = header.groups()
+    for name, value in _HEADER.findall(lines):
         lower = name.lower()
         lengths += lower == "content-length"
         by_name.setdefault(lower, value)
