@@ -382,3 +382,62 @@ def test_an_application_item_is_written_only_over_the_version_read(store: StateS
     store.replace_if_unchanged(KEY, None, owned())
     assert store.get_posted(KEY) is None, "a shard's state is not an application item"
     assert store.get_posted(key) == second
+
+
+def test_an_item_on_the_wire_types_every_value_as_it_always_did_subclasses_included() -> None:
+    """``to_wire`` writes numbers and strings the short way, exactly ``int`` and ``str``: a bool stays BOOL,
+    subclasses of int and str (an IntEnum, a StrEnum) are typed as ``_value`` types them, a None left out,
+    and the attributes keep their order."""
+    import enum
+    from datetime import UTC, datetime
+
+    from copier.adapters import stateitems
+
+    class Level(enum.IntEnum):
+        HIGH = 7
+
+    class Name(enum.StrEnum):
+        A = "a"
+
+    fields = {
+        "n": 5,
+        "neg": -3,
+        "s": "text",
+        "t": True,
+        "f": False,
+        "none": None,
+        "b": b"\x00\x01",
+        "when": datetime(2026, 11, 24, tzinfo=UTC),
+        "m": {"x": 1, "y": True},
+        "level": Level.HIGH,
+        "name": Name.A,
+        "empty": "",
+        "zero": 0,
+    }
+    expected = {"pk": {"S": "p"}, "sk": {"S": "s"}}
+    expected.update((k, stateitems._value(v)) for k, v in fields.items() if v is not None)
+    got = stateitems.to_wire("p", "s", fields)
+    assert got == expected and list(got) == list(expected)
+    assert got["t"] == {"BOOL": True} and got["n"] == {"N": "5"} and got["level"] == {"N": "7"}
+
+
+def test_plan_settings_encode_each_distinct_settings_as_their_own() -> None:
+    """``PlanSettings.encode`` is cached per distinct settings: settings that differ in any one field that is
+    stored encode apart, and each decodes back to itself."""
+    from copier.core.config import parse_dedup_key
+    from copier.core.plan import PlanSettings
+
+    base = PlanSettings(parse_dedup_key("json:eventId"), "forward", None, "staging", "shardId-0", "target", 1000, 1000)
+    variants = [
+        base,
+        replace(base, max_record_bytes=999),
+        replace(base, dead_letter_max_bytes=998),
+        replace(base, unkeyed_policy="deadletter", dead_letter_stream="dlq"),
+        replace(base, dedup_key=parse_dedup_key("partitionKey")),
+        replace(base, typed_ids=False),
+        replace(base, target_stream="other"),
+    ]
+    texts = [s.encode() for s in variants] + [s.encode() for s in variants]
+    assert len(set(texts)) == len(variants)
+    for settings in variants:
+        assert PlanSettings.decode(settings.encode(), "staging", "shardId-0") == settings

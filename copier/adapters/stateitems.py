@@ -238,9 +238,21 @@ def _value(value: Any) -> dict[str, Any]:
 
 
 def to_wire(pk: str, sk: str, fields: Mapping[str, Any]) -> dict[str, Any]:
-    """An item in DynamoDB's JSON (binaries in base64), attributes that are None left out."""
+    """An item in DynamoDB's JSON (binaries in base64), attributes that are None left out.
+
+    Numbers and strings, most of an item, are written here (exactly ``int`` and ``str``: a subclass, such as
+    ``bool``, goes through :func:`_value` as before): two writes of about thirty attributes a delivery."""
     item = {"pk": {"S": pk}, "sk": {"S": sk}}
-    item.update((name, _value(v)) for name, v in fields.items() if v is not None)
+    for name, value in fields.items():
+        if value is None:
+            continue
+        kind = type(value)
+        if kind is int:
+            item[name] = {"N": str(value)}
+        elif kind is str:
+            item[name] = {"S": value}
+        else:
+            item[name] = _value(value)
     return item
 
 

@@ -42,6 +42,7 @@ in flight exactly as it was recorded.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections import Counter
@@ -133,20 +134,9 @@ class PlanSettings:
         return self.dead_letter_stream is not None
 
     def encode(self) -> str:
-        """The settings as a digest batch stores them (compact JSON)."""
-        return json.dumps(
-            {
-                "k": str(self.dedup_key),
-                "u": self.unkeyed_policy,
-                "d": self.dead_letter_stream,
-                "t": self.target_stream,
-                "m": self.max_record_bytes,
-                "dm": self.dead_letter_max_bytes,
-                "i": 1 if self.typed_ids else 0,
-                "kc": "cp" if self.key_count == CODE_POINTS else "u16",
-            },
-            separators=(",", ":"),
-        )
+        """The settings as a digest batch stores them (compact JSON). Cached (:func:`_encoded`): every chunk's
+        batch stores them, and they change only with a stream's record limit."""
+        return _encoded(self)
 
     @classmethod
     def decode(cls, text: str, stream_name: str, shard_id: str) -> PlanSettings:
@@ -170,6 +160,24 @@ class PlanSettings:
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"not stored plan settings: {text!r}") from exc
+
+
+@functools.lru_cache(maxsize=16)
+def _encoded(settings: PlanSettings) -> str:
+    """:meth:`PlanSettings.encode`, once for each distinct settings."""
+    return json.dumps(
+        {
+            "k": str(settings.dedup_key),
+            "u": settings.unkeyed_policy,
+            "d": settings.dead_letter_stream,
+            "t": settings.target_stream,
+            "m": settings.max_record_bytes,
+            "dm": settings.dead_letter_max_bytes,
+            "i": 1 if settings.typed_ids else 0,
+            "kc": "cp" if settings.key_count == CODE_POINTS else "u16",
+        },
+        separators=(",", ":"),
+    )
 
 
 @dataclass(frozen=True)
