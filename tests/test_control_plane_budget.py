@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from copier.adapters import shardlistings
-from copier.adapters.awsauth import Credentials, StaticCredentials
+from copier.adapters.awsauth import StaticCredentials
 from copier.adapters.kinesis import KinesisStreams
 from copier.adapters.summaryshare import SHARE_ENV, SummaryShare
 from copier.core.config import load_config
@@ -39,11 +39,7 @@ from copier.core.streamsettings import SUMMARY_MAX_AGE_S, SUMMARY_RETRY_S, Strea
 from copier.core.summaryage import JITTER, Answer, expiry, fresh, latest, may_ask
 from tests.support.fakeaws import FakeAws, clean_aws_env, fake_aws, json_reply
 from tests.support.props import write_properties
-
-KEYS = Credentials("AKIDEXAMPLE", "secret")
-SUMMARY = {"StreamDescriptionSummary": {"RetentionPeriodHours": 24, "MaxRecordSizeInKiB": 2048, "OpenShardCount": 1}}
-THROTTLED = {"__type": "LimitExceededException", "message": "Rate exceeded for stream"}
-SETTINGS = StreamSettings("target", max_record_bytes=2048 * 1024)
+from tests.support.summaries import KEYS, SETTINGS, SUMMARY, THROTTLED, described
 
 
 @pytest.fixture(autouse=True)
@@ -67,10 +63,6 @@ class Host:
 
     def processor(self) -> KinesisStreams:
         return KinesisStreams(self.config, monotonic=lambda: self.now, lean=StaticCredentials(KEYS), share=self.share)
-
-
-def described(fake: FakeAws) -> int:
-    return sum(1 for r in fake.received if r.headers.get("X-Amz-Target", "").endswith("DescribeStreamSummary"))
 
 
 def test_a_hosts_processors_ask_once_per_stream_per_interval_however_many_they_are(

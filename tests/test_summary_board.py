@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from copier.adapters.awsauth import Credentials, StaticCredentials
+from copier.adapters.awsauth import StaticCredentials
 from copier.adapters.kinesis import KinesisStreams
 from copier.adapters.summaryboard import ApplicationAnswers
 from copier.core.config import Config, load_config
@@ -45,12 +45,9 @@ from copier.core.summaryboard import (
 from copier.testing.store import InMemoryStateStore
 from tests.support.fakeaws import FakeAws, clean_aws_env, fake_aws, json_reply
 from tests.support.props import write_properties
+from tests.support.summaries import KEYS, SETTINGS, SUMMARY, THROTTLED, described
 
-KEYS = Credentials("AKIDEXAMPLE", "secret")
-SUMMARY = {"StreamDescriptionSummary": {"RetentionPeriodHours": 24, "MaxRecordSizeInKiB": 2048, "OpenShardCount": 1}}
 AUTO = {"StreamDescriptionSummary": {"RecordDistributionStrategy": "AUTO", "OpenShardCount": 1}}
-THROTTLED = {"__type": "LimitExceededException", "message": "Rate exceeded"}
-SETTINGS = StreamSettings("target", max_record_bytes=2048 * 1024)
 SKEW = 1000  # copier.clockSkewMillis' default
 T0 = 1_800_000_000_000
 
@@ -65,10 +62,6 @@ def fake() -> Iterator[FakeAws]:
     with fake_aws() as served:
         served.replies = [json_reply(200, SUMMARY) for _ in range(2000)]
         yield served
-
-
-def described(fake: FakeAws) -> int:
-    return sum(1 for r in fake.received if r.headers.get("X-Amz-Target", "").endswith("DescribeStreamSummary"))
 
 
 class Fleet:
