@@ -25,7 +25,7 @@ stream:
   answer or the new one, never part of one;
 * ``<stream>.lock``: held (``flock``) by the processor asking for the stream
   now. Another with an answer goes on with it; one with none waits for the
-  holder's answer a bounded time (``copier.adapters.kinesis``); a processor
+  holder's answer a bounded time (``copier.adapters.summaries``); a processor
   that dies while asking lets go of it with its file descriptors;
 * ``<stream>.map`` and ``<stream>.maplock``: the stream's open shards by hash
   key range (the target's, for the chunks' target shards) and the turn to

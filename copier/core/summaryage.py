@@ -1,6 +1,6 @@
 """When a stream's DescribeStreamSummary answer is asked again, and by whom: one answer per stream shared by a
 host's processors, refreshed at jittered times. Pure rules, no I/O (``copier.adapters.summaryshare`` keeps
-the shared answer in a file, ``copier.adapters.kinesis`` asks).
+the shared answer in a file, ``copier.adapters.summaries`` decides when to ask).
 
 DescribeStreamSummary allows 20 calls a second per **account**, shared with
 the KCL and every other application of the account. Each processor asking
@@ -38,15 +38,9 @@ from typing import Any
 
 from copier.core.streamsettings import SUMMARY_MAX_AGE_S, SUMMARY_RETRY_S, StreamSettings
 
-__all__ = ["JITTER", "Answer", "expiry", "fresh", "latest", "may_ask", "mean_refresh_s", "settings_of"]
+__all__ = ["JITTER", "Answer", "expiry", "fresh", "latest", "may_ask", "settings_of"]
 
 JITTER = 0.5  # an answer expires between (1 - JITTER) and all of SUMMARY_MAX_AGE_S after it came
-
-
-def mean_refresh_s() -> float:
-    """The mean time between a host's calls for one stream while they succeed (the expiry is drawn uniformly):
-    what the capacity planner divides a fleet's hosts by."""
-    return SUMMARY_MAX_AGE_S * (1 - JITTER / 2)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """One DescribeStreamSummary answer per application and stream, kept in the state table: when a host takes the
 application's answer, when it asks for it, and how the turn to ask is taken. Pure rules, no I/O
-(``copier.adapters.summaryboard`` reads and writes the item, ``copier.adapters.kinesis`` asks).
+(``copier.adapters.summaryboard`` reads and writes the item, ``copier.adapters.summaries`` asks through
+it).
 
 DescribeStreamSummary allows 20 calls a second per **account**. One answer per
 host (``copier.core.summaryage``) made the account's rate grow with hosts: 625
