@@ -109,11 +109,13 @@ chaos: install-test
 
 # Benchmarks against baselines in one run: docs/benchmarks.md, .json and PNG plots (30 to 50 minutes, and the
 # control-plane simulation's day of 10,000 shards, copier.bench.sim: its CPU minutes are in its section), then
-# docs/capacity.md from the new figures (copier plan --doc).
+# docs/capacity.md from the new figures (copier plan --doc); docs/benchmarks-before-after.md sets each figure beside
+# the baseline docs/benchmarks-before.json (scripts/bench_before_after.py).
 # BENCH_ARGS="--keep DIR" keeps the work directory with every worker's log; "--only rolling" reruns a part.
 BENCH_ARGS ?=
 bench: install $(TEST_STAMP)
 	$(BIN)/python -m copier.bench --out docs $(BENCH_ARGS)
+	$(BIN)/python scripts/bench_before_after.py docs
 	$(BIN)/python -m copier.commands.cli plan --doc > docs/capacity.md.new && mv docs/capacity.md.new docs/capacity.md
 
 # The release bundle scripts/copier.yaml installs from (scripts/bundle.py): every wheel a host needs, for

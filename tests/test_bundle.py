@@ -9,7 +9,6 @@ when this user may make one, and always with pip's --no-index).
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import io
 import os
 import re
@@ -19,24 +18,17 @@ import sys
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+from tests.support.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
 UNITS = ("copier.service", "copier-scale-in.service")
 
 
-def _bundle_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("copier_bundle", SCRIPTS / "bundle.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-bundle = _bundle_module()
+bundle = load_script("bundle", "copier_bundle")
 
 
 def _offline() -> list[str]:

@@ -3,25 +3,17 @@ the runs' own JSON: the moto seeds, the independent backend's and the shard-limi
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
-from types import ModuleType
+
+from tests.support.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("reliability_runs", ROOT / "scripts" / "reliability_runs.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_published_report_ends_with_every_runs_totals() -> None:
-    runs = _script()
+    runs = load_script("reliability_runs")
     text = (ROOT / "docs" / "reliability.md").read_text(encoding="utf-8")
     assert text.endswith("\n" + runs.section(ROOT / "docs")), "run scripts/reliability_runs.py (make chaos does)"
     for path in (ROOT / "docs").glob("reliability*.json"):
@@ -29,7 +21,7 @@ def test_the_published_report_ends_with_every_runs_totals() -> None:
 
 
 def test_each_run_is_summed_from_its_json_and_a_rerun_replaces_the_section(tmp_path: Path) -> None:
-    runs = _script()
+    runs = load_script("reliability_runs")
     seed = {"ok": True, "events": 10, "lost": 0, "duplicated": 2, "explained_duplicates": 2, "backend": "independent"}
     failed = {**seed, "ok": False, "lost": 3, "events": 5}
     (tmp_path / "reliability.json").write_text(json.dumps({"code": "aaaa", "results": [{**seed, "backend": "moto"}]}))
