@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import socket
+import struct
+import threading
 import time
 from dataclasses import replace
 from typing import Any
@@ -181,3 +184,22 @@ def test_each_service_goes_to_its_own_upstream_on_the_independent_backend(indepe
         assert "via-proxy" in kinesis.list_streams()["StreamNames"]
         assert "via-proxy" in dynamodb.list_tables()["TableNames"]
         assert proxy.requests["read"] >= 2 and proxy.requests["state"] >= 2, proxy.requests
+
+
+def test_a_client_that_resets_its_connection_mid_request_prints_nothing(capfd: pytest.CaptureFixture[str]) -> None:
+    """A worker the schedule kills drops its connections mid-request: the run's output had a socketserver
+    traceback for each (an independent-backend seed printed `ConnectionResetError` between its seed lines)."""
+    with FaultProxy("http://127.0.0.1:9", seed=1, hang_s=1.0) as proxy:
+        host, port = proxy.endpoint.removeprefix("http://").split(":")
+        for _ in range(3):
+            sock = socket.create_connection((host, int(port)))
+            sock.sendall(b"POST / HTTP/1.1\r\nHost: x\r\n")  # the head unfinished
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close = RST
+            sock.close()
+        deadline = time.monotonic() + 10  # until each handler thread has read its reset and ended
+        while any("process_request" in t.name for t in threading.enumerate()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        alive = socket.create_connection((host, int(port)))  # and the server still accepts
+        alive.close()
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "ConnectionResetError" not in err, err

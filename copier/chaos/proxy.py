@@ -45,6 +45,7 @@ import json
 import random
 import re
 import socket
+import sys
 import threading
 import time
 from collections import Counter
@@ -236,8 +237,7 @@ class FaultProxy:
         class Handler(_Handler):
             owner = proxy
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, name="chaos-proxy", daemon=True)
         self._thread.start()
         return self
@@ -248,6 +248,19 @@ class FaultProxy:
             self._server.server_close()
         if self._thread is not None:
             self._thread.join(10)
+
+
+class _Server(ThreadingHTTPServer):
+    """The proxy's server. A client that goes away mid-request (a worker the schedule kills, a connection a
+    client drops at its timeout) is part of the run, not a fault of the proxy: socketserver would print a
+    traceback on the run's output for each; any other error is printed as it prints them."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -15,6 +15,7 @@ import socket
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import structlog
@@ -35,7 +36,7 @@ from copier.shard.guard import StreamGuard
 from copier.shard.history import History
 from copier.shard.holding import Holding
 from copier.shard.inflight import InFlight
-from copier.shard.ownership import Ownership
+from copier.shard.ownership import Ownership, SupersededError
 from copier.shard.pipeline import ChunkPipeline
 from copier.shard.session import ShardSession
 
@@ -86,8 +87,13 @@ def new_session(
 
 def open_shard(s: ShardSession, ownership: Ownership, inflight: InFlight) -> bool:
     """Take the session's shard over (after sleeping out a valid lease) and verify a chunk left in flight; False
-    if a rival took the shard over while it was verified (the session is then fenced, as any fence leaves it)."""
-    seen = ownership.take_over()
+    if a rival took the shard over while this processor waited for it or verified it (the session is then
+    fenced, as any fence leaves it)."""
+    try:
+        seen = ownership.take_over()
+    except SupersededError as exc:
+        superseded(s, exc.state)
+        return False
     assert s.state is not None
     s.progress_from_here()
     s.log = s.log.bind(epoch=s.state.epoch)
@@ -105,6 +111,23 @@ def open_shard(s: ShardSession, ownership: Ownership, inflight: InFlight) -> boo
         s.fence("initialize")
         return False
     return True
+
+
+def superseded(s: ShardSession, current: ShardState) -> None:
+    """Fenced without having owned the shard: another processor took it over while this one waited
+    (``Ownership.take_over``). The session keeps that owner's item with its lease at 0, so that nothing this
+    processor does before it takes the shard back (a release when its lease is lost or a shutdown is asked)
+    writes to it; what the daemon delivers is held, and the shard taken back once that owner is gone."""
+    s.state = replace(current, lease_until_ms=0)
+    s.log.info(
+        "superseded",
+        owner=current.owner,
+        epoch=current.epoch,
+        detail="another processor took the shard over while this one waited to: this one does not announce itself "
+        "against it (it may be a waiter whose KCL lease moved on, which cannot hear that while it waits); it holds "
+        "what the daemon delivers and takes the shard back once that owner is gone",
+    )
+    s.fence("initialize")
 
 
 class ShardWorker:
