@@ -98,23 +98,33 @@ class Ownership:
         It announces itself only against an owner of the epoch it found at its
         first look. An owner of a later epoch took the shard over after this
         processor came (it lost the race for the item, or slept while another
-        waiter took it): then it raises :class:`SupersededError` instead. A
+        waiter took it): it is *superseded*, and announces nothing. A
         processor waiting here cannot hear that its KCL lease moved on (the
         daemon talks to it once it returns), so a worker whose KCL lease
         changed hands while its processors waited can hold several waiting
         for one shard; each announcing itself against whichever of them took
         the shard over last fenced every new owner before it committed
         anything, for as long as two waited (a chaos seed on the second
-        backend, 5 minutes and 16 epochs without a commit). Superseded, the
-        processor is fenced as any other: it holds what the daemon delivers
-        and takes the shard back once that owner is gone (told by its daemon
-        that the KCL lease moved, it releases it).
+        backend, 5 minutes and 16 epochs without a commit). Superseded, it
+        waits (reading the item every second) for the end of that owner's
+        lease as it first saw it, plus the clock margin: released by then
+        (that owner was the stale one, told so once its own takeover
+        returned) or run out (it was killed), the shard is taken over here.
+        Returning at once instead, it would be handed its backlog while that
+        owner still held the item and hold it until a later delivery, which
+        on a quiet shard may never come (the daemon calls no one on an empty
+        poll unless configured to). Held still (renewed: an owner at work),
+        it raises :class:`SupersededError`: the processor is fenced as any
+        other (it holds what the daemon delivers and takes the shard back
+        once that owner is gone), and its daemon can tell it if its own
+        lease moved.
         """
         s = self.s
         told: tuple[str | None, int] | None = None  # the lease last reported waiting for
         began = s.clock.now_ms()
         waited = False
         first: int | None = None  # the epoch at this processor's first look
+        beaten: int | None = None  # superseded: when the later owner's lease as first seen ends, with the margin
         while True:
             seen = self.read()
             now = s.clock.now_ms()
@@ -122,9 +132,19 @@ class Ownership:
                 first = seen.epoch if seen is not None else 0
             margin = s.margins.between(seen.clock_bound_ms if seen is not None else None)
             held = seen is not None and seen.owner not in (None, s.owner) and seen.lease_until_ms + margin > now
-            if seen is not None and held:
-                if seen.epoch > first:
+            if seen is not None and held and seen.epoch > first:
+                # Superseded: announce nothing. Released or run out within the lease first seen here (a stale
+                # owner told so once its takeover returned, or one killed), the shard is taken below; still held
+                # after it (an owner at work), this processor stands back.
+                if beaten is None:
+                    beaten = seen.lease_until_ms + margin
+                    s.log.info("waiting_for_release", owner=seen.owner, epoch=seen.epoch, wait_ms=beaten - now)
+                if now >= beaten:
                     raise SupersededError(seen)
+                waited = True
+                s.clock.sleep_ms(min(beaten - now, RELEASE_POLL_MS))
+                continue
+            if seen is not None and held:
                 announced = self._announced(seen)
                 if announced is None:
                     continue  # the item changed meanwhile: read it again
