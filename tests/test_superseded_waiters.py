@@ -19,11 +19,15 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+import pytest
 from structlog.testing import capture_logs
 
+from copier.core.errors import FencedError
 from copier.core.positions import Position
+from copier.core.repair import plan_repair
 from copier.core.state import shard_key
 from copier.shard import ShardWorker
+from copier.shard.source import SourceShard
 from copier.testing import FakeClock
 from tests.support.fakes import SHARD, World, rec
 
@@ -171,3 +175,32 @@ def test_a_waiter_whose_winner_died_takes_the_shard_over_once_its_lease_runs_out
     assert world.target_ids() == Counter({"a": 1, "b": 1})
     state = world.store.get(KEY)
     assert state is not None and state.owner == waiter.owner and state.epoch == 3
+
+
+def test_of_two_runs_of_a_source_one_holds_every_shard() -> None:
+    """Two repair runs meet on two shards (``copier.shard.source``): B takes the first over from A (announced, A's
+    lease slept out) and, on the second, waits out a killed run's lease beside A, which takes it first. Standing
+    back there at once, B stopped as A did (fenced on the first): neither run went on. A, fenced on the first
+    shard, stops and releases the second (``redrive``'s and ``repair``'s finish); B, still waiting, takes it."""
+    world = World()
+    lease = world.config.lease_millis
+
+    def run(owner: str) -> SourceShard:
+        config, store, streams = world.config, world.store, world.streams
+        return SourceShard(config, store, streams, "repair:", plan_repair, clock=world.clock, owner=owner, window=False)
+
+    a1, a2, b1, b2 = run("a"), run("a"), run("b"), run("b")
+    assert a1.take("s1")
+    world.clock.sleep_ms(lease // 2)
+    assert run("killed").take("s2")  # then killed: its lease stays
+    assert b1.take("s1"), "B announces itself on A's first shard and sleeps A's lease out"
+
+    def a_is_fenced_and_releases_the_rest() -> None:
+        with pytest.raises(FencedError):
+            a1.session.keep_lease()  # A's next renewal there is refused: it stops and releases what it holds
+        a2.finish()
+
+    with while_waiting(world.clock, lambda: a2.take("s2"), a_is_fenced_and_releases_the_rest) as done:
+        took = b2.take("s2")
+    assert took and not b1.fenced and not b2.fenced, "B holds every shard: one of the two runs goes on"
+    assert done == [True, None], "A took the second shard while B waited for it, then released it"
