@@ -262,3 +262,22 @@ def test_copier_process_reports_the_record_age_at_the_target_and_copier_status_t
     (row,) = [json.loads(line) for line in status.stdout.splitlines()]
     assert (row["position"], row["position_arrival_ms"]) == ("20/0", sent - 4_000 + 20)
     assert 4_000 - 20 - 1_000 <= row["position_age_ms"] <= 4_000 + elapsed + 1_000
+
+
+def test_a_new_owners_first_document_counts_only_what_it_forwarded(agent: EmfAgent) -> None:
+    """The state item's counters are the shard's totals over every owner; a processor that takes the shard over
+    reports what it adds to them, so that a dashboard's sum over time is the events forwarded, not the shard's
+    history again at each takeover."""
+    port = agent.server_address[1]
+    cfg = config(metrics="emf", metricsAgentEndpoint=f"tcp://127.0.0.1:{port}", metricsIntervalSeconds=60)
+    world = World(cfg)
+    world.metrics = EmfEmitter(cfg, worker="host-a")
+    first = world.worker()
+    first.process([rec(1, "a"), rec(2, "b"), rec(3, "c")])
+    first.release()
+    second = world.worker()
+    second.process([rec(4, "d")])
+    second.release()
+    docs = [d for d in _wait_for(agent, 2) if "EventsForwarded" in d]
+    assert [d["EventsForwarded"] for d in docs] == [3, 1]
+    assert sum(d["EventsForwarded"] for d in docs) == len(world.target_ids()) == 4

@@ -281,8 +281,12 @@ class ShardSession:
         self._progress.tick(self.state, self.log)
 
     def progress_from_here(self) -> None:
-        """The next progress line counts from the state as it is now (after a takeover)."""
+        """The next progress line and the next metrics count from the state as it is now (after a takeover): the
+        item's counters are the shard's totals over every owner, and an interval's metrics are what this
+        processor added to them (before, the first document after a takeover counted the shard's whole history
+        as forwarded in that interval)."""
         self._progress.restart(self.state)
+        self.metrics.counts_at_emit = dict(self.state.counters) if self.state is not None else {}
 
     def on_put_request(self, stream: str, entries: int, failed: int, millis: float | None) -> None:
         self.metrics.saw_put(millis)
