@@ -119,11 +119,12 @@ def superseded(s: ShardSession, current: ShardState) -> None:
     processor does before it takes the shard back (a release when its lease is lost or a shutdown is asked)
     writes to it; what the daemon delivers is held, and the shard taken back once that owner is gone."""
     s.state = replace(current, lease_until_ms=0)
+    s.progress_from_here()  # its metrics and progress count from that owner's totals, not from 0
     s.log.info(
         "superseded",
         owner=current.owner,
         epoch=current.epoch,
-        detail="another processor took the shard over while this one waited to: this one does not announce itself "
+        detail="another processor took the shard over while this one waited for it: this one does not announce itself "
         "against it (it may be a waiter whose KCL lease moved on, which cannot hear that while it waits); it holds "
         "what the daemon delivers and takes the shard back once that owner is gone",
     )
