@@ -47,13 +47,19 @@ def _check_format(doc: dict[str, Any]) -> None:
             assert 1 <= len(values) <= 100 and all(isinstance(v, int | float) for v in values), metric["Name"]
 
 
-def _wait_for(agent: EmfAgent, count: int) -> list[dict[str, Any]]:
-    """The documents the agent received, once there are ``count`` (they arrive on the agent's thread)."""
+def _wait_for(agent: EmfAgent, count: int, key: str | None = None) -> list[dict[str, Any]]:
+    """The documents the agent received, once ``count`` of them (holding ``key``, if given) are there: they
+    arrive on the agent's thread, a shard's and a retry's documents in either order."""
     deadline = time.monotonic() + 20
-    while len(agent.lines) < count:
-        assert time.monotonic() < deadline, f"the agent received {len(agent.lines)} documents, not {count}"
+
+    def received() -> list[dict[str, Any]]:
+        docs = [json.loads(line) for line in list(agent.lines)]
+        return [d for d in docs if key is None or key in d]
+
+    while len(received()) < count:
+        assert time.monotonic() < deadline, f"the agent received {len(received())} documents, not {count}"
         time.sleep(0.01)
-    return [json.loads(line) for line in agent.lines]
+    return received()
 
 
 def test_a_shard_sends_its_metrics_as_emf_to_the_agent_and_nothing_to_stdout(
@@ -158,7 +164,7 @@ def test_a_shard_stalled_by_this_hosts_clock_says_so_in_its_document(agent: EmfA
     worker.process([rec(1, "a")])
     world.clock.advance(2000)
     worker.process([rec(2, "b")])
-    docs = [d for d in _wait_for(agent, 2) if "ShardStalled" in d]
+    docs = _wait_for(agent, 2, key="ShardStalled")
     said = [(d["ShardStalled"], d.get("StallReason")) for d in docs]
     assert said[0] == (1, "clock") and set(said[1:]) == {(0, None)}, said
     _check_format(docs[0])
@@ -278,6 +284,6 @@ def test_a_new_owners_first_document_counts_only_what_it_forwarded(agent: EmfAge
     second = world.worker()
     second.process([rec(4, "d")])
     second.release()
-    docs = [d for d in _wait_for(agent, 2) if "EventsForwarded" in d]
+    docs = _wait_for(agent, 2, key="EventsForwarded")
     assert [d["EventsForwarded"] for d in docs] == [3, 1]
     assert sum(d["EventsForwarded"] for d in docs) == len(world.target_ids()) == 4
