@@ -203,3 +203,28 @@ def test_a_client_that_resets_its_connection_mid_request_prints_nothing(capfd: p
         alive.close()
     err = capfd.readouterr().err
     assert "Traceback" not in err and "ConnectionResetError" not in err, err
+
+
+def test_every_put_is_kept_with_its_event_ids_its_fault_and_the_backends_time(
+    pipeline: Pipeline, proxy: FaultProxy
+) -> None:
+    """What a failed seed's trace is made of: a forwarded put with how long the backend took, a timed-out one
+    never forwarded (no backend time), a partial one with the entries it failed and never forwarded."""
+    streams = streams_via(proxy, pipeline)
+    before = time.monotonic()
+    streams.put_records(pipeline.target, ENTRIES[:3])
+    proxy.add(always("put_timeout"))
+    with pytest.raises(AmbiguousPutError):
+        streams.put_records(pipeline.target, ENTRIES[3:5])
+    proxy.clear()
+    proxy.add(always("put_partial"))
+    codes = streams.put_records(pipeline.target, ENTRIES[5:25])
+    deadline = time.monotonic() + 10
+    while len(proxy.puts) < 3 and time.monotonic() < deadline:  # the timed-out one is kept once the proxy drops it
+        time.sleep(0.05)
+    plain, timed_out, partial = sorted(proxy.puts, key=lambda p: p.at)
+    assert plain.stream == pipeline.target and plain.event_ids == ("e0", "e1", "e2") and plain.fault is None
+    assert plain.at >= before and plain.backend_s is not None and 0 < plain.backend_s < 30
+    assert (timed_out.fault, timed_out.backend_s, timed_out.event_ids) == ("put_timeout", None, ("e3", "e4"))
+    assert partial.fault == "put_partial" and partial.backend_s is not None
+    assert partial.refused == tuple(i for i, code in enumerate(codes) if code) and partial.refused

@@ -121,6 +121,7 @@ class Check:
     scattered_target: int = 0  # target records on a shard not holding their key
     unordered: int = 0  # events left out of the order judgement for such a copy
     fatal_logs: int = 0
+    unexplained_examples: tuple[EventValue, ...] = ()  # IDs with an extra copy no report explains (some)
     failures: list[str] = field(default_factory=list)
 
 
@@ -301,11 +302,26 @@ def check(
         unordered=report.unordered,
     )
     out.failures.extend(reader.failures)
+    out.unexplained_examples = report.unexplained_examples
     detail = _unkeyed_detail(produced, target, letters, reports) if report.unkeyed_unexplained else ""
-    _judge_audit(out, report, config, examples, detail)
+    _judge_audit(out, report, config, examples, detail, _copies_detail(report.unexplained_examples, target, letters))
     _judge_poison(out, produced, target, letters, unkeyed_forwarded, redriven)
     _judge_logs(out, log_paths)
     return out
+
+
+def _copies_detail(ids: Iterable[EventValue], target: list[TargetRecord], letters: list[DeadLetter]) -> str:
+    """Where each copy of these IDs lies (stream, shard, sequence number, arrival), for whoever traces a failed
+    seed: two copies in one target shard a moment apart are one request sent twice, in two shards a reshard."""
+    wanted = set(ids)
+    copies: dict[EventValue, list[str]] = {i: [] for i in ids}
+    for r in target:
+        if r.event_id in wanted:
+            copies[r.event_id].append(f"{r.shard_id}@{r.sequence_number} {r.arrival_ms}")
+    for d in letters:
+        if d.problem is None and d.event_id in wanted:
+            copies[d.event_id].append(f"dead-letter {d.shard_id}@{d.sequence_number} {d.arrival_ms}")
+    return "; ".join(f"{show(i)}: {', '.join(where)}" for i, where in copies.items())
 
 
 def _unkeyed_detail(
@@ -331,7 +347,9 @@ def _unkeyed_detail(
     return f"detail of the copies without an ID: produced {made}; copies {copies}; reports {named}"
 
 
-def _judge_audit(out: Check, report: AuditReport, config: Config, examples: int, unkeyed_detail: str = "") -> None:
+def _judge_audit(
+    out: Check, report: AuditReport, config: Config, examples: int, unkeyed_detail: str = "", copies_detail: str = ""
+) -> None:
     """The audit's findings as failures: lost, unexplained copies (of events and of records without an ID), changed
     copies, invalid dead letters, order."""
     if report.lost:
@@ -341,6 +359,7 @@ def _judge_audit(out: Check, report: AuditReport, config: Config, examples: int,
         out.failures.append(
             f"{report.unexplained_copies} extra copies no possible_duplicates report explains (of {report.duplicated}"
             f" duplicated IDs): {shown}"
+            + (f"; their copies (shard@sequence arrival ms): {copies_detail}" if copies_detail else "")
         )
     if report.unkeyed_unexplained:
         shown = ", ".join(report.unkeyed_unexplained_examples)

@@ -31,6 +31,15 @@ Kinesis' per-shard limits: a PutRecords entry over its shard's write limit
 fails alone with ``ProvisionedThroughputExceededException``, a GetRecords
 over its shard's read limit is refused (400) with that error.
 
+Every PutRecords it receives is also kept (:attr:`FaultProxy.puts`): when it
+arrived, its stream, the event IDs of its entries, the fault it met, and how
+long the backend took to answer it when it was forwarded. A failed seed's
+extra copies are traced to the requests that carried them, and a backend
+slower than the copier's put timeout is seen for what it is: the protocol
+bounds how long a put received may take to become readable (the put
+timeout, docs/protocol.md "Assumptions"); a local backend on a loaded
+machine that answers later breaks that bound, not the copier.
+
 moto cannot produce any of these; that is why they are injected here. The
 proxy binds 127.0.0.1 only and counts what it injected, by kind; it also
 keeps when each fault was injected and, for a put, into which stream
@@ -40,6 +49,7 @@ moment a target put becomes ambiguous (:meth:`FaultProxy.wait_for`).
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import random
@@ -56,8 +66,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from copier.chaos.throttle import READ_REFUSED, ShardThrottle
+from copier.core.identity import EventValue
 
-__all__ = ["AMBIGUOUS_PUTS", "FAULT_KINDS", "FaultProxy", "FaultWindow", "Injection"]
+__all__ = ["AMBIGUOUS_PUTS", "FAULT_KINDS", "FaultProxy", "FaultWindow", "Injection", "PutSeen"]
 
 FAULT_KINDS = (
     "put_partial",
@@ -96,6 +107,31 @@ class Injection:
     at: float
     kind: str
     stream: str
+
+
+@dataclass(frozen=True)
+class PutSeen:
+    """One PutRecords the proxy received: when (monotonic seconds, its body read whole), its stream, the event
+    IDs its entries carry (None for an entry without one), the fault it met (None: forwarded as is), and how long
+    the backend took to answer it (None when it was not forwarded)."""
+
+    at: float
+    stream: str
+    event_ids: tuple[EventValue | None, ...]
+    fault: str | None
+    backend_s: float | None
+    refused: tuple[int, ...] = ()  # entries failed here, never forwarded (put_partial, the shard limits)
+
+
+def _event_ids(body: bytes) -> tuple[EventValue | None, ...]:
+    """The event ID of each entry of a PutRecords body (the producer's reading, not the copier's)."""
+    from copier.chaos.producer import read_event_id  # the producer's schedule imports this module
+
+    try:
+        records = json.loads(body)["Records"]
+        return tuple(read_event_id(base64.b64decode(r["Data"])) for r in records)
+    except (ValueError, KeyError, TypeError):
+        return ()
 
 
 _STREAM_NAME = re.compile(rb'"StreamName"\s*:\s*"([^"]+)"')
@@ -153,6 +189,7 @@ class FaultProxy:
         self.log: list[Injection] = []  # every injection, in order
         self.cancelled = False  # set by cancel_waits: wait_for returns at once
         self.requests: Counter[str] = Counter()
+        self.puts: list[PutSeen] = []  # every PutRecords received, kept as each is answered (or dropped)
         self.throttle: ShardThrottle | None = None  # the shard limits, when the profile enforces them
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -227,6 +264,10 @@ class FaultProxy:
                 failed = {self._rng.randrange(count): self._rng.choice(_ENTRY_CODES)}
             return failed
 
+    def saw_put(self, put: PutSeen) -> None:
+        with self._lock:
+            self.puts.append(put)
+
     def coin(self) -> bool:
         with self._lock:
             return self._rng.random() < 0.5
@@ -274,9 +315,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        received = time.monotonic()
         target = self.headers.get("X-Amz-Target", "")
         kind = _classify(target)
-        fault = self.owner.decide(kind, _stream_name(body) if kind == "put" else "")
+        stream = _stream_name(body) if kind == "put" else ""
+        fault = self.owner.decide(kind, stream)
+        self._backend_s: float | None = None
+        self._refused: tuple[int, ...] = ()
         try:
             if fault is None and self.owner.throttle is not None and kind in ("put", "read"):
                 self._limited(self.owner.throttle, target.partition(".")[2], body)
@@ -284,6 +329,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self._serve(fault, body)
         except (OSError, http.client.HTTPException):
             self.close_connection = True
+        finally:
+            if target.endswith(".PutRecords"):
+                self.owner.saw_put(PutSeen(received, stream, _event_ids(body), fault, self._backend_s, self._refused))
 
     def _limited(self, throttle: ShardThrottle, operation: str, body: bytes) -> None:
         """Serve a Kinesis call within the shard limits (see the module docstring)."""
@@ -331,6 +379,7 @@ class _Handler(BaseHTTPRequestHandler):
         as Kinesis does for a partly failed one: 200, FailedRecordCount, each failed entry's code and message."""
         request = json.loads(body)
         records = request["Records"]
+        self._refused = tuple(sorted(failed))
         request["Records"] = [r for i, r in enumerate(records) if i not in failed]
         landed: list[dict[str, Any]] = []
         headers: list[tuple[str, str]] = [("Content-Type", "application/x-amz-json-1.1")]
@@ -361,6 +410,14 @@ class _Handler(BaseHTTPRequestHandler):
         return pool[service]
 
     def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+        """The backend's answer to ``body``; how long it took is kept for the request (:class:`PutSeen`)."""
+        started = time.monotonic()
+        try:
+            return self._forward_once(body)
+        finally:
+            self._backend_s = time.monotonic() - started
+
+    def _forward_once(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
         headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
         headers["Content-Length"] = str(len(body))
         for attempt in (1, 2):  # a pooled connection the backend closed: open a new one, once

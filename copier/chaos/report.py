@@ -153,6 +153,10 @@ def _later_summary(results: Sequence[SeedResult], total: Counter[str]) -> list[s
         f"- Streams ignoring keys (AUTO): staging {total['staging_auto']} times, target {total['target_auto']}; "
         f"{sum(r.scattered_staging for r in results)} staging and {sum(r.scattered_target for r in results)} "
         f"target records off their key's shard; {sum(r.unordered for r in results)} events not judged for order.",
+        "- The backend's answers to the puts the proxy forwarded: the slowest "
+        f"{max((r.slowest_put_ms for r in results), default=0)} ms; "
+        f"{sum(r.late_puts for r in results)} later than the seed's put timeout (a put received must be readable "
+        "within it: docs/protocol.md, Assumptions; a later one would be the machine breaking the bound).",
         f"- Events without an ID (poison records) delivered more than once under `unkeyedPolicy = forward`: "
         f"{sum(r.unkeyed_copies for r in results)} further copies, {sum(r.unkeyed_explained for r in results)} of "
         "them explained by `possible_duplicates` reports (any other fails its seed).",

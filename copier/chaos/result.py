@@ -59,6 +59,8 @@ class SeedResult:
     auto_switches: list[dict[str, Any]] = field(default_factory=list)  # stream, from and until (s), done
     ambiguous_puts: list[dict[str, Any]] = field(default_factory=list)  # when the proxy made a put ambiguous, where
     proxy_requests: dict[str, int] = field(default_factory=dict)  # the copier's calls through the proxy, by class
+    slowest_put_ms: int = 0  # the backend's longest answer to a PutRecords the proxy forwarded
+    late_puts: int = 0  # PutRecords the backend answered after the put timeout: the protocol's bound broken locally
     unexpected_exits: int = 0
     restarts: int = 0
     startup_s: float = 0.0  # until every staging shard had a processor; the plan's clock starts then

@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,8 @@ from copier.chaos.harness import Harness, put_timeout_ms
 from copier.chaos.proxy import FaultWindow, Injection
 from copier.chaos.result import SeedResult
 from copier.chaos.schedule import Plan, on_backend
+from copier.core.audittypes import show
+from copier.core.identity import EventValue
 from copier.local.independent import Endpoints
 
 __all__ = ["SeedResult", "run_seed"]
@@ -123,9 +126,41 @@ def run_seed(plan: Plan, backend: str | Endpoints, workdir: Path) -> SeedResult:
     result.unordered, result.scattered_staging = verdict.unordered, verdict.scattered_staging
     result.scattered_target = verdict.scattered_target
     result.failures.extend(verdict.failures)
+    _put_timing(harness, result, verdict.unexplained_examples)
     result.ok = not result.failures
     result.total_s = round(time.monotonic() - started, 1)
     return result
+
+
+def _put_timing(harness: Harness, result: SeedResult, unexplained: Collection[EventValue]) -> None:
+    """How long the backend took to answer the puts the proxy forwarded (the slowest, and how many took longer
+    than the put timeout: a put received must be readable within it, docs/protocol.md "Assumptions"), and, for
+    event IDs with an extra copy no report explains, every put that carried them: when, to which stream, the
+    fault it met, and the backend's time. A copy a verification missed because the backend applied its put late
+    shows as a forwarded put slower than the timeout, followed by a second put of the same IDs."""
+    timeout_s = put_timeout_ms(harness.backend.impl) / 1000
+    forwarded = [p.backend_s for p in harness.proxy.puts if p.backend_s is not None]
+    result.slowest_put_ms = round(max(forwarded, default=0.0) * 1000)
+    result.late_puts = sum(1 for s in forwarded if s > timeout_s)
+    if not unexplained:
+        return
+    names = {harness.pipeline.target: "target", harness.pipeline.config.dead_letter_stream_name: "dead-letter"}
+    lines = []
+    for event_id in unexplained:
+        carried = [
+            f"{p.at - harness.t0:.2f} s to {names.get(p.stream, p.stream)} "
+            f"({p.fault or 'forwarded'}, {len(p.event_ids)} entries"
+            + (f", backend {p.backend_s * 1000:.0f} ms" if p.backend_s is not None else "")
+            + ")"
+            for p in sorted(harness.proxy.puts, key=lambda p: p.at)
+            if any(i == event_id and n not in p.refused for n, i in enumerate(p.event_ids))
+        ]
+        lines.append(f"{show(event_id)}: {'; '.join(carried) or 'none'}")
+    result.failures.append(
+        f"puts carrying the unexplained copies (seconds into the plan; the put timeout is {timeout_s:g} s, "
+        f"the slowest forwarded put took {result.slowest_put_ms} ms, {result.late_puts} longer than the timeout): "
+        + " | ".join(lines)
+    )
 
 
 def _record_later_faults(harness: Harness, result: SeedResult) -> None:
