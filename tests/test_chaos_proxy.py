@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import http.client
 import socket
 import struct
 import threading
 import time
 from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -228,3 +230,42 @@ def test_every_put_is_kept_with_its_event_ids_its_fault_and_the_backends_time(
     assert (timed_out.fault, timed_out.backend_s, timed_out.event_ids) == ("put_timeout", None, ("e3", "e4"))
     assert partial.fault == "put_partial" and partial.backend_s is not None
     assert partial.refused == tuple(i for i, code in enumerate(codes) if code) and partial.refused
+
+
+class _AppliesThenHangsUp(BaseHTTPRequestHandler):
+    """An upstream that reads each request whole (applies it: counted), then closes without an answer."""
+
+    applied: list[str]
+
+    def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.applied.append(self.headers.get("X-Amz-Target", ""))
+        self.close_connection = True
+        self.connection.shutdown(socket.SHUT_RDWR)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the stdlib's name)
+        pass
+
+
+def test_a_put_whose_answer_is_lost_upstream_is_sent_once_and_left_ambiguous_to_the_copier() -> None:
+    """The proxy sent a put again when the backend's answer failed, though the backend had applied it: its
+    records were stored twice while the copier saw one answer, a duplicate no report can explain. A put goes
+    once; the copier sees no answer (ambiguous, verified). A read, which may go twice, still gets its retry."""
+    applied: list[str] = []
+    handler = type("Upstream", (_AppliesThenHangsUp,), {"applied": applied})
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    try:
+        with FaultProxy(f"http://127.0.0.1:{upstream.server_address[1]}", seed=1, hang_s=1.0) as proxy:
+            host, port = proxy.endpoint.removeprefix("http://").split(":")
+            for operation in ("PutRecords", "GetRecords"):
+                connection = http.client.HTTPConnection(host, int(port), timeout=10)
+                body = b'{"StreamName": "t", "Records": []}'
+                connection.request("POST", "/", body=body, headers={"X-Amz-Target": f"Kinesis_20131202.{operation}"})
+                with pytest.raises((http.client.RemoteDisconnected, ConnectionError)):
+                    connection.getresponse()
+                connection.close()
+    finally:
+        upstream.shutdown()
+        upstream.server_close()
+    assert applied == ["Kinesis_20131202.PutRecords"] + ["Kinesis_20131202.GetRecords"] * 2

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"resuming: {len(done)} seeds already ran on this code ({sorted(done)})", flush=True)
     started = time.monotonic() - before
     lease_s = worker_lease_ms(args.backend) / 1000  # pauses shorter and longer than the lease the workers run with
-    with running(args.backend) as backend:
+    with running(args.backend, own_process=True) as backend:  # moto away from the proxy's and producer's threads
         for seed in [s for s in seeds if s not in done]:
             plan = on_backend(draw(seed, profile, lease_s=lease_s), backend.impl)
             seed_dir = workdir / f"seed-{seed}"

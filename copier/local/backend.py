@@ -9,7 +9,13 @@ Why it is built this way:
 * moto's models are not thread-safe: under concurrent writers its Kinesis
   loses acknowledged records. Every request therefore runs under one
   process-wide lock (:data:`MOTO_LOCK`): process-wide, because moto's state
-  is, so two backends in one process must not interleave either.
+  is, so two backends in one process must not interleave either. The lock is
+  granted in the order it was asked for (:class:`FifoLock`): a plain lock
+  lets the thread that just released it, or any other, in first, and a
+  request can wait behind many later ones. The protocol bounds how long a
+  put received may take to become readable (the put timeout); a backend
+  that starves one put past it breaks that bound (a duplicate the copier's
+  verification cannot see), so the chaos suite would blame the copier.
 * moto gets Kinesis resharding and a DynamoDB index race wrong in ways the
   copier and the KCL depend on; :mod:`copier.local.moto_patches` corrects
   them before the first request.
@@ -50,6 +56,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_PORT",
     "DUMMY_ENV",
+    "FifoLock",
     "MOTO_LOCK",
     "LocalBackend",
     "SerializedApp",
@@ -65,8 +72,31 @@ STARTUP_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
 EXIT_START_FAILED = 1
 
-#: Serialises every request to moto in this process (see the module docstring).
-MOTO_LOCK = threading.Lock()
+
+class FifoLock:
+    """A lock granted in the order it was asked for (a ticket lock): no waiter is overtaken by a later one."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition(threading.Lock())
+        self._next = 0  # the ticket the next caller draws
+        self._serving = 0  # the ticket that holds the lock
+
+    def __enter__(self) -> FifoLock:
+        with self._changed:
+            ticket = self._next
+            self._next += 1
+            while ticket != self._serving:
+                self._changed.wait()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._changed:
+            self._serving += 1
+            self._changed.notify_all()
+
+
+#: Serialises every request to moto in this process, first come first served (see the module docstring).
+MOTO_LOCK = FifoLock()
 
 _log = logging.getLogger(__name__)
 
@@ -83,7 +113,7 @@ class SerializedApp:
     slow client never holds the lock.
     """
 
-    def __init__(self, app: WSGIApp, lock: threading.Lock = MOTO_LOCK) -> None:
+    def __init__(self, app: WSGIApp, lock: FifoLock = MOTO_LOCK) -> None:
         self._app = app
         self._lock = lock
 

@@ -241,18 +241,27 @@ def servers() -> Iterator[Endpoints]:
 
 
 @contextlib.contextmanager
-def running(impl: str, lease_tables: tuple[str, ...] = ()) -> Iterator[Endpoints]:
+def running(impl: str, lease_tables: tuple[str, ...] = (), own_process: bool = False) -> Iterator[Endpoints]:
     """The local backend ``impl`` (``copier local-backend --impl``: moto or independent) until the block ends,
     with the KCL lease tables ``lease_tables`` made first on the independent one (:func:`create_lease_table`).
-    The caller gives its copier processes ``COPIER_LOCAL_BACKEND=independent`` (:data:`ENV_MARK`) there."""
+    The caller gives its copier processes ``COPIER_LOCAL_BACKEND=independent`` (:data:`ENV_MARK`) there.
+
+    ``own_process``: moto in a process of its own (``copier local-backend``), not in a thread of the caller's,
+    for a caller whose own threads are busy (the chaos suite's proxy and producer): in one process they share
+    one interpreter lock with moto, and moto's answer to a put waits on them (kinesis-mock and dynalite always
+    run in processes of their own)."""
     if impl == "independent":
         with servers() as endpoints:
             for table in lease_tables:
                 create_lease_table(endpoints.dynamodb, table)
             yield endpoints
         return
-    from copier.local.backend import LocalBackend  # it imports this module
+    from copier.local.backend import LocalBackend, spawned  # it imports this module
 
+    if own_process:
+        with spawned() as endpoint:
+            yield Endpoints(endpoint, endpoint, impl="moto")
+        return
     with LocalBackend() as backend:
         yield Endpoints(backend.endpoint, backend.endpoint, impl="moto")
 
