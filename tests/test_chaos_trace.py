@@ -6,7 +6,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from copier.chaos.harness import put_timeout_ms
-from copier.chaos.proxy import PutSeen
+from copier.chaos.putseen import PutSeen
 from copier.chaos.result import SeedResult
 from copier.chaos.run import _put_timing
 

@@ -487,3 +487,31 @@ def test_a_hosts_takeovers_whose_lineage_reaches_an_expired_ancestor_list_stagin
         assert processor.parents("staging", "shardId-000000000000", ancestor=True) == []
         host.now += 1
     assert listed(fake) <= 2, f"{listed(fake)} listings for 8 takeovers of one host"
+
+
+def test_a_sweep_removes_the_directories_of_runs_that_were_killed_and_keeps_a_running_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A supervisor SIGKILLed (a host lost, a stop past its grace on a loaded machine) leaves its run directory;
+    a local pipeline's stop sweeps: it goes, a running supervisor's stays, and the user's directory goes with
+    the last (the demo left one behind when a worker's stop outlasted its grace)."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import subprocess
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    killed = SummaryShare.start_run()
+    live = SummaryShare.start_run()
+    assert killed is not None and live is not None
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    (killed / "owner").write_text(str(gone.pid), encoding="ascii")  # its supervisor has exited
+    SummaryShare.sweep()
+    assert not killed.exists() and live.exists(), "a run still going keeps its directory"
+    again = SummaryShare.start_run()
+    assert again is not None
+    (again / "owner").write_text(str(gone.pid), encoding="ascii")
+    SummaryShare.end_run(live)
+    assert again.parent.exists(), "the killed run's directory keeps the user's"
+    SummaryShare.sweep()
+    assert not (tmp_path / f"copier-{os.getuid()}").exists()

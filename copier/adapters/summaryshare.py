@@ -80,7 +80,7 @@ class SummaryShare:
         answers are there), taken when it is a run directory of this user's that this very process owns; any
         other (inherited from another run, or named by someone else) is not trusted, and a fresh one is made."""
         try:
-            base = Path(tempfile.gettempdir()) / f"copier-{os.getuid()}"
+            base = _base()
             base.mkdir(mode=0o700, exist_ok=True)
             if not _private(base):
                 return None  # someone else's, or open to others: nothing made there is to be trusted
@@ -103,6 +103,17 @@ class SummaryShare:
             shutil.rmtree(directory, ignore_errors=True)
             with contextlib.suppress(OSError):  # another run's directory is there, or it is being made
                 directory.parent.rmdir()
+
+    @staticmethod
+    def sweep() -> None:
+        """Remove the run directories of runs that ended without removing their own (a supervisor SIGKILLed,
+        by a host's loss or a stop that did not end in time), and the user's directory once empty: what starts
+        and stops daemons on one machine (``copier.local.pipeline``) leaves nothing of theirs behind."""
+        base = _base()
+        if base.is_dir() and _private(base):
+            prune(base)
+            with contextlib.suppress(OSError):  # a run still going keeps its directory, and so this one
+                base.rmdir()
 
     @classmethod
     def for_host(cls, config: Config, env: Mapping[str, str] | None = None) -> SummaryShare | None:
@@ -208,6 +219,11 @@ TURN_POLL_S = 0.02
 # Each answer's lock file: a stream name is [a-zA-Z0-9_.-]{1,128}, so a suffix cannot make one stream's file
 # another's (``x.map`` holds the listing of ``x``; the stream ``x.map`` has ``x.map.json`` and ``x.map.lock``).
 _LOCKS = {"summary": ".lock", "listing": ".maplock"}
+
+
+def _base() -> Path:
+    """The user's directory of run directories, in the temporary directory (``TMPDIR``)."""
+    return Path(tempfile.gettempdir()) / f"copier-{os.getuid()}"
 
 
 def prune(base: Path) -> list[Path]:

@@ -49,7 +49,6 @@ moment a target put becomes ambiguous (:meth:`FaultProxy.wait_for`).
 
 from __future__ import annotations
 
-import base64
 import http.client
 import json
 import random
@@ -65,8 +64,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
+from copier.chaos.putseen import PutSeen, event_ids
 from copier.chaos.throttle import READ_REFUSED, ShardThrottle
-from copier.core.identity import EventValue
 
 __all__ = ["AMBIGUOUS_PUTS", "FAULT_KINDS", "FaultProxy", "FaultWindow", "Injection", "PutSeen"]
 
@@ -107,31 +106,6 @@ class Injection:
     at: float
     kind: str
     stream: str
-
-
-@dataclass(frozen=True)
-class PutSeen:
-    """One PutRecords the proxy received: when (monotonic seconds, its body read whole), its stream, the event
-    IDs its entries carry (None for an entry without one), the fault it met (None: forwarded as is), and how long
-    the backend took to answer it (None when it was not forwarded)."""
-
-    at: float
-    stream: str
-    event_ids: tuple[EventValue | None, ...]
-    fault: str | None
-    backend_s: float | None
-    refused: tuple[int, ...] = ()  # entries failed here, never forwarded (put_partial, the shard limits)
-
-
-def _event_ids(body: bytes) -> tuple[EventValue | None, ...]:
-    """The event ID of each entry of a PutRecords body (the producer's reading, not the copier's)."""
-    from copier.chaos.producer import read_event_id  # the producer's schedule imports this module
-
-    try:
-        records = json.loads(body)["Records"]
-        return tuple(read_event_id(base64.b64decode(r["Data"])) for r in records)
-    except (ValueError, KeyError, TypeError):
-        return ()
 
 
 _STREAM_NAME = re.compile(rb'"StreamName"\s*:\s*"([^"]+)"')
@@ -331,7 +305,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         finally:
             if target.endswith(".PutRecords"):
-                self.owner.saw_put(PutSeen(received, stream, _event_ids(body), fault, self._backend_s, self._refused))
+                self.owner.saw_put(PutSeen(received, stream, event_ids(body), fault, self._backend_s, self._refused))
 
     def _limited(self, throttle: ShardThrottle, operation: str, body: bytes) -> None:
         """Serve a Kinesis call within the shard limits (see the module docstring)."""

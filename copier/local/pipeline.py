@@ -22,6 +22,7 @@ from typing import IO, Any
 import boto3
 
 from copier.adapters.dynamo import DynamoStateStore
+from copier.adapters.summaryshare import SummaryShare
 from copier.core.config import Config, load_config
 from copier.core.positions import Position
 from copier.core.state import ShardState, shard_key
@@ -372,11 +373,13 @@ class LocalPipeline:
 
     def stop_all(self) -> None:
         """Stop every producer and worker this pipeline started (workers all at once), and remove the Spark
-        scratch files the producers left."""
+        scratch files the producers left and the run directories of workers that were SIGKILLed (killed, or
+        stopped on a loaded machine later than the grace allows: nothing removed theirs)."""
         for proc in self.producers:
             self.kill_producer(proc)
         shutil.rmtree(self.spark_scratch, ignore_errors=True)
         self.stop_workers([w for w in self.workers if not w.log.closed])
+        SummaryShare.sweep()
 
     def stop_workers(self, workers: list[Worker]) -> list[int]:
         """SIGTERM the workers together (one by one, the survivors would take the leases over), then wait."""
