@@ -569,6 +569,8 @@ def test_last_hash_key_of_a_shard_is_routable(backend: Endpoints) -> None:
 
 
 def create_table(dynamodb: Any, **extra: Any) -> str:
+    """A new table, ACTIVE: dynalite makes one CREATING first, as AWS does, and a write before it is ACTIVE is
+    refused with ResourceNotFoundException (seen on a loaded machine)."""
     name = unique("table")
     attributes = [{"AttributeName": "pk", "AttributeType": "S"}, *extra.pop("attributes", [])]
     dynamodb.create_table(
@@ -578,6 +580,7 @@ def create_table(dynamodb: Any, **extra: Any) -> str:
         BillingMode="PAY_PER_REQUEST",
         **extra,
     )
+    dynamodb.get_waiter("table_exists").wait(TableName=name, WaiterConfig={"Delay": 0.1, "MaxAttempts": 300})
     return name
 
 
