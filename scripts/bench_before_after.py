@@ -187,6 +187,7 @@ def page(docs: Path) -> str:
     """The page: the baseline's provenance, then one table per section."""
     before = json.loads((docs / BEFORE).read_text(encoding="utf-8"))
     after = json.loads((docs / AFTER).read_text(encoding="utf-8"))
+    method = _get(after, "method") or {}
     lines = [
         "# Benchmarks before and after",
         "",
@@ -196,8 +197,8 @@ def page(docs: Path) -> str:
         "change smaller than that is not a change of the code.",
         "",
         f"- before: {before.get('source', 'no source given')}",
-        f"- after: `{_get(after, 'method', 'command')}` on {_get(after, 'method', 'date')}",
-        *[f"  - then `{r.get('command')}` on {r.get('date')}" for r in _get(after, "method", "reruns") or []],
+        f"- after: `{method.get('command')}` on {method.get('date')}{_code(method)}",
+        *[f"  - then `{r.get('command')}` on {r.get('date')}{_code(r)}" for r in method.get("reruns", [])],
         "",
     ]
     for title, section in rows(before, after):
@@ -205,6 +206,11 @@ def page(docs: Path) -> str:
         lines += [f"| {label} | {_text(b)} | {_text(a)} | {_change(b, a)} |" for label, b, a in section]
         lines.append("")
     return "\n".join(lines)
+
+
+def _code(run: dict[str, Any]) -> str:
+    """Which copier a run measured (the digest a chaos seed's result carries), where the run kept it."""
+    return f", code digest {run['code']}" if run.get("code") else ""
 
 
 def rewrite(docs: Path) -> None:

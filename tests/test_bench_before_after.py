@@ -24,7 +24,7 @@ def test_each_figure_is_read_from_both_runs_with_its_change(tmp_path: Path) -> N
     cell = {"payload_bytes": 200, "batch": 10, "ratio": 1.25, "copier_us_per_event": 30.0}
     before = {"source": "an old run", "cpu": [cell], "rolling": [{"restart": "new worker", "longest_pause_s": 20.0}]}
     after = {
-        "method": {"command": "python -m copier.bench", "date": "2026-11-27"},
+        "method": {"command": "python -m copier.bench", "date": "2026-11-27", "code": "4328c4dc58913813"},
         "cpu": [{**cell, "ratio": 1.0, "copier_us_per_event": 24.0, "uncoalesced_ratio": 1.1}],
         "rolling": [{"restart": "new worker", "longest_pause_s": 5.0, "lost": 0}],
         "sources": {"redrive": {"write_units_per_event": 0.02}},
@@ -34,6 +34,7 @@ def test_each_figure_is_read_from_both_runs_with_its_change(tmp_path: Path) -> N
     script.rewrite(tmp_path)
     text = (tmp_path / script.PAGE).read_text()
     assert "- before: an old run" in text
+    assert "- after: `python -m copier.bench` on 2026-11-27, code digest 4328c4dc58913813" in text
     assert "| 200 B, batches of 10: copier / plain | 1.25 | 1 | -20% |" in text
     assert "| 200 B, batches of 10: copier µs/event | 30 | 24 | -20% |" in text
     assert "| 200 B, batches of 10: coalescing off / plain | not measured | 1.1 |  |" in text

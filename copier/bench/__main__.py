@@ -166,8 +166,16 @@ def run(profile: Profile, workdir: Path, command: str, parts: tuple[str, ...] = 
 
     for key, value in DUMMY_ENV.items():
         os.environ.setdefault(key, value)
+    from copier.chaos.__main__ import code_digest
+
     results = Results(
-        method={"command": command, "machine": _machine(), "versions": _versions(), "date": time.strftime("%Y-%m-%d")}
+        method={
+            "command": command,
+            "machine": _machine(),
+            "versions": _versions(),
+            "date": time.strftime("%Y-%m-%d"),
+            "code": code_digest(),  # the digest a chaos seed's result carries: which copier the figures measured
+        }
     )
     started = time.monotonic()
     with LocalBackend() as backend:
@@ -335,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
         kept = json.loads(previous.read_text())
         for part in set(PARTS) - set(args.only):
             data[part] = kept.get(part, data[part])
-        rerun = {key: data["method"].get(key) for key in ("command", "date", "minutes")}
+        rerun = {key: data["method"].get(key) for key in ("command", "date", "minutes", "code")}
         data["method"] = kept.get("method", data["method"])
         data["method"]["reruns"] = [*data["method"].get("reruns", []), rerun]
     (out / "benchmarks.json").write_text(json.dumps(data, indent=1) + "\n")

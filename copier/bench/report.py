@@ -292,6 +292,11 @@ def _began(row: dict[str, Any]) -> str:
     return f"{row['longest_pause_from_sigterm_s']:+} s from restart {row['longest_pause_restart']}'s SIGTERM"
 
 
+def _on_code(run: dict[str, Any]) -> str:
+    """Which copier a run measured: the code digest a chaos seed's result carries (none before it was kept)."""
+    return f", on code digest `{run['code']}`" if run.get("code") else ""
+
+
 def write(data: dict[str, Any], out: Path) -> None:
     """benchmarks.md and its PNG figures in ``out``."""
     from copier.bench.sim.report import markdown as simulation_section
@@ -301,7 +306,8 @@ def write(data: dict[str, Any], out: Path) -> None:
     lines = [
         "# Benchmarks",
         "",
-        f"Command: `{method['command']}` (`make bench`), {method['date']}, {method.get('minutes', '?')} minutes.",
+        f"Command: `{method['command']}` (`make bench`), {method['date']}, {method.get('minutes', '?')} minutes"
+        f"{_on_code(method)}.",
         f"Machine: {machine['cpu']}, {machine['cores']} cores, {machine['memory']}, {machine['platform']}.",
         "Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".",
         "Raw numbers: `docs/benchmarks.json`. Every comparison is a ratio against a baseline measured in the",
@@ -444,6 +450,10 @@ def write(data: dict[str, Any], out: Path) -> None:
         lines += _host_section(data)
     lines += simulation_section(data.get("simulation") or {})
     for rerun in method.get("reruns", []):
-        lines.insert(3, f"Parts run again since: `{rerun['command']}`, {rerun['date']}, {rerun['minutes']} minutes.")
+        lines.insert(
+            3,
+            f"Parts run again since: `{rerun['command']}`, {rerun['date']}, {rerun['minutes']} minutes"
+            f"{_on_code(rerun)}.",
+        )
     (out / "benchmarks.md").write_text("\n".join(lines))
     draw(data, out)
