@@ -16,7 +16,7 @@ import pytest
 
 from copier.bench.cpu import key_in
 from copier.bench.host import _pause_restart
-from copier.chaos import __main__ as chaos_main
+from copier.chaos.digest import code_digest
 from copier.core.shardmap import hash_key
 
 pytestmark = [pytest.mark.protocol, pytest.mark.timeout(900)]
@@ -45,7 +45,7 @@ def test_every_part_writes_its_numbers_table_and_plot(smoke: tuple[Path, dict]) 
     for plot in ("bench-cpu.png", "bench-cost.png", "bench-window.png", "bench-e2e.png", "bench-host.png"):
         assert (out / plot).stat().st_size > 1000, plot
     assert data["method"]["versions"]["amazon-kclpy"] and data["method"]["machine"]["cores"]
-    code = chaos_main.code_digest()  # the figures say which copier they measured, as a chaos seed's result does
+    code = code_digest()  # the figures say which copier they measured, as a chaos seed's result does
     assert data["method"]["code"] == code and f"on code digest `{code}`" in text
     assert data["simulation"]["day"]["shards"] == 100 and data["simulation"]["batches"] > 0
 
@@ -133,7 +133,7 @@ def test_a_partial_run_keeps_the_other_parts(smoke: tuple[Path, dict], tmp_path:
         assert again[part] == data[part], part
     assert {r["path"] for r in again["memory"]} == {"lean", "botocore"}
     assert "--only memory" in again["method"]["reruns"][-1]["command"]
-    assert again["method"]["reruns"][-1]["code"] == chaos_main.code_digest()
+    assert again["method"]["reruns"][-1]["code"] == code_digest()
     assert "Parts run again since" in (tmp_path / "benchmarks.md").read_text()
     assert sorted(d.name for d in work.glob("home-*")) == ["home-False", "home-True"]
     bad = subprocess.run([sys.executable, "-m", "copier.bench", "--only", "nope"], capture_output=True, text=True)

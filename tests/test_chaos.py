@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from copier.chaos import __main__ as chaos_main
+from copier.chaos.digest import code_digest
 from copier.chaos.producer import alt_id, event_id, read_event_id
 from copier.chaos.proxy import FAULT_KINDS
 from copier.chaos.report import render
@@ -190,7 +191,7 @@ def test_resume_keeps_the_seeds_that_ran_on_the_same_code_and_only_those(tmp_pat
     done = [SeedResult(s, "full", "3.x", 2, ok=True, events=100 * s).to_json() for s in (1, 2)]
     for result in done:
         del result["backend"]
-    code = chaos_main.code_digest()
+    code = code_digest()
     raw.write_text(json.dumps({"code": code, "elapsed_s": 600.0, "planned_seeds": 2, "results": done}))
     argv = ["--seeds", "2", "--json", str(raw), "--report", str(report), "--workdir", str(tmp_path), "--resume"]
     # A child process: main() configures logging for the whole process.

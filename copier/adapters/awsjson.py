@@ -46,7 +46,6 @@ milliseconds: copier measures its clock against AWS with it
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import socket
 import ssl
@@ -60,6 +59,7 @@ from urllib.parse import urlsplit
 from copier.adapters.awsauth import sign
 from copier.adapters.awserrors import FATAL_CODES
 from copier.adapters.httpwire import Headers, NoAnswer, NotSent, Wire, request_head
+from copier.core import fastjson
 from copier.core.errors import AwsError, FatalAwsError, TransientAwsError
 
 __all__ = [
@@ -264,7 +264,7 @@ class JsonClient:
 def _json_object(data: bytes) -> dict[str, Any] | None:
     """``data`` as a JSON object, None when it is not one (not JSON, not UTF-8, another JSON value)."""
     try:
-        doc = json.loads(data)
+        doc = fastjson.loads(data)
     except (ValueError, RecursionError):
         return None
     return doc if isinstance(doc, dict) else None

@@ -22,8 +22,6 @@ botocore path, taken where a proxy applies, as far as botocore allows:
 
 from __future__ import annotations
 
-import base64
-import json
 import sys
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -34,6 +32,7 @@ from copier.adapters.awsjson import DECODING_ERRORS, CredentialSource, JsonClien
 from copier.adapters.kinesisanswers import put_results
 from copier.adapters.kinesisread import GET_RECORDS_LIMIT, KinesisReads
 from copier.adapters.leankinesis import LeanKinesis
+from copier.adapters.putbody import PutEntry, put_records_body
 from copier.adapters.shardlistings import ShardListings
 from copier.adapters.summaries import StreamSummaries
 from copier.adapters.summaryboard import ApplicationAnswers
@@ -50,7 +49,6 @@ from copier.core.streamsettings import StreamSettings
 
 __all__ = ["GET_RECORDS_LIMIT", "KinesisStreams", "PutEntry", "paged_shards"]
 
-PutEntry = tuple[str, bytes, str | None]  # (partition key, data, data in base64 if already at hand)
 
 HOUR_MS = 3_600_000
 
@@ -174,11 +172,7 @@ class KinesisStreams:
             from copier.adapters.botokinesis import put_records
 
             return put_records(self._put, stream, entries, deadline)
-        records = [
-            {"Data": text if text is not None else base64.b64encode(data).decode(), "PartitionKey": pk}
-            for pk, data, text in entries
-        ]
-        body = json.dumps({"StreamName": stream, "Records": records}).encode()
+        body = put_records_body(stream, entries)
         try:
             return put_results(self._fast.call("PutRecords", body, deadline), len(entries))
         except Unanswered as exc:

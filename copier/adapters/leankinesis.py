@@ -20,7 +20,6 @@ answer is checked for the fields copier reads before it is returned
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from typing import Any
 from copier.adapters.awserrors import RETRIED_CODES
 from copier.adapters.awsjson import JsonClient, Unanswered, Unsent, reading
 from copier.adapters.kinesisanswers import records_page, shard_iterator, shards_page, stream_summary
+from copier.core import fastjson
 from copier.core.errors import AwsError
 
 __all__ = ["LeanKinesis"]
@@ -56,7 +56,7 @@ class LeanKinesis:
         check: Callable[[dict[str, Any]], dict[str, Any]],
         attempts: int = READ_ATTEMPTS,
     ) -> dict[str, Any]:
-        body = json.dumps(params).encode()
+        body = fastjson.dumps(params)
         for attempt in range(attempts):
             try:
                 return reading(operation, check, self.client.call(operation, body))

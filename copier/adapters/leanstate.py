@@ -21,7 +21,6 @@ IncompatibleStateError.
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -42,6 +41,7 @@ from copier.adapters.stateitems import (
     state_from_fields,
     to_wire,
 )
+from copier.core import fastjson
 from copier.core.config import Config
 from copier.core.errors import AwsError, FencedError, TransientAwsError
 from copier.core.state import BoardItem, DigestBatch, ShardState, StateConflict, StateStore, batch_key
@@ -71,7 +71,7 @@ class LeanStateStore(StateStore):
 
     def _send(self, operation: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
-            return self.client.call(operation, json.dumps(body).encode())
+            return self.client.call(operation, fastjson.dumps(body))
         except ConditionFailed:
             raise
         except AwsError as exc:

@@ -166,7 +166,7 @@ def run(profile: Profile, workdir: Path, command: str, parts: tuple[str, ...] = 
 
     for key, value in DUMMY_ENV.items():
         os.environ.setdefault(key, value)
-    from copier.chaos.__main__ import code_digest
+    from copier.chaos.digest import code_digest
 
     results = Results(
         method={

@@ -25,7 +25,6 @@ verdict does not depend on when it ran. Any other file is started over.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -33,6 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from copier.chaos.digest import code_digest
 from copier.chaos.harness import worker_lease_ms
 from copier.chaos.report import render
 from copier.chaos.run import SeedResult, run_seed
@@ -99,28 +99,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 BACKENDS = ("moto", "independent")
-
-
-SOURCE_SUFFIXES = (".py", ".java", ".xml")  # what copier runs: Python, the daemon launcher, the daemon's logback
-
-
-def code_digest() -> str:
-    """What a seed's verdict depends on: the copier package's source (Python, the daemon's Java launcher, the
-    logback configuration) and the pinned versions (setup.cfg).
-
-    ``copier/bench`` is left out: nothing a seed runs imports it.
-    """
-    package = Path(__file__).resolve().parents[1]
-    digest = hashlib.sha256()
-    files = sorted(
-        p
-        for p in package.rglob("*")
-        if p.suffix in SOURCE_SUFFIXES and "__pycache__" not in p.parts and p.relative_to(package).parts[0] != "bench"
-    )
-    for path in [*files, package.parent / "setup.cfg"]:
-        if path.is_file():
-            digest.update(str(path.relative_to(package.parent)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()[:16]
 
 
 def _resumed(args: argparse.Namespace, code: str) -> tuple[list[SeedResult], float]:

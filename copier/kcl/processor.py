@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import binascii
 import gc
-import json
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -30,6 +29,7 @@ import structlog
 from amazon_kclpy import dispatch, kcl, messages
 from amazon_kclpy.v3 import processor
 
+from copier.core import fastjson
 from copier.core.clockcheck import naming_the_clock
 from copier.core.errors import AwsError, CopierError, ProtocolError
 from copier.core.plan import SourceRecord
@@ -78,14 +78,15 @@ class FastIO(kcl._IOHandler):  # type: ignore[misc]
     amazon-kclpy decodes every line with an ``object_hook`` that turns each
     record into a ``Record``; at tens of thousands of records a second that
     costs more than anything copier does with a record. Here a
-    processRecords line is parsed by ``json`` alone and its records stay JSON
+    processRecords line is parsed as JSON alone (through orjson where it reads
+    what ``json`` reads: ``copier.core.fastjson``) and its records stay JSON
     objects (read by :func:`_records`); every other line goes through
     amazon-kclpy's own decoding. Written against amazon-kclpy 3.1.3 (pinned
     in setup.cfg); ``tests/test_processor.py`` checks it.
     """
 
     def load_action(self, line: str) -> Any:
-        message = json.loads(line)
+        message = fastjson.loads(line)
         if isinstance(message, dict) and message.get("action") == "processRecords":
             return messages.ProcessRecordsInput(message)
         return dispatch.message_decode(message)
