@@ -1,5 +1,5 @@
-"""orjson reads for copier only where its reading is json's (copier.core.fastjson): an event keyed or not, and
-its ID, are what every copier version says, and the daemon's lines and AWS's answers read as json reads them."""
+"""orjson reads and writes for copier only where its answer is json's, and never an event's payload
+(copier.core.fastjson): its key cache can hand back another key than the one a payload holds."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 import math
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,9 +16,11 @@ from hypothesis import strategies as st
 from copier.adapters.putbody import put_records_body
 from copier.core import fastjson
 from copier.core.config import DedupKey
-from copier.core.identity import EventId, Unkeyed, _exact_event_id, extract_event_id
+from copier.core.identity import EventId, Unkeyed, extract_event_id
 
-KEYS = [DedupKey("json", ("eventId",)), DedupKey("json", ("meta", "id"))]
+# Two keys whose bytes have one 64-bit xxh3 hash, found by an adversarial review of this module (2026-11-27):
+# orjson 3.13, having read the first, reads the second as the first.
+CACHED, COLLIDING = "id_ezFZ", "flrLduAr"
 
 
 def same(a: Any, b: Any) -> bool:
@@ -33,118 +36,73 @@ def same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+def test_an_event_whose_key_collides_in_orjsons_cache_keeps_the_verdict_json_gives() -> None:
+    key = DedupKey("json", (CACHED,))
+    fastjson.loads(json.dumps({CACHED: "daemon line"}))  # in orjson's cache, however copier's reads put it there
+    orjson.loads(json.dumps({CACHED: "E1"}))
+    assert extract_event_id(key, "pk", json.dumps({CACHED: "E1"}).encode()) == EventId("E1")
+    other = json.dumps({COLLIDING: "E1", "body": "a different event"}).encode()
+    assert extract_event_id(key, "pk", other) == Unkeyed(f"field {CACHED} is missing")  # not E1: not dropped
+    nested = DedupKey("json", ("meta", CACHED))
+    assert extract_event_id(nested, "pk", json.dumps({"meta": {COLLIDING: 7}}).encode()) == Unkeyed(
+        f"field meta.{CACHED} is missing"
+    )
+
+
 # Every kind of value json reads, the ones orjson reads otherwise or refuses among them: integers past 64 bits,
-# floats out of a double's range (written as 1e999), NaN and Infinity, lone surrogates, control characters.
+# floats out of a double's range, NaN and Infinity, lone surrogates, control characters.
 scalars = (
     st.none()
     | st.booleans()
-    | st.integers()
-    | st.integers(min_value=2**62, max_value=2**66)
-    | st.integers(min_value=-(2**66), max_value=-(2**62))
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
     | st.floats(allow_nan=True, allow_infinity=True)
     | st.text()
     | st.text(alphabet=st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF) | st.sampled_from('a\x00\x1f"\\'))
 )
-values = st.recursive(
-    scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4)
+documents = st.recursive(
+    scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
 )
 
 
-@st.composite
-def payloads(draw: st.DrawFn) -> bytes:
-    """A JSON event whose ID field holds any value, written in any of the ways json writes it, then perhaps
-    damaged: a byte changed, cut short, or something appended."""
-    doc = draw(st.dictionaries(st.text(max_size=3), values, max_size=3))
-    key = draw(st.sampled_from(KEYS))
-    if len(key.path) == 1:
-        doc[key.path[0]] = draw(values)
-    else:
-        doc[key.path[0]] = draw(st.sampled_from([{key.path[1]: draw(values)}, draw(values)]))
-    indent = draw(st.sampled_from([None, 0, 2]))
-    text = json.dumps(doc, ensure_ascii=draw(st.booleans()), indent=indent, allow_nan=True)
-    data = text.encode("utf-8", "surrogatepass")
-    damage = draw(st.sampled_from(["none", "byte", "cut", "append"]))
-    if damage == "byte" and data:
-        at = draw(st.integers(0, len(data) - 1))
-        data = data[:at] + bytes([draw(st.integers(0, 255))]) + data[at + 1 :]
-    elif damage == "cut":
-        data = data[: draw(st.integers(0, len(data)))]
-    elif damage == "append":
-        data += draw(st.sampled_from([b" ", b"\n", b"\x0c", b"x", b"1", b"{}", b"\xff"]))
-    return data
-
-
-@settings(max_examples=600, deadline=None)
-@given(payloads(), st.sampled_from(KEYS))
-def test_an_event_is_keyed_or_not_and_has_its_id_as_json_reads_it(data: bytes, key: DedupKey) -> None:
-    fast = extract_event_id(key, "pk", data)
-    exact = _exact_event_id(key, data)
-    assert fast == exact
-    if isinstance(fast, EventId):
-        assert type(fast.value) is type(exact.value)  # type: ignore[union-attr]
-
-
 @settings(max_examples=500, deadline=None)
-@given(st.binary(max_size=64))
-def test_any_bytes_get_the_verdict_json_gives(data: bytes) -> None:
-    assert extract_event_id(KEYS[0], "pk", data) == _exact_event_id(KEYS[0], data)
-
-
-@pytest.mark.parametrize(
-    ("data", "expected"),
-    [
-        (b'{"eventId": 18446744073709551616}', EventId(2**64)),  # orjson: a float; json: the integer
-        (b'{"eventId": -9223372036854775809}', EventId(-(2**63) - 1)),
-        (b'{"eventId": "\\ud800"}', EventId("\ud800")),  # refused by orjson, read by json
-        (b'{"eventId": "a", "n": NaN}', EventId("a")),
-        (b'{"eventId": "a", "n": 1e999}', EventId("a")),
-        (b'{"eventId": 1.0}', Unkeyed("field eventId is float, not a string or integer")),
-        (b'{"eventId": ""}', Unkeyed("field eventId is empty")),
-        (b'{"eventId": true}', Unkeyed("field eventId is bool, not a string or integer")),
-        (b'{"eventId": 7, "eventId": "b"}', EventId("b")),  # the last of a repeated name, as json reads it
-        (b'\xef\xbb\xbf{"eventId": "a"}', Unkeyed("payload is not JSON")),  # a byte order mark is no JSON
-    ],
-)
-def test_the_values_where_the_two_parsers_differ(data: bytes, expected: EventId | Unkeyed) -> None:
-    assert extract_event_id(KEYS[0], "pk", data) == expected == _exact_event_id(KEYS[0], data)
-
-
-def test_what_json_refuses_and_orjson_reads_is_never_read_by_orjson() -> None:
-    huge = b'{"eventId": "a", "n": ' + b"7" * 4301 + b"}"  # over Python's 4,300 digits: json refuses it
-    assert fastjson.trusted_loads(huge) is fastjson.UNSURE
-    assert extract_event_id(KEYS[0], "pk", huge) == Unkeyed("payload is not JSON")
-    deep = b'{"eventId": "a", "n": ' + b"[" * 1020 + b"]" * 1020 + b"}"  # orjson reads 1,024 levels, json fewer
-    assert fastjson.trusted_loads(deep) is fastjson.UNSURE
-    assert extract_event_id(KEYS[0], "pk", deep) == _exact_event_id(KEYS[0], deep)
-    shallow = b'{"eventId": "a", "n": ' + b"[" * 498 + b"]" * 498 + b"}"  # 499 brackets: read by orjson
-    assert fastjson.trusted_loads(shallow) is not fastjson.UNSURE
-    assert extract_event_id(KEYS[0], "pk", shallow) == EventId("a")
-
-
-@settings(max_examples=500, deadline=None)
-@given(st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3)))
-def test_loads_reads_what_json_reads_where_integers_fit_64_bits(value: Any) -> None:
-    text = json.dumps(value, allow_nan=True)
-    expected = json.loads(text)
-    read = fastjson.loads(text)
-    # An integer past 64 bits orjson reads as a float: the daemon's lines and AWS's answers hold none.
-    assert same(read, expected) or _holds_a_wide_integer(expected)
-
-
-def _holds_a_wide_integer(value: Any) -> bool:
-    if type(value) is int:
-        return not -(2**63) <= value < 2**64
-    if isinstance(value, dict):
-        return any(_holds_a_wide_integer(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_holds_a_wide_integer(v) for v in value)
-    return False
+@given(documents, st.sampled_from([None, 0, 2]), st.booleans())
+def test_loads_reads_what_json_reads(value: Any, indent: int | None, ascii_only: bool) -> None:
+    """For the documents copier reads with it (the daemon's lines, AWS's answers): integers within 64 bits."""
+    text = json.dumps(value, allow_nan=True, indent=indent, ensure_ascii=ascii_only)
+    assert same(fastjson.loads(text), json.loads(text))
+    if ascii_only:
+        assert same(fastjson.loads(text.encode()), json.loads(text))
 
 
 def test_loads_raises_what_json_raises() -> None:
-    for text in ("", "{", '{"a": 1,}', "[1] x"):
+    for text in ("", "{", '{"a": 1,}', "[1] x", '{"a": "\x01"}'):
         with pytest.raises(json.JSONDecodeError):
             fastjson.loads(text)
+
+
+finite = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
+    | st.text(alphabet=st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF)),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(finite)
+def test_dumps_writes_the_value_json_writes(value: Any) -> None:
+    """A request body says what json.dumps said (lone surrogates and integers past 64 bits: json writes them)."""
+    assert same(json.loads(fastjson.dumps(value)), json.loads(json.dumps(value)))
+
+
+def test_without_orjson_json_reads_and_writes_everything(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Spark cluster's Python, given copier as a zip, has no orjson: copier still imports and reads."""
+    monkeypatch.setattr(fastjson, "orjson", None)
+    assert same(fastjson.loads('{"a": [1, 2.5, "\\ud800", NaN]}'), {"a": [1, 2.5, "\ud800", math.nan]})
+    assert json.loads(fastjson.dumps({"a": "\ud800", "b": 2**70})) == {"a": "\ud800", "b": 2**70}
 
 
 @settings(max_examples=300, deadline=None)
@@ -161,12 +119,3 @@ def test_a_put_records_body_says_what_json_dumps_said(stream: str, drawn: list[t
         "Records": [{"Data": base64.b64encode(data).decode(), "PartitionKey": key} for key, data, _ in entries],
     }
     assert json.loads(body) == expected
-
-
-def test_without_orjson_json_reads_and_writes_everything(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A Spark cluster's Python, given copier as a zip, has no orjson: copier.core.identity still imports."""
-    monkeypatch.setattr(fastjson, "orjson", None)
-    assert fastjson.trusted_loads(b'{"eventId": "a"}') is fastjson.UNSURE
-    assert extract_event_id(KEYS[0], "pk", b'{"eventId": "a"}') == EventId("a")
-    assert same(fastjson.loads('{"a": [1, 2.5, "\\ud800"]}'), {"a": [1, 2.5, "\ud800"]})
-    assert json.loads(fastjson.dumps({"a": "\ud800", "b": 2**70})) == {"a": "\ud800", "b": 2**70}
