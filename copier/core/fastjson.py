@@ -4,7 +4,8 @@ documents whose keys copier, the KCL daemon or AWS wrote.
 Why: a processor reads a daemon line for every delivery and an AWS answer
 and writes a request body for every call. orjson reads the daemon's line in
 under half of ``json``'s time (0.9 against 2.2 µs a 200-byte record) and
-writes a request body four to thirty times faster (``timeit``, Python 3.11).
+writes a request body about 16 times faster (a commit's PutItem: 1.25 against
+19.5 µs; ``timeit``, Python 3.11).
 
 Why never an event's payload (``copier.core.identity`` reads it with ``json``
 alone): orjson (3.13) caches the keys it reads by a 64-bit hash of their
