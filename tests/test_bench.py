@@ -174,6 +174,30 @@ def test_the_before_and_after_table_compares_cpu_and_write_units_with_the_run_be
     assert _before_after_cost({}) == []
 
 
+def test_the_cpu_verdict_holds_every_cell_coalescing_off_included_to_the_plain_copiers_cpu() -> None:
+    """Issue 47's goal: at most the plain copier's CPU per event in every cell of the table, small deliveries
+    and coalescing off included. The summary names each cell over it, and says "met" only when none is."""
+    from copier.bench.report import CPU_GOAL_RATIO, _verdicts
+
+    def cell(size: int, batch: int, ratio: float, alone: float | None) -> dict[str, object]:
+        return {
+            "payload_bytes": size,
+            "batch": batch,
+            "ratio": ratio,
+            "uncoalesced_ratio": alone,
+            "copier_events_per_core_s": 40_000,
+        }
+
+    over = _verdicts(
+        {"cpu": [cell(200, 10, 0.2, 1.031), cell(2048, 1000, 1.01, None), cell(200, 100, 0.6, 0.9)], "cost": None}
+    )[0]
+    assert CPU_GOAL_RATIO == 1.0
+    assert "worst ratio 1.031 (200 B, batches of 10, coalescing off) of 5 cells" in over
+    assert "2 over it, 1.031 (200 B, batches of 10, coalescing off), 1.01 (2048 B, batches of 1000)." in over
+    met = _verdicts({"cpu": [cell(200, 10, 0.2, 1.0), cell(2048, 1000, 0.9, None)], "cost": None})[0]
+    assert met.endswith("goal at most 1.0 in every cell: met.")
+
+
 def test_a_plots_linear_axes_start_at_zero_and_its_log_axes_are_left_alone(tmp_path: Path) -> None:
     """A linear axis cut to the data's range shows a run's noise (10.3 against 10.7 bytes an ID) as a
     trend; a log axis cannot start at 0."""

@@ -15,7 +15,7 @@ from copier.bench.plots import save as _save  # noqa: F401 (its name here before
 
 __all__ = ["write"]
 
-CPU_GOAL_RATIO = 1.25
+CPU_GOAL_RATIO = 1.0  # issue 47: no more CPU per event than the plain copier in any cell, coalescing off too
 CPU_GOAL_EVENTS = 30_000
 COST_GOAL = 130
 MEMORY_GOAL_MB = 40  # RSS of an idle copier process on the lean path
@@ -65,21 +65,30 @@ def _cpu_table(rows: list[dict[str, Any]]) -> list[str]:
 def _verdicts(data: dict[str, Any]) -> list[str]:
     lines = []
     goal_rows = [r for r in data["cpu"] if r["batch"] >= 100]
+    if data["cpu"]:
+        cells = [(r, "", r["ratio"]) for r in data["cpu"]] + [
+            (r, ", coalescing off", r["uncoalesced_ratio"])
+            for r in data["cpu"]
+            if r.get("uncoalesced_ratio") is not None
+        ]
+        over = [
+            f"{ratio} ({r['payload_bytes']} B, batches of {r['batch']}{how})"
+            for r, how, ratio in sorted(cells, key=lambda cell: -cell[2])  # the worst first
+            if ratio > CPU_GOAL_RATIO
+        ]
+        worst, how, ratio = max(cells, key=lambda cell: cell[2])
+        lines.append(
+            f"- CPU: worst ratio {ratio} ({worst['payload_bytes']} B, batches of {worst['batch']}{how}) of "
+            f"{len(cells)} cells; goal at most {CPU_GOAL_RATIO} in every cell: "
+            + (f"{len(over)} over it, " + ", ".join(over) if over else "met")
+            + "."
+        )
     if goal_rows:
-        worst = max(goal_rows, key=lambda r: r["ratio"])
         slowest = min(goal_rows, key=lambda r: r["copier_events_per_core_s"])
         lines.append(
-            f"- CPU: worst ratio {worst['ratio']} ({worst['payload_bytes']} B, batches of {worst['batch']}; "
-            f"goal at most {CPU_GOAL_RATIO}); slowest {slowest['copier_events_per_core_s']:,} events/s per core "
+            f"- CPU: slowest {slowest['copier_events_per_core_s']:,} events/s per core "
             f"({slowest['payload_bytes']} B, batches of {slowest['batch']}; goal at least {CPU_GOAL_EVENTS:,})."
         )
-        alone = [r for r in goal_rows if r.get("uncoalesced_ratio") is not None]
-        if alone:
-            worst_alone = max(alone, key=lambda r: r["uncoalesced_ratio"])
-            lines.append(
-                f"- CPU with coalescing off: worst ratio {worst_alone['uncoalesced_ratio']} "
-                f"({worst_alone['payload_bytes']} B, batches of {worst_alone['batch']})."
-            )
     if data["cost"]:
         cost = data["cost"]
         lines.append(
