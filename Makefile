@@ -107,7 +107,7 @@ chaos: install-test
 	$(BIN)/python -m copier.chaos --backend $(BACKEND) --profile $(PROFILE) --seeds $(SEEDS) --report $(CHAOS_OUT).md --json $(CHAOS_OUT).json --resume; \
 	status=$$?; $(BIN)/python scripts/reliability_runs.py docs && exit $$status
 
-# Benchmarks against baselines in one run: docs/benchmarks.md, .json and PNG plots (30 to 50 minutes, and the
+# Benchmarks against baselines in one run: docs/benchmarks.md, .json and PNG plots (40 to 55 minutes, and the
 # control-plane simulation's day of 10,000 shards, copier.bench.sim: its CPU minutes are in its section), then
 # docs/capacity.md from the new figures (copier plan --doc); docs/benchmarks-before-after.md sets each figure beside
 # the baseline docs/benchmarks-before.json (scripts/bench_before_after.py).
