@@ -340,7 +340,7 @@ def test_any_head_drawn_from_the_pieces_aws_and_others_send_reads_as_http_client
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Heads drawn from the pieces the parametrized cases pick one by one (status lines of every kind, names of
-    token characters and not, blanks around the colon, lengths signed, spaced, of other digits, too long), each
+    token characters and not, blanks around the colon, lengths signed, spaced, of other digits), each
     with one Content-Length among its lines (mostly a plain 2) so that most of them reach the lean reader's every
     check: its verdict is http.client's, whichever branch of it a head reaches."""
     lines = [*lines[:length_at], (b"Content-Length", b": ", length), *lines[length_at:]]
